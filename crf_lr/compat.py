@@ -1,0 +1,86 @@
+"""TensorFlow and bert4keras, loaded together and fixed for TF >= 2.11 (tested on TF 2.21).
+
+Every module of crf_lr that needs TensorFlow imports it from here, so the fixes are applied
+once, before any user code touches bert4keras:
+
+    >>> from crf_lr.compat import tf, keras, K
+    >>> from bert4keras.models import build_transformer_model   # now works on TF 2.21
+
+Each ``_fix_*`` function repairs one thing and is idempotent.
+"""
+import crf_lr  # noqa: F401  (sets TF_KERAS / TF_USE_LEGACY_KERAS before TensorFlow loads)
+
+import numpy as np
+import tensorflow as tf
+import bert4keras.backend  # noqa: F401  (points sys.modules['keras'] at tf.keras)
+from bert4keras.backend import K, keras
+
+
+def _fix_optimizer_base_class():
+    """bert4keras optimizers subclass ``keras.optimizers.Optimizer`` but use the OptimizerV2 API
+    (``_set_hyper``, ``add_slot``, ``_resource_apply_dense``), which since TF 2.11 lives at
+    ``keras.optimizers.legacy.Optimizer``. Import ``bert4keras.optimizers`` while that name points
+    at the legacy class, then restore the public name."""
+    import sys
+    if 'bert4keras.optimizers' in sys.modules:
+        return
+    current = keras.optimizers.Optimizer
+    keras.optimizers.Optimizer = keras.optimizers.legacy.Optimizer
+    try:
+        import bert4keras.optimizers  # noqa: F401
+    finally:
+        keras.optimizers.Optimizer = current
+
+
+def _fix_save_weights_as_checkpoint():
+    """``Transformer.save_weights_as_checkpoint`` reads eager variables inside ``tf.Graph()`` and
+    uses ``tf.Session``/``tf.train.Saver``, which TF 2 no longer exports. Read the values eagerly
+    first, then write them with ``tf.compat.v1`` in a fresh graph."""
+    from bert4keras.models import Transformer
+    if getattr(Transformer.save_weights_as_checkpoint, '_crf_lr_fixed', False):
+        return
+
+    def save_weights_as_checkpoint(self, filename, mapping=None, dtype=None):
+        mapping = mapping or self.variable_mapping()
+        mapping = {self.prefixed(k): v for k, v in mapping.items()}
+        mapping = {k: v for k, v in mapping.items() if k in self.layers}
+        named_values = []
+        for layer, names in mapping.items():
+            values = K.batch_get_value(self.layers[layer].trainable_weights)
+            named_values.extend(zip(names, values))
+        with tf.Graph().as_default():
+            variables = [tf.compat.v1.Variable(np.asarray(value, dtype=dtype or value.dtype),
+                                               name=name)
+                         for name, value in named_values]
+            with tf.compat.v1.Session() as session:
+                session.run(tf.compat.v1.variables_initializer(variables))
+                tf.compat.v1.train.Saver(variables).save(session, filename)
+
+    save_weights_as_checkpoint._crf_lr_fixed = True
+    Transformer.save_weights_as_checkpoint = save_weights_as_checkpoint
+
+
+def _fix_feed_forward_config():
+    """``FeedForward.get_config`` serialises its activations with the new Keras format, which
+    the ``.h5`` loader of tf-keras cannot read back; serialise them in the legacy format."""
+    from bert4keras.layers import FeedForward
+    from tf_keras.src.saving.legacy import serialization as legacy_serialization
+    if getattr(FeedForward.get_config, '_crf_lr_fixed', False):
+        return
+    original = FeedForward.get_config
+
+    def get_config(self):
+        config = original(self)
+        config['activation'] = [legacy_serialization.serialize_keras_object(act)
+                                for act in self.activation]
+        return config
+
+    get_config._crf_lr_fixed = True
+    FeedForward.get_config = get_config
+
+
+_fix_optimizer_base_class()
+_fix_save_weights_as_checkpoint()
+_fix_feed_forward_config()
+
+__all__ = ['tf', 'keras', 'K', 'np']

@@ -1,0 +1,8 @@
+"""The Keras layers of crf_lr, under one name as in bert4keras:
+
+    >>> from crf_lr.layers import ConditionalRandomField, EfficientGlobalPointer
+"""
+from crf_lr.crf import ConditionalRandomField
+from crf_lr.global_pointer import EfficientGlobalPointer, GlobalPointer
+
+__all__ = ['ConditionalRandomField', 'GlobalPointer', 'EfficientGlobalPointer']

@@ -1,0 +1,27 @@
+"""crf_lr: CRF with its own learning rate, GlobalPointer and bias-corrected Adam on bert4keras.
+
+tf-keras and bert4keras are not listed here: their declared dependencies (``tensorflow``,
+``keras<=2.3.1``) conflict with ``tensorflow-cpu``, so ``make install`` installs them with
+``pip install --no-deps``.
+"""
+from setuptools import find_packages, setup
+
+setup(
+    name='crf_lr',
+    version='0.1.0',
+    description='Sequence labelling on BERT-family encoders: CRF with its own learning rate, '
+                'GlobalPointer, layer-wise Adam with a bias-correction switch.',
+    long_description=open('README.md', encoding='utf-8').read(),
+    long_description_content_type='text/markdown',
+    packages=find_packages(include=['crf_lr', 'crf_lr.*']),
+    python_requires='>=3.10',
+    install_requires=['tensorflow-cpu==2.21.0', 'numpy', 'tqdm'],
+    extras_require={
+        'test': ['pytest', 'seqeval'],
+        'plots': ['matplotlib'],
+    },
+    entry_points={'console_scripts': [
+        'crf-lr-convert=crf_lr.convert:main',
+        'crf-lr-predict=crf_lr.predict:main',
+    ]},
+)

@@ -1,0 +1,64 @@
+"""The environment set-up and each of the three bert4keras fixes, tested on a tiny BERT."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+from crf_lr.compat import keras
+
+
+def test_environment_variables_are_set_before_tensorflow():
+    assert os.environ['TF_KERAS'] == '1'
+    assert os.environ['TF_USE_LEGACY_KERAS'] == '1'
+    assert keras.__name__.startswith('tf_keras')
+
+
+def test_import_after_keras3_gives_clear_error():
+    code = ('import os; os.environ.pop("TF_USE_LEGACY_KERAS", None); os.environ.pop("TF_KERAS", None)\n'
+            'import tensorflow as tf, keras\n'
+            'try:\n    import crf_lr\nexcept ImportError as e:\n    print("ERR", e)\n')
+    env = {k: v for k, v in os.environ.items() if k not in ('TF_USE_LEGACY_KERAS', 'TF_KERAS')}
+    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, env=env,
+                         timeout=120).stdout
+    assert 'ERR crf_lr must be imported before TensorFlow' in out
+
+
+def test_bert4keras_optimizers_use_the_legacy_base_and_public_name_is_restored():
+    from bert4keras.optimizers import Adam
+    assert issubclass(Adam, keras.optimizers.legacy.Optimizer)
+    assert keras.optimizers.Optimizer is not keras.optimizers.legacy.Optimizer
+    variable = keras.backend.variable(np.ones(3, 'float32'))
+    with_grad = Adam(learning_rate=0.1)
+    import tensorflow as tf
+    with_grad.apply_gradients([(tf.constant([1.0, -1.0, 0.0]), variable)])
+    np.testing.assert_allclose(keras.backend.get_value(variable), [0.9, 1.1, 1.0], atol=1e-5)
+
+
+def _tiny_bert(config_path, checkpoint_path=None):
+    from bert4keras.models import build_transformer_model
+    return build_transformer_model(config_path, checkpoint_path, model='bert',
+                                   return_keras_model=False)
+
+
+def test_save_weights_as_checkpoint_round_trips(tiny_bert_config_path, tmp_path):
+    bert = _tiny_bert(tiny_bert_config_path)
+    checkpoint = str(tmp_path / 'model.ckpt')
+    bert.save_weights_as_checkpoint(checkpoint)
+    reloaded = _tiny_bert(tiny_bert_config_path, checkpoint)
+    inputs = [np.array([[2, 5, 7, 3]]), np.zeros((1, 4))]
+    np.testing.assert_array_equal(bert.model.predict(inputs, verbose=0),
+                                  reloaded.model.predict(inputs, verbose=0))
+
+
+def test_feed_forward_config_reloads_from_h5(tiny_bert_config_path, tmp_path):
+    from bert4keras.layers import FeedForward
+    layer = FeedForward(8, activation='gelu')
+    assert layer.get_config()['activation'] == ['gelu_erf']
+    bert = _tiny_bert(tiny_bert_config_path)
+    path = str(tmp_path / 'model.h5')
+    bert.model.save(path)
+    reloaded = keras.models.load_model(path)
+    inputs = [np.array([[2, 5, 7, 3]]), np.zeros((1, 4))]
+    np.testing.assert_allclose(bert.model.predict(inputs, verbose=0),
+                               reloaded.predict(inputs, verbose=0), atol=1e-6)
