@@ -1,0 +1,111 @@
+"""PNG figures for reports: transition heatmaps and training curves.
+
+matplotlib is an optional extra (``pip install crf_lr[plots]``); it is imported on first use, with
+the non-interactive Agg backend, so the rest of the package never needs it.
+
+    >>> plot_transitions(crf_trans, 'sbme', 'runs/cws/transitions_epoch1.png', title='epoch 1')
+    >>> plot_curves({'bias correction': (steps, losses)}, 'loss.png', ylabel='training loss')
+"""
+import os
+
+import numpy as np
+
+
+def _pyplot():
+    try:
+        import matplotlib
+    except ImportError as error:
+        raise ImportError('plots need matplotlib, an optional extra: '
+                          'pip install "crf_lr[plots]" (or pip install matplotlib)') from error
+    matplotlib.use('Agg', force=True)
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _save(fig, path):
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fig.savefig(path, dpi=120, bbox_inches='tight')
+    import matplotlib.pyplot as plt
+    plt.close(fig)
+    return path
+
+
+def plot_transitions(trans, labels, path, title=None):
+    """Save a heatmap of a transition matrix (rows = from, columns = to), values written in
+    each cell; -inf (forbidden) cells are shown blank and marked.
+
+    Args:
+        trans: float array (num_labels, num_labels).
+        labels: sequence of num_labels names (``'sbme'`` works).
+        path: output PNG path (folders are created).
+        title: optional figure title.
+    Returns:
+        path.
+
+        >>> plot_transitions(model_crf.trans.numpy(), 'sbme', 'transitions.png')
+        'transitions.png'
+    """
+    trans = np.asarray(trans, dtype=np.float64)
+    labels = [str(label) for label in labels]
+    if trans.ndim != 2 or trans.shape != (len(labels), len(labels)):
+        raise ValueError(f'expected a ({len(labels)}, {len(labels)}) matrix for labels {labels}, '
+                         f'got shape {trans.shape}')
+    plt = _pyplot()
+    finite = np.isfinite(trans)
+    shown = np.where(finite, trans, np.nan)
+    bound = float(np.nanmax(np.abs(shown))) if finite.any() else 1.0
+    size = 1.0 + 0.55 * len(labels)
+    fig, ax = plt.subplots(figsize=(size + 1.2, size))
+    image = ax.imshow(shown, cmap='RdBu_r', vmin=-bound or -1, vmax=bound or 1)
+    fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+    ax.set_xticks(range(len(labels)), labels)
+    ax.set_yticks(range(len(labels)), labels)
+    ax.set_xlabel('to')
+    ax.set_ylabel('from')
+    if len(labels) <= 16:
+        for (i, j), value in np.ndenumerate(trans):
+            text = f'{value:.2f}' if np.isfinite(value) else '-inf'
+            ax.text(j, i, text, ha='center', va='center', fontsize=8)
+    if title:
+        ax.set_title(title)
+    return _save(fig, path)
+
+
+def plot_curves(series, path, xlabel='step', ylabel='loss', title=None, logy=False):
+    """Save line plots of several named series on one set of axes.
+
+    Args:
+        series: dict name -> (x, y), two equal-length 1-D sequences; or name -> y (x = 1..len(y)).
+        path: output PNG path (folders are created).
+        xlabel, ylabel, title: axis labels and optional title.
+        logy: log-scale y axis.
+    Returns:
+        path.
+
+        >>> plot_curves({'lr 1e-3': [2.0, 1.1, 0.7]}, 'loss.png')
+        'loss.png'
+    """
+    if not series:
+        raise ValueError('plot_curves needs at least one series')
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for name, values in series.items():
+        if isinstance(values, tuple) and len(values) == 2:
+            x, y = (np.asarray(v, dtype=np.float64) for v in values)
+        else:
+            y = np.asarray(values, dtype=np.float64)
+            x = np.arange(1, len(y) + 1)
+        if x.shape != y.shape or y.ndim != 1:
+            raise ValueError(f'series {name!r}: x and y must be 1-D of equal length, '
+                             f'got {x.shape} and {y.shape}')
+        ax.plot(x, y, label=str(name), linewidth=1.2)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if logy:
+        ax.set_yscale('log')
+    if title:
+        ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, path)
