@@ -15,7 +15,8 @@ Pure Python; no TensorFlow. bert4keras's ``Tokenizer`` is only used through an o
     >>> spans_to_tags([(0, 2, 'LOC')], 3)
     ['B-LOC', 'I-LOC', 'O']
 """
-import re
+import bisect
+import operator
 
 SEG = 'SEG'
 _ALIASES = {'BIO': 'BIO', 'IOB2': 'BIO', 'IOB1': 'IOB1', 'BIOES': 'BIOES', 'IOBES': 'BIOES',
@@ -70,8 +71,10 @@ def _check_spans(spans, length, flat, where=''):
         if len(span) != 3:
             raise ValueError(f'{where}expected spans (start, end, label), got {span!r}')
         start, end, label = span
-        if not (isinstance(start, int) and isinstance(end, int)) or isinstance(start, bool):
-            raise ValueError(f'{where}span {span!r}: start and end must be integers')
+        try:
+            start, end = operator.index(start), operator.index(end)
+        except TypeError:
+            raise ValueError(f'{where}span {span!r}: start and end must be integers') from None
         if not 0 <= start < end <= length:
             raise ValueError(f'{where}span {span!r} is outside the text or empty: expected '
                              f'0 <= start < end <= {length} (end exclusive)')
@@ -449,3 +452,231 @@ def offsets_to_tags(text, spans, scheme='BIO', mapping=None, misaligned='raise',
     except ValueError as error:
         raise ValueError(f'{source}: {error} in text {text!r}') from None
     return spans_to_tags(token_spans, len(mapping), scheme)
+
+
+def _propagated_prefixes(prefix, n, scheme):
+    """Prefixes of the ``n`` pieces of a word tagged ``prefix`` when its label spreads to all pieces."""
+    if prefix == 'O':
+        return ['O'] * n
+    if scheme in ('BIO', 'IOB1') or prefix == 'I':
+        return [prefix] + ['I'] * (n - 1)
+    if prefix == 'S' and n == 1:
+        return ['S']
+    first = 'I' if prefix == 'E' else 'B'
+    last = 'I' if prefix == 'B' else 'E'
+    return [first] + ['I'] * (n - 2) + [last] if n > 1 else [prefix]
+
+
+def align_word_labels(words, labels, tokenizer, strategy='propagate', scheme='BIO',
+                      ignore_label=None, maxlen=None):
+    """WordPiece alignment of a word-level example (CoNLL): token ids, per-piece labels, word index.
+
+    Strategies: 'propagate' gives every piece a label (a word's ``B-X`` on its first piece and
+    ``I-X`` on the rest; in BIOES/BMES an ``E-X``/``S-X`` word ends with ``E-X``); 'first' labels
+    only the first piece and gives the others ``ignore_label``, to be left out of loss and metrics.
+    [CLS]/[SEP] always get ``ignore_label`` and word index -1.
+
+    Args:
+        words: list of N str.
+        labels: list of N tag strings in ``scheme`` (convert IOB1 with ``iob1_to_iob2`` first for BIO).
+        tokenizer: a bert4keras ``Tokenizer`` (its ``_tokenize`` splits a word into pieces).
+        strategy: 'propagate' or 'first'.
+        scheme: 'BIO', 'IOB1', 'BIOES' or 'BMES'.
+        ignore_label: the label of ignored positions (e.g. None, or -100 after mapping to ids).
+        maxlen: optional maximum number of tokens including [CLS]/[SEP]; later pieces are cut
+            (``pieces_to_word_labels`` fills the words that lost all their pieces).
+    Returns:
+        ``(token_ids, piece_labels, word_index)``: three lists of length T (T <= maxlen).
+
+        >>> ids, piece_labels, word_index = align_word_labels(['unaffable'], ['B-MISC'], tokenizer)
+        >>> piece_labels   # [CLS] un ##aff ##able [SEP]
+        [None, 'B-MISC', 'I-MISC', 'I-MISC', None]
+    """
+    scheme = _scheme(scheme)
+    if strategy not in ('propagate', 'first'):
+        raise ValueError(f"strategy must be 'propagate' or 'first', got {strategy!r}")
+    if len(words) != len(labels):
+        raise ValueError(f'align_word_labels: {len(words)} words but {len(labels)} labels')
+    pieces, piece_labels, word_index = [], [], []
+    for i, ((prefix, kind), word) in enumerate(zip(_parse_all(labels, scheme), words)):
+        word_pieces = tokenizer._tokenize(word) or [tokenizer._token_unk]
+        if strategy == 'first':
+            word_labels = [labels[i]] + [ignore_label] * (len(word_pieces) - 1)
+        else:
+            word_labels = [_format(p, kind, scheme)
+                           for p in _propagated_prefixes(prefix, len(word_pieces), scheme)]
+        pieces += word_pieces
+        piece_labels += word_labels
+        word_index += [i] * len(word_pieces)
+    specials = [t for t in (tokenizer._token_start, tokenizer._token_end) if t is not None]
+    if maxlen is not None:
+        keep = maxlen - len(specials)
+        if keep < 1:
+            raise ValueError(f'maxlen={maxlen} leaves no room for pieces besides {specials}')
+        pieces, piece_labels, word_index = pieces[:keep], piece_labels[:keep], word_index[:keep]
+    if tokenizer._token_start is not None:
+        pieces, piece_labels, word_index = ([tokenizer._token_start] + pieces,
+                                            [ignore_label] + piece_labels, [-1] + word_index)
+    if tokenizer._token_end is not None:
+        pieces, piece_labels, word_index = (pieces + [tokenizer._token_end],
+                                            piece_labels + [ignore_label], word_index + [-1])
+    return tokenizer.tokens_to_ids(pieces), piece_labels, word_index
+
+
+def pieces_to_word_labels(word_index, piece_labels, scheme='BIO', strategy='propagate',
+                          n_words=None, fill='O'):
+    """Word labels from piece labels (the inverse of ``align_word_labels``, e.g. on predictions).
+
+    Each word takes its first piece's label; with strategy 'propagate' in BIOES/BMES the word's
+    prefix also looks at its last piece (a word ends an entity when its last piece does).
+
+    Args:
+        word_index: list of T ints, the word of each piece (-1 for special tokens).
+        piece_labels: list of T tag strings (predictions; special positions are ignored).
+        scheme: 'BIO', 'IOB1', 'BIOES' or 'BMES'.
+        strategy: 'propagate' or 'first', as used for alignment.
+        n_words: number of words (default: largest word index + 1); words without any piece (cut by
+            ``maxlen``) get ``fill``.
+    Returns:
+        list of ``n_words`` tag strings.
+
+        >>> pieces_to_word_labels([-1, 0, 0, 1, -1], [None, 'B-LOC', 'I-LOC', 'O', None])
+        ['B-LOC', 'O']
+    """
+    scheme = _scheme(scheme)
+    if len(word_index) != len(piece_labels):
+        raise ValueError(f'{len(word_index)} word indices but {len(piece_labels)} piece labels')
+    first, last = {}, {}
+    for position, index in enumerate(word_index):
+        if index >= 0:
+            first.setdefault(index, position)
+            last[index] = position
+    if n_words is None:
+        n_words = max(first, default=-1) + 1
+    labels = []
+    for index in range(n_words):
+        if index not in first:
+            labels.append(fill)
+            continue
+        head = piece_labels[first[index]]
+        prefix, kind = _parse(head, scheme, first[index])
+        if strategy == 'propagate' and scheme in ('BIOES', 'BMES') and prefix != 'O':
+            tail = _parse(piece_labels[last[index]], scheme, last[index])[0]
+            starts, ends = prefix in 'BS', tail in 'ES'
+            head = _format('S' if starts and ends else 'B' if starts else 'E' if ends else 'I',
+                           kind, scheme)
+        labels.append(head)
+    return labels
+
+
+_CLOSING = '"\'”’)）]】》」』'
+
+
+def _sentence_cuts(text, separators):
+    """Positions after each sentence end (a separator plus any closing quotes/brackets)."""
+    cuts, i = [], 0
+    while i < len(text):
+        if text[i] in separators:
+            i += 1
+            while i < len(text) and text[i] in _CLOSING:
+                i += 1
+            cuts.append(i)
+        else:
+            i += 1
+    return cuts
+
+
+def split_into_windows(text, maxlen, spans=(), separators='。！？；!?;\n', length=len):
+    """Split a long text into consecutive windows that fit ``maxlen``, cutting at sentence ends.
+
+    Each window is cut after the last sentence end that keeps it within ``maxlen``; a sentence that
+    is too long alone is cut hard at the longest prefix that fits. No cut falls strictly inside one
+    of ``spans`` (so gold spans survive the split; see ``spans_to_windows``).
+
+    Args:
+        text: str.
+        maxlen: int, the largest ``length(window)``.
+        spans: optional iterable of ``(start, end, label)`` character spans not to cut through.
+        separators: str of characters that end a sentence.
+        length: function str -> int measuring a window (``len`` for characters, or e.g.
+            ``lambda s: len(tokenizer.tokenize(s))`` for tokens including [CLS]/[SEP]); it must
+            not decrease when a window grows.
+    Returns:
+        list of ``(offset, piece)`` pairs with ``text[offset:offset + len(piece)] == piece``; the
+        pieces concatenate to ``text``.
+    Raises:
+        ValueError if a span (or a single character) cannot fit in ``maxlen``.
+
+        >>> split_into_windows('今天很好。明天下雨！后天晴', 6)
+        [(0, '今天很好。'), (5, '明天下雨！'), (10, '后天晴')]
+    """
+    if maxlen < 1:
+        raise ValueError(f'maxlen must be at least 1, got {maxlen}')
+    forbidden = set()
+    for start, end, _ in _check_spans(spans, len(text), flat=False):
+        forbidden.update(range(start + 1, end))
+    cuts = [c for c in _sentence_cuts(text, separators) if c not in forbidden]
+    windows, start = [], 0
+    while start < len(text):
+        low, high = start, len(text)  # the largest end with length(text[start:end]) <= maxlen
+        while low < high:
+            middle = (low + high + 1) // 2
+            if length(text[start:middle]) <= maxlen:
+                low = middle
+            else:
+                high = middle - 1
+        end = low
+        if end < len(text):
+            sentence_end = cuts[bisect.bisect_right(cuts, end) - 1] if cuts else 0
+            if sentence_end > start:
+                end = sentence_end
+            else:
+                while end > start and end in forbidden:
+                    end -= 1
+        if end == start:
+            raise ValueError(f'cannot split text at offset {start} into windows of maxlen={maxlen}: '
+                             'a span or a character there does not fit')
+        windows.append((start, text[start:end]))
+        start = end
+    return windows
+
+
+def spans_to_windows(windows, spans):
+    """Distribute character spans over windows, in window-local offsets.
+
+    Args:
+        windows: list of ``(offset, piece)`` from ``split_into_windows``.
+        spans: iterable of ``(start, end, label)`` character spans of the whole text.
+    Returns:
+        list (one per window) of lists of local ``(start, end, label)`` spans.
+    Raises:
+        ValueError for a span that crosses a window boundary or lies outside every window.
+
+        >>> spans_to_windows([(0, '今天很好。'), (5, '明天下雨')], [(5, 7, 'DATE')])
+        [[], [(0, 2, 'DATE')]]
+    """
+    offsets = [offset for offset, _ in windows]
+    local = [[] for _ in windows]
+    for start, end, label in spans:
+        k = bisect.bisect_right(offsets, start) - 1
+        if k < 0 or end > offsets[k] + len(windows[k][1]):
+            raise ValueError(f'span {(start, end, label)!r} crosses a window boundary or lies '
+                             'outside the windows (pass the spans to split_into_windows)')
+        local[k].append((start - offsets[k], end - offsets[k], label))
+    return local
+
+
+def merge_window_spans(windows_spans):
+    """Map window-local spans (e.g. predictions per window) back to offsets in the whole text.
+
+    Args:
+        windows_spans: iterable of ``(offset, spans)`` pairs: a window's offset and its local
+            ``(start, end, label)`` spans.
+    Returns:
+        sorted list of ``(start, end, label)`` spans of the whole text.
+
+        >>> merge_window_spans([(0, []), (5, [(0, 2, 'DATE')])])
+        [(5, 7, 'DATE')]
+    """
+    return sorted((offset + start, offset + end, label)
+                  for offset, spans in windows_spans for start, end, label in spans)
