@@ -1,0 +1,402 @@
+"""Linear-chain conditional random field: the maths as TensorFlow functions, and the Keras layer.
+
+A path ``y`` of a sequence of length ``l`` (its left-aligned mask has ``l`` ones) scores
+
+    s(y) = start[y_0] + sum_{t<l} emissions[t, y_t] + sum_{1<=t<l} transitions[y_{t-1}, y_t] + end[y_{l-1}]
+
+and ``log p(y) = s(y) - log Z`` with ``log Z = logsumexp`` of ``s`` over all ``L**l`` paths.
+An empty sequence (``l = 0``) has ``s = log Z = 0``, hence log-likelihood 0 and no gradient.
+
+``log Z`` is an ordered product of ``l - 1`` matrices ``M_t[i, j] = transitions[i, j] +
+emissions[t, j]`` in the log semiring. It is computed as a balanced binary tree of batched matrix
+products in exponent space, each matrix carrying its own log scale (``ceil(log2 n)`` sequential
+steps instead of ``n``; see ``_log_partition``), in float64, so that scores may differ by ~700 nats
+before anything underflows. Gradients come from automatic differentiation through the tree.
+
+Masks must be left-aligned (``mask[b] = [1] * l + [0] * (n - l)``); the functions check this and
+raise ``InvalidArgumentError`` otherwise. Disallowed transitions / starts / ends score
+``DISALLOWED_SCORE`` (-1e4): finite, so no loss or gradient is ever inf or NaN (a gold path
+that breaks a constraint costs about 1e4 per violation), and negligible next to any allowed path.
+
+    >>> ll = crf_log_likelihood(emissions, tags, mask, transitions)   # (batch,)
+    >>> crf = ConditionalRandomField(lr_multiplier=100); loss = crf.sparse_loss
+"""
+import numpy as np
+
+from crf_lr.compat import keras, tf
+from crf_lr.viterbi import DISALLOWED_SCORE, _check_mask_array, viterbi_decode
+
+_TINY = 1e-300    # floor of float64 sums before log: log(_TINY) ~ -690, never -inf
+
+
+def _compute_dtype(emissions):
+    """float64 for float64 inputs (gradient checks), float32 for everything else (incl. float16)."""
+    return tf.float64 if emissions.dtype == tf.float64 else tf.float32
+
+
+def _validated(emissions, mask, transitions, start, end):
+    """Cast the inputs to the compute dtype, check their shapes, and check the mask is a prefix."""
+    emissions = tf.convert_to_tensor(emissions)
+    if emissions.shape.rank != 3:
+        raise ValueError(f'emissions must have shape (batch, n, num_labels), got {emissions.shape}')
+    dtype = _compute_dtype(emissions)
+    emissions = tf.cast(emissions, dtype)
+    num_labels = emissions.shape[-1]
+    transitions = tf.cast(tf.convert_to_tensor(transitions), dtype)
+    if transitions.shape.rank != 2 or not transitions.shape.is_compatible_with(
+            [num_labels, num_labels]):
+        raise ValueError(f'transitions must have shape ({num_labels}, {num_labels}), '
+                         f'got {transitions.shape}')
+    vectors = []
+    for name, vector in (('start', start), ('end', end)):
+        if vector is not None:
+            vector = tf.cast(tf.convert_to_tensor(vector), dtype)
+            if not vector.shape.is_compatible_with([num_labels]):
+                raise ValueError(f'{name} must have shape ({num_labels},), got {vector.shape}')
+        vectors.append(vector)
+    mask = tf.convert_to_tensor(mask)
+    if mask.shape.rank != 2:
+        raise ValueError(f'mask must have shape (batch, n), got {mask.shape}')
+    mask = tf.cast(mask, tf.bool)
+    tf.debugging.assert_equal(tf.shape(mask), tf.shape(emissions)[:2],
+                              message='mask must have shape (batch, n) of emissions')
+    grows = tf.logical_and(mask[:, 1:], tf.logical_not(mask[:, :-1]))
+    tf.debugging.assert_equal(tf.reduce_any(grows), False,
+                              message='mask must be left-aligned (ones, then zeros) in every row')
+    return emissions, mask, transitions, vectors[0], vectors[1]
+
+
+def _path_score(emissions, labels, mask, transitions, start, end):
+    """Score of the (one-hot or soft) label paths ``labels`` (batch, n, L), zero at padding."""
+    labels = labels * tf.cast(mask, labels.dtype)[..., None]
+    score = tf.reduce_sum(labels * emissions, axis=[1, 2])
+    following = tf.tensordot(labels[:, :-1], transitions, 1)          # (batch, n-1, L)
+    score += tf.reduce_sum(following * labels[:, 1:], axis=[1, 2])
+    if start is not None:
+        score += tf.linalg.matvec(labels[:, 0], start)
+    if end is not None:
+        # the last real position is where the mask drops from 1 to 0 (or the end of the row)
+        after = tf.concat([mask[:, 1:], tf.zeros_like(mask[:, :1])], axis=1)
+        last = tf.cast(tf.logical_and(mask, tf.logical_not(after)), labels.dtype)
+        score += tf.linalg.matvec(tf.einsum('bn,bnl->bl', last, labels), end)
+    return score
+
+
+def _tree_step(matrices, scales):
+    """Multiply neighbouring matrices pairwise: (batch, m, L, L) -> (batch, ceil(m/2), L, L).
+
+    ``matrices`` are in exponent space with log scale ``scales`` (batch, m): the log-semiring
+    matrix is ``log(matrices) + scales``. An odd last matrix is paired with the identity.
+    """
+    m = matrices.shape[1]
+    odd = m % 2 if m is not None else tf.shape(matrices)[1] % 2
+    if m is None or odd:
+        eye = tf.eye(tf.shape(matrices)[-1], batch_shape=[1, 1], dtype=matrices.dtype)
+        matrices = tf.concat([matrices, tf.tile(eye, [tf.shape(matrices)[0], odd, 1, 1])], axis=1)
+        scales = tf.concat([scales, tf.zeros_like(scales[:, :odd])], axis=1)
+    product = tf.matmul(matrices[:, 0::2], matrices[:, 1::2])
+    peak = tf.stop_gradient(tf.maximum(tf.reduce_max(product, axis=[2, 3]), _TINY))
+    return product / peak[..., None, None], scales[:, 0::2] + scales[:, 1::2] + tf.math.log(peak)
+
+
+def _log_partition(emissions, mask, transitions, start, end):
+    """log Z (batch,) of validated inputs; see the module docstring for the algorithm."""
+    dtype = emissions.dtype
+    emissions = tf.cast(emissions, tf.float64)
+    transitions = tf.cast(transitions, tf.float64)
+    batch, num_labels = tf.shape(emissions)[0], tf.shape(emissions)[2]
+    # log-space leaves M_t = transitions + emissions[t] (t >= 1), stored as exp(M - shift) + shift
+    emission_peak = tf.stop_gradient(tf.reduce_max(emissions, axis=2, keepdims=True))
+    weights = tf.exp(emissions - emission_peak)                             # (batch, n, L)
+    transition_peak = tf.stop_gradient(tf.reduce_max(transitions))
+    matrices = tf.exp(transitions - transition_peak)[None, None] * weights[:, 1:, None, :]
+    scales = emission_peak[:, 1:, 0] + transition_peak
+    # padding positions (t >= length) contribute the identity
+    live = mask[:, 1:]
+    eye = tf.eye(num_labels, dtype=tf.float64)
+    matrices = tf.where(live[..., None, None], matrices, eye)
+    scales = tf.where(live, scales, tf.zeros_like(scales))
+    static_m = matrices.shape[1]
+    if static_m is not None:
+        while static_m > 1:
+            matrices, scales = _tree_step(matrices, scales)
+            static_m = (static_m + 1) // 2
+    else:
+        matrices, scales = tf.while_loop(
+            lambda m, s: tf.shape(m)[1] > 1, _tree_step, [matrices, scales],
+            shape_invariants=[tf.TensorShape([None, None, None, None]),
+                              tf.TensorShape([None, None])])
+    # empty product (n == 1): the identity
+    matrices = tf.concat([matrices, eye[None, None] * tf.ones([batch, 1, 1, 1], tf.float64)],
+                         axis=1)[:, 0]
+    scales = tf.concat([scales, tf.zeros([batch, 1], tf.float64)], axis=1)[:, 0]
+    first = weights[:, 0]
+    log_z = scales + emission_peak[:, 0, 0]
+    if start is not None:
+        start = tf.cast(start, tf.float64)
+        start_peak = tf.stop_gradient(tf.reduce_max(start))
+        first *= tf.exp(start - start_peak)
+        log_z += start_peak
+    row = tf.linalg.matvec(matrices, first, transpose_a=True)              # (batch, L)
+    if end is not None:
+        end = tf.cast(end, tf.float64)
+        end_peak = tf.stop_gradient(tf.reduce_max(end))
+        row *= tf.exp(end - end_peak)
+        log_z += end_peak
+    log_z += tf.math.log(tf.maximum(tf.reduce_sum(row, axis=1), _TINY))
+    return tf.cast(tf.where(mask[:, 0], log_z, tf.zeros_like(log_z)), dtype)
+
+
+def crf_log_partition(emissions, mask, transitions, start=None, end=None):
+    """Log partition function ``log Z`` of every sequence.
+
+    Args:
+        emissions: float tensor (batch, n, L) (float16/32 computed in float32, float64 in float64).
+        mask: bool or 0/1 tensor (batch, n), left-aligned; all zeros = empty sequence (log Z = 0).
+        transitions: float tensor (L, L); ``transitions[i, j]`` scores label i followed by j.
+        start, end: optional float tensors (L,) of first-label / last-label scores.
+    Returns:
+        float tensor (batch,) in the compute dtype.
+
+        >>> log_z = crf_log_partition(emissions, tf.sequence_mask(lengths, n), transitions)
+        >>> log_z.shape                     # (batch,)
+    """
+    return _log_partition(*_validated(emissions, mask, transitions, start, end))
+
+
+def crf_sequence_score(emissions, tags, mask, transitions, start=None, end=None):
+    """Unnormalised score ``s(y)`` of the label paths ``tags``.
+
+    Args:
+        emissions, mask, transitions, start, end: as in ``crf_log_partition``.
+        tags: int tensor (batch, n) of label ids in [0, L) (any value at padding positions).
+    Returns:
+        float tensor (batch,) in the compute dtype.
+
+        >>> s = crf_sequence_score(emissions, tags, mask, transitions)
+        >>> s.shape                         # (batch,)
+    """
+    emissions, mask, transitions, start, end = _validated(emissions, mask, transitions, start, end)
+    return _path_score(emissions, _one_hot(tags, emissions, mask), mask, transitions, start, end)
+
+
+def _one_hot(tags, emissions, mask):
+    """One-hot (batch, n, L) of int ``tags``, after checking they are label ids where unmasked."""
+    tags = tf.cast(tf.reshape(tags, tf.shape(emissions)[:2]), tf.int32)
+    num_labels = tf.shape(emissions)[2]
+    in_range = tf.logical_and(tags >= 0, tags < num_labels)
+    tf.debugging.assert_equal(tf.reduce_all(tf.logical_or(in_range, tf.logical_not(mask))), True,
+                              message='tags must be label ids in [0, num_labels) where unmasked')
+    return tf.one_hot(tags, num_labels, dtype=emissions.dtype)
+
+
+def crf_log_likelihood(emissions, tags, mask, transitions, start=None, end=None):
+    """Log-likelihood ``log p(tags | emissions)`` of every sequence (<= 0; 0 for empty rows).
+
+    Args:
+        emissions, mask, transitions, start, end: as in ``crf_log_partition``.
+        tags: int tensor (batch, n) of label ids in [0, L) (any value at padding positions).
+    Returns:
+        float tensor (batch,) in the compute dtype.
+
+        >>> ll = crf_log_likelihood(emissions, tags, mask, transitions, start, end)
+        >>> loss = -tf.reduce_mean(ll)
+    """
+    emissions, mask, transitions, start, end = _validated(emissions, mask, transitions, start, end)
+    labels = _one_hot(tags, emissions, mask)
+    return _log_likelihood(emissions, labels, mask, transitions, start, end)
+
+
+def _log_likelihood(emissions, labels, mask, transitions, start, end):
+    score = _path_score(emissions, labels, mask, transitions, start, end)
+    # the tree over-estimates log Z only (floors, never drops, underflowing sums), so any rounding
+    # leaves ll <= 0 up to ~1e-6; the minimum makes "a probability is at most 1" exact
+    return tf.minimum(score - _log_partition(emissions, mask, transitions, start, end), 0)
+
+
+@keras.utils.register_keras_serializable('crf_lr')
+class ConditionalRandomField(keras.layers.Layer):
+    """CRF output layer with its own learning rate, optional start/end scores and constraints.
+
+    Place it after a Dense layer that gives one score per label. ``call`` returns the emissions
+    unchanged except that padding positions (from the Keras mask) become ``-inf`` rows, so the
+    losses keep Keras's ``(y_true, y_pred)`` signature and find padding as rows that are all
+    ``-inf``. Without a Keras mask every position is scored. The mask must be left-aligned.
+
+    The stored weights are ``trans / lr_multiplier`` (and ``start``, ``end`` likewise) and are
+    multiplied back on use, so under Adam (scale-invariant) the effective step on the
+    transitions is ``lr_multiplier`` times the optimizer's rate; under plain SGD the gradient is
+    also multiplied by ``lr_multiplier``, so the effective step is ``lr_multiplier ** 2`` times.
+
+    Args:
+        lr_multiplier: positive float, learning-rate multiplier of the CRF parameters.
+        allowed_transitions: optional bool array (L, L); ``[i, j]`` False forbids i -> j.
+        allowed_starts, allowed_ends: optional bool arrays (L,) of labels allowed first / last.
+            Forbidden choices score -1e4 (``DISALLOWED_SCORE``) in training and decoding.
+        boundary_scores: learn start and end score vectors (L,) as well.
+
+        >>> crf = ConditionalRandomField(lr_multiplier=100)
+        >>> output = crf(keras.layers.Dense(num_labels)(bert.output)); loss = crf.sparse_loss
+    """
+
+    def __init__(self, lr_multiplier=1, allowed_transitions=None, allowed_starts=None,
+                 allowed_ends=None, boundary_scores=False, **kwargs):
+        super().__init__(**kwargs)
+        if not np.isscalar(lr_multiplier) or not lr_multiplier > 0:
+            raise ValueError(f'lr_multiplier must be a positive number, got {lr_multiplier!r}')
+        self.lr_multiplier = lr_multiplier
+        self.allowed_transitions = _as_bool_array(allowed_transitions, 2, 'allowed_transitions')
+        self.allowed_starts = _as_bool_array(allowed_starts, 1, 'allowed_starts')
+        self.allowed_ends = _as_bool_array(allowed_ends, 1, 'allowed_ends')
+        self.boundary_scores = bool(boundary_scores)
+        self.supports_masking = True
+
+    def build(self, input_shape):
+        num_labels = input_shape[-1]
+        if num_labels is None:
+            raise ValueError('ConditionalRandomField needs a static number of labels (last axis)')
+        num_labels = int(num_labels)
+        for name in ('allowed_transitions', 'allowed_starts', 'allowed_ends'):
+            shape = (num_labels,) * (2 if name == 'allowed_transitions' else 1)
+            _check_mask_array(getattr(self, name), shape, name)
+        scale = 1.0 / self.lr_multiplier
+        self._trans = self.add_weight(name='trans', shape=(num_labels, num_labels),
+                                      initializer=_ScaledInitializer('glorot_uniform', scale))
+        if self.boundary_scores:
+            self._start = self.add_weight(name='start', shape=(num_labels,), initializer='zeros')
+            self._end = self.add_weight(name='end', shape=(num_labels,), initializer='zeros')
+        super().build(input_shape)
+
+    @property
+    def trans(self):
+        """The learned transition matrix (L, L): ``lr_multiplier`` x the stored weight.
+
+        Constraints are not applied here; ``effective_parameters()`` applies them."""
+        return self.lr_multiplier * self._trans
+
+    @property
+    def starts(self):
+        """Learned start scores (L,) (``lr_multiplier`` x stored), or None without boundary_scores."""
+        return self.lr_multiplier * self._start if self.boundary_scores else None
+
+    @property
+    def ends(self):
+        """Learned end scores (L,) (``lr_multiplier`` x stored), or None without boundary_scores."""
+        return self.lr_multiplier * self._end if self.boundary_scores else None
+
+    def effective_parameters(self, dtype='float32'):
+        """``(transitions, start, end)`` as used in training: learned, scaled, constraints applied.
+
+        ``start`` / ``end`` are None when there are neither boundary scores nor constraints on them.
+        """
+        result = []
+        for learned, allowed, size in ((self.trans, self.allowed_transitions, None),
+                                       (self.starts, self.allowed_starts, 1),
+                                       (self.ends, self.allowed_ends, 1)):
+            if learned is not None:
+                learned = tf.cast(learned, dtype)
+            if allowed is not None:
+                base = tf.zeros(allowed.shape, dtype) if learned is None else learned
+                learned = tf.where(allowed, base, tf.constant(DISALLOWED_SCORE, dtype))
+            result.append(learned)
+        return tuple(result)
+
+    def compute_mask(self, inputs, mask=None):
+        return None
+
+    def call(self, inputs, mask=None):
+        if mask is None:
+            return inputs
+        mask = tf.cast(mask, tf.bool)[..., None]
+        return tf.where(mask, inputs, tf.constant(-np.inf, inputs.dtype))
+
+    def _unpack(self, y_pred):
+        """Emissions (compute dtype, padding 0, -inf floored at -1e4) and mask from ``y_pred``."""
+        y_pred = tf.convert_to_tensor(y_pred)
+        mask = tf.reduce_any(y_pred > -np.inf, axis=-1)                   # row all -inf = padding
+        emissions = tf.cast(y_pred, _compute_dtype(y_pred))
+        emissions = tf.where(mask[..., None], emissions, tf.zeros_like(emissions))
+        return tf.maximum(emissions, DISALLOWED_SCORE), mask
+
+    def dense_loss(self, y_true, y_pred):
+        """Negative log-likelihood (batch,) of one-hot (or soft) labels ``y_true`` (batch, n, L)."""
+        emissions, mask = self._unpack(y_pred)
+        labels = tf.cast(tf.reshape(y_true, tf.shape(emissions)), emissions.dtype)
+        return -self._log_likelihood(emissions, labels, mask)
+
+    def sparse_loss(self, y_true, y_pred):
+        """Negative log-likelihood (batch,) of integer labels ``y_true`` (batch, n) or (batch, n, 1)."""
+        emissions, mask = self._unpack(y_pred)
+        return -self._log_likelihood(emissions, _one_hot(y_true, emissions, mask), mask)
+
+    def _log_likelihood(self, emissions, labels, mask):
+        transitions, start, end = self.effective_parameters(emissions.dtype)
+        emissions, mask, transitions, start, end = _validated(emissions, mask, transitions,
+                                                              start, end)
+        return _log_likelihood(emissions, labels, mask, transitions, start, end)
+
+    def dense_accuracy(self, y_true, y_pred):
+        """Per-position accuracy of the emission argmax against one-hot ``y_true``, padding excluded."""
+        return self.sparse_accuracy(tf.argmax(y_true, axis=-1), y_pred)
+
+    def sparse_accuracy(self, y_true, y_pred):
+        """Per-position accuracy of the emission argmax against integer ``y_true``, padding excluded.
+
+        Like bert4keras, this is a cheap training-time proxy; decode with ``decode`` to evaluate."""
+        _, mask = self._unpack(y_pred)
+        y_true = tf.cast(tf.reshape(y_true, tf.shape(mask)), tf.int32)
+        hits = tf.logical_and(tf.equal(y_true, tf.argmax(y_pred, -1, output_type=tf.int32)), mask)
+        return (tf.reduce_sum(tf.cast(hits, 'float32'))
+                / tf.maximum(tf.reduce_sum(tf.cast(mask, 'float32')), 1.0))
+
+    def decode(self, emissions, lengths=None, mask=None):
+        """Viterbi paths with the layer's current parameters and constraints (NumPy).
+
+        Args:
+            emissions: float array (batch, n, L), e.g. ``model.predict(x)`` (``-inf`` padding rows
+                are read as padding when neither ``lengths`` nor ``mask`` is given).
+            lengths: optional int array (batch,); mask: optional bool array (batch, n).
+        Returns:
+            A list of int64 arrays, one per sequence, of its own length.
+
+            >>> paths = crf.decode(model.predict(token_ids), mask=token_ids > 0)
+        """
+        emissions = np.asarray(emissions, dtype=np.float64)
+        if lengths is None and mask is None:
+            mask = (emissions > -np.inf).any(axis=-1)
+        transitions, start, end = (None if p is None else p.numpy()
+                                   for p in self.effective_parameters('float64'))
+        return viterbi_decode(np.maximum(emissions, DISALLOWED_SCORE), transitions,
+                              lengths=lengths, mask=mask, start=start, end=end)
+
+    def get_config(self):
+        def listed(array):
+            return None if array is None else array.tolist()
+        return dict(super().get_config(), lr_multiplier=self.lr_multiplier,
+                    allowed_transitions=listed(self.allowed_transitions),
+                    allowed_starts=listed(self.allowed_starts),
+                    allowed_ends=listed(self.allowed_ends),
+                    boundary_scores=self.boundary_scores)
+
+
+def _as_bool_array(allowed, ndim, name):
+    """A bool NumPy array of ``ndim`` dims (shape checked against L in ``build``), or None."""
+    if allowed is None:
+        return None
+    array = np.asarray(allowed)
+    if array.dtype != bool or array.ndim != ndim:
+        raise TypeError(f'{name} must be a boolean array with {ndim} dimension(s), got dtype '
+                        f'{array.dtype} and shape {array.shape}; for label ids use '
+                        f'np.isin(np.arange(num_labels), ids)')
+    return array
+
+
+class _ScaledInitializer(keras.initializers.Initializer):
+    """``scale`` times a named Keras initializer (stores trans / lr_multiplier)."""
+
+    def __init__(self, base, scale):
+        self.base = keras.initializers.get(base)
+        self.scale = scale
+
+    def __call__(self, shape, dtype=None, **kwargs):
+        return self.scale * self.base(shape, dtype=dtype)
