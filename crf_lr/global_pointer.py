@@ -1,0 +1,209 @@
+"""GlobalPointer heads: every (start, end) pair of a sequence scored at once, one score per type.
+
+``GlobalPointer`` (https://kexue.fm/archives/8373) projects each token to a query and a key per type
+and scores a span by their scaled dot product. ``EfficientGlobalPointer``
+(https://kexue.fm/archives/8877) shares one query/key projection between all types and adds a cheap
+per-type term. Both give scores of shape ``(batch, heads, n, n)`` where cell ``[b, t, i, j]`` scores
+the span of tokens ``i..j`` (inclusive) of type ``t``; ``crf_lr.spans.decode_spans`` turns them into
+``(start, end_exclusive, type)`` spans, ``crf_lr.losses.global_pointer_crossentropy`` trains them.
+
+Masked cells (padding rows/columns and, with ``tril_mask=True``, the strict lower triangle
+``i > j``) hold ``-inf``: the losses of ``crf_lr.losses`` exclude them with no NaN value or
+gradient, ``y_pred > 0`` never selects them and the span decoder never returns them. The math and
+the weight layout equal bert4keras 0.11.5's layers of the same names, so
+``ours.set_weights(theirs.get_weights())`` gives identical scores.
+
+    >>> scores = EfficientGlobalPointer(heads=4, head_size=64)(encoder.output)
+    >>> model.compile(loss=global_pointer_crossentropy, optimizer='adam')
+"""
+import numpy as np
+
+from crf_lr.compat import keras, tf
+
+
+def rotary_position_embedding(x, base=10000):
+    """Rotate pairs of features of ``x`` by position-dependent angles (RoPE, Su et al. 2021).
+
+    Feature pair ``(x[2i], x[2i+1])`` at position ``p`` is rotated by ``p * base**(-2i/d)``, the
+    interleaved layout of bert4keras, so that ``rope(q)_m . rope(k)_n`` depends on ``n - m`` only.
+
+    Args:
+        x: float tensor ``(batch, n, ..., d)`` with ``d`` even; positions run along axis 1.
+        base: the frequency base.
+    Returns:
+        A tensor of the shape and dtype of ``x``.
+
+        >>> q = rotary_position_embedding(q)          # q: (batch, n, heads, head_size)
+        >>> scores = tf.einsum('bmhd,bnhd->bhmn', q, rotary_position_embedding(k))
+    """
+    d = x.shape[-1]
+    if d is None or d % 2:
+        raise ValueError(f'rotary_position_embedding needs an even, static last dimension; got {d}')
+    positions = tf.range(tf.shape(x)[1], dtype='float32')
+    frequencies = tf.pow(float(base), -2 * tf.range(d // 2, dtype='float32') / d)
+    angles = positions[:, None] * frequencies[None]                       # (n, d/2)
+    cos = tf.repeat(tf.cos(angles), 2, axis=-1)                           # (n, d)
+    sin = tf.repeat(tf.sin(angles), 2, axis=-1)
+    broadcast = tf.concat([[1, -1], tf.ones([x.shape.rank - 3], 'int32'), [d]], axis=0)
+    cos = tf.cast(tf.reshape(cos, broadcast), x.dtype)
+    sin = tf.cast(tf.reshape(sin, broadcast), x.dtype)
+    # (x0, x1) -> (-x1, x0) for every pair, so that x*cos + rotated*sin is the rotation.
+    rotated = tf.reshape(tf.stack([-x[..., 1::2], x[..., ::2]], axis=-1), tf.shape(x))
+    return x * cos + rotated * sin
+
+
+class _PointerBase(keras.layers.Layer):
+    """What GlobalPointer and EfficientGlobalPointer share: arguments, config, RoPE, masking.
+
+    Subclasses create their weights in ``build`` and implement ``_scores(inputs)``, which maps
+    ``(batch, n, hidden)`` to unmasked scores ``(batch, heads, n, n)`` using ``self._rope``.
+    """
+
+    def __init__(self, heads, head_size, RoPE=True, use_bias=True, tril_mask=True,
+                 kernel_initializer='lecun_normal', **kwargs):
+        super().__init__(**kwargs)
+        for name, value in (('heads', heads), ('head_size', head_size)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f'{type(self).__name__}: {name} must be a positive int, '
+                                 f'got {value!r}')
+        if RoPE and head_size % 2:
+            raise ValueError(f'{type(self).__name__}: RoPE rotates feature pairs, so head_size '
+                             f'must be even; got {head_size}')
+        self.heads = int(heads)
+        self.head_size = int(head_size)
+        self.RoPE = bool(RoPE)
+        self.use_bias = bool(use_bias)
+        self.tril_mask = bool(tril_mask)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.supports_masking = True
+
+    def _dense_weights(self, name, input_dim, units):
+        """A kernel ``(input_dim, units)`` and, with ``use_bias``, a zero bias ``(units,)``."""
+        # A fresh initializer per kernel: an unseeded Keras initializer reused across weights
+        # warns and may repeat its draws.
+        initializer = type(self.kernel_initializer).from_config(
+            self.kernel_initializer.get_config())
+        kernel = self.add_weight(name=f'{name}_kernel', shape=(input_dim, units),
+                                 initializer=initializer)
+        bias = (self.add_weight(name=f'{name}_bias', shape=(units,), initializer='zeros')
+                if self.use_bias else None)
+        return kernel, bias
+
+    @staticmethod
+    def _affine(x, kernel, bias):
+        y = tf.tensordot(x, kernel, axes=1)
+        return y if bias is None else y + bias
+
+    def _input_dim(self, input_shape):
+        input_shape = tf.TensorShape(input_shape)
+        if input_shape.rank != 3 or input_shape[-1] is None:
+            raise ValueError(f'{type(self).__name__} expects inputs (batch, n, hidden) with a '
+                             f'known hidden size; got shape {input_shape}')
+        return int(input_shape[-1])
+
+    def _rope(self, q, k):
+        if not self.RoPE:
+            return q, k
+        return rotary_position_embedding(q), rotary_position_embedding(k)
+
+    def call(self, inputs, mask=None):
+        """Scores ``(batch, heads, n, n)``; ``mask`` ``(batch, n)`` (bool or 0/1) marks real tokens
+        (Keras passes the encoder's padding mask here; without one, no position is masked)."""
+        scores = self._scores(inputs)
+        keep = None
+        if mask is not None:
+            mask = tf.cast(mask, 'bool')
+            keep = mask[:, None, :, None] & mask[:, None, None, :]
+        if self.tril_mask:
+            upper = tf.cast(tf.linalg.band_part(tf.ones_like(scores[0, 0]), 0, -1), 'bool')
+            keep = upper[None, None] if keep is None else keep & upper
+        if keep is None:
+            return scores
+        return tf.where(keep, scores, tf.cast(-np.inf, scores.dtype))
+
+    def compute_mask(self, inputs, mask=None):
+        return None
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], self.heads, input_shape[1], input_shape[1])
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(heads=self.heads, head_size=self.head_size, RoPE=self.RoPE,
+                      use_bias=self.use_bias, tril_mask=self.tril_mask,
+                      kernel_initializer=keras.initializers.serialize(self.kernel_initializer))
+        return config
+
+
+@keras.utils.register_keras_serializable('crf_lr')
+class GlobalPointer(_PointerBase):
+    """GlobalPointer: span score ``s_t(i, j) = q_{t,i} . k_{t,j} / sqrt(head_size)``, one query and
+    key projection per type ``t`` (with RoPE applied to both when ``RoPE=True``).
+
+    Weights (bert4keras layout): ``kernel`` ``(hidden, heads * 2 * head_size)`` and ``bias``
+    ``(heads * 2 * head_size,)``; the units of type ``t`` are ``[t*2D, (t+1)*2D)``, the first half
+    its query, the second its key (``D = head_size``). Parameter count:
+    ``heads * 2 * head_size * (hidden + use_bias)``.
+
+    Args:
+        heads: number of span types (int >= 1).
+        head_size: query/key size ``D`` (even when ``RoPE``).
+        RoPE: rotary position embedding on queries and keys (relative positions).
+        use_bias: bias in the projection.
+        tril_mask: mask the strict lower triangle (``start > end``) with ``-inf``.
+        kernel_initializer: Keras initializer of the kernel.
+    Input ``(batch, n, hidden)`` float, with an optional Keras mask ``(batch, n)``; output
+    ``(batch, heads, n, n)`` in the layer's compute dtype, ``-inf`` in masked cells.
+
+        >>> scores = GlobalPointer(heads=len(labels), head_size=64)(bert.model.output)
+        >>> model = keras.Model(bert.model.input, scores)
+    """
+
+    def build(self, input_shape):
+        self.kernel, self.bias = self._dense_weights(
+            'qk', self._input_dim(input_shape), self.heads * 2 * self.head_size)
+        super().build(input_shape)
+
+    def _scores(self, inputs):
+        qk = self._affine(inputs, self.kernel, self.bias)
+        qk = tf.reshape(qk, tf.concat([tf.shape(qk)[:2], [self.heads, 2 * self.head_size]], 0))
+        q, k = self._rope(qk[..., :self.head_size], qk[..., self.head_size:])
+        return tf.einsum('bmhd,bnhd->bhmn', q, k) / self.head_size ** 0.5
+
+
+@keras.utils.register_keras_serializable('crf_lr')
+class EfficientGlobalPointer(_PointerBase):
+    """Efficient GlobalPointer: one query/key projection shared by all types plus a per-type term,
+    ``s_t(i, j) = q_i . k_j / sqrt(D) + w_t . [q_i; k_i; q_j; k_j] + b_t``.
+
+    ``[q; k]`` is the shared projection before RoPE (``D = head_size``, units interleaved as in
+    bert4keras: ``q = units[0::2]``, ``k = units[1::2]``). The per-type term is computed as
+    ``(type_kernel . [q;k]_j)[2t] / 2 + (type_kernel . [q;k]_i)[2t + 1] / 2`` (biases included):
+    the even units score the end token, the odd ones the start token.
+
+    Weights (bert4keras layout, in this order): ``qk_kernel`` ``(hidden, 2D)``, ``qk_bias``
+    ``(2D,)``, ``type_kernel`` ``(2D, 2 * heads)``, ``type_bias`` ``(2 * heads,)``. Parameter count:
+    ``2D * (hidden + use_bias) + heads * (4D + 2 * use_bias)``, i.e. ``4D`` weights (+ 2 biases) per
+    type against ``2D * (hidden + use_bias)`` per type for ``GlobalPointer``.
+
+    Arguments, input and output as ``GlobalPointer``.
+
+        >>> scores = EfficientGlobalPointer(heads=len(labels), head_size=64)(bert.model.output)
+        >>> model = keras.Model(bert.model.input, scores)
+    """
+
+    def build(self, input_shape):
+        self.qk_kernel, self.qk_bias = self._dense_weights(
+            'qk', self._input_dim(input_shape), 2 * self.head_size)
+        self.type_kernel, self.type_bias = self._dense_weights(
+            'type', 2 * self.head_size, 2 * self.heads)
+        super().build(input_shape)
+
+    def _scores(self, inputs):
+        qk = self._affine(inputs, self.qk_kernel, self.qk_bias)              # (b, n, 2D)
+        q, k = self._rope(qk[..., ::2], qk[..., 1::2])
+        shared = tf.einsum('bmd,bnd->bmn', q, k) / self.head_size ** 0.5
+        per_type = tf.transpose(self._affine(qk, self.type_kernel, self.type_bias), [0, 2, 1]) / 2
+        end_term, start_term = per_type[:, ::2, None, :], per_type[:, 1::2, :, None]
+        return shared[:, None] + end_term + start_term
+

@@ -1,0 +1,230 @@
+"""Multilabel categorical crossentropy (MCCE) and the GlobalPointer losses and F1 built on it.
+
+MCCE (https://kexue.fm/archives/7359) scores ``C`` classes with real logits ``s`` and a set ``P`` of
+positive classes (the others, ``N``, are negatives) with a threshold fixed at 0:
+
+    loss = log(1 + sum_{i in P} exp(-s_i)) + log(1 + sum_{j in N} exp(s_j))
+
+so at inference a class is predicted when ``s > 0``. Cells whose logit is ``-inf`` (what the
+GlobalPointer layers put in padding and lower-triangle cells) belong to neither set: they add
+nothing to the loss and receive a zero gradient, never NaN.
+
+All losses compute in float32 when given float16/bfloat16 logits (mixed precision). Reductions:
+the two MCCE functions return one value per row (all axes but the last); the two GlobalPointer
+losses return one value per example, ``(batch,)``, the **sum over heads** of the per-type MCCE,
+which Keras then averages over the batch. (bert4keras's example ``global_pointer_crossentropy``
+averages over batch and heads instead, i.e. it equals ours divided by ``heads``.)
+
+    >>> model.compile(optimizer='adam', loss=sparse_global_pointer_crossentropy,
+    ...               metrics=[sparse_global_pointer_f1])
+"""
+import numpy as np
+
+from crf_lr.compat import K, tf
+
+
+def _logits(y_pred):
+    """``y_pred`` as a float tensor of at least float32 precision."""
+    y_pred = tf.convert_to_tensor(y_pred)
+    if not y_pred.dtype.is_floating:
+        raise TypeError(f'y_pred must hold float logits, got dtype {y_pred.dtype.name}')
+    return tf.cast(y_pred, 'float32') if y_pred.dtype.size < 4 else y_pred
+
+
+def _logsumexp_with_zero(x):
+    """``log(1 + sum(exp(x), axis=-1))``: logsumexp over the last axis with a 0 logit appended
+    (the threshold class), so the result stays finite when every entry is ``-inf``."""
+    return tf.reduce_logsumexp(tf.concat([x, tf.zeros_like(x[..., :1])], axis=-1), axis=-1)
+
+
+def multilabel_categorical_crossentropy(y_true, y_pred):
+    """Dense multilabel categorical crossentropy.
+
+    Args:
+        y_true: float tensor ``(..., C)``: 1 for a positive class, 0 for a negative one (values in
+            between are soft targets, as in bert4keras).
+        y_pred: float tensor ``(..., C)`` of real logits (no sigmoid/softmax); ``-inf`` excludes a
+            class from the loss (a positive target on such a cell is ignored).
+    Returns:
+        Float tensor ``(...)``: the loss of every row.
+
+        >>> multilabel_categorical_crossentropy([[1., 0., 0.]], [[2., -1., 0.5]])
+        <tf.Tensor: shape=(1,), ...>
+    """
+    y_pred = _logits(y_pred)
+    y_true = tf.cast(y_true, y_pred.dtype)
+    if y_true.shape.rank is not None and y_pred.shape.rank is not None:
+        if not y_true.shape.is_compatible_with(y_pred.shape):
+            raise ValueError(f'y_true and y_pred must have the same shape; got {y_true.shape} '
+                             f'and {y_pred.shape}')
+    neg_inf = tf.constant(-np.inf, y_pred.dtype)
+    # Masked cells: -y_pred would be +inf, so they are replaced by -inf before the logsumexp.
+    positive = tf.where(tf.not_equal(y_pred, neg_inf), -y_pred, neg_inf) + tf.math.log(y_true)
+    negative = y_pred + tf.math.log(1 - y_true)
+    return _logsumexp_with_zero(positive) + _logsumexp_with_zero(negative)
+
+
+def sparse_multilabel_categorical_crossentropy(y_true, y_pred, mask_zero=False, epsilon=None):
+    """Multilabel categorical crossentropy with the positive classes given as indices.
+
+    The negative term is ``log(1 + sum_all exp(s) - sum_P exp(s))``, computed as
+    ``lse_all + log(1 - exp(lse_P - lse_all))`` with ``1 - exp(.)`` evaluated by ``-expm1`` and
+    clipped to ``[epsilon, 1]``: exact while the negatives carry more than ``epsilon`` of the
+    probability mass, and finite (value and gradient) where the positive set dominates.
+    Memory for the targets is O(positives), not O(C).
+
+    Args:
+        y_true: int tensor ``(..., P)``: indices into the last axis of ``y_pred`` of the positive
+            classes, each at most once per row (a repeated index is counted twice). Negative
+            indices are padding; with ``mask_zero=True`` index 0 is padding too and class 0 is
+            removed from the loss altogether (the bert4keras convention).
+        y_pred: float tensor ``(..., C)`` of real logits; ``-inf`` cells count as neither positive
+            nor negative (do not list them as positives: their positive term would be ``+inf``).
+        mask_zero: treat class 0 as padding (see above).
+        epsilon: floor of ``1 - exp(lse_P - lse_all)``; default ``K.epsilon()`` (1e-7).
+    Returns:
+        Float tensor ``(...)``: the loss of every row.
+
+        >>> sparse_multilabel_categorical_crossentropy([[0, -1]], [[2., -1., 0.5]])
+        <tf.Tensor: shape=(1,), ...>
+    """
+    y_pred = _logits(y_pred)
+    y_true = tf.convert_to_tensor(y_true)
+    if y_true.dtype.is_floating:
+        y_true = tf.cast(tf.round(y_true), 'int32')
+    y_true = tf.cast(y_true, 'int32')
+    if y_true.shape.rank is not None and y_pred.shape.rank is not None:
+        if y_true.shape.rank != y_pred.shape.rank or not (
+                y_true.shape[:-1].is_compatible_with(y_pred.shape[:-1])):
+            raise ValueError(f'y_true (..., P) and y_pred (..., C) must agree on every axis but '
+                             f'the last; got {y_true.shape} and {y_pred.shape}')
+    epsilon = K.epsilon() if epsilon is None else epsilon
+    neg_inf = tf.constant(-np.inf, y_pred.dtype)
+    valid = y_true >= 0
+    if mask_zero:
+        valid &= tf.not_equal(y_true, 0)
+        y_pred = tf.concat([tf.fill(tf.shape(y_pred[..., :1]), neg_inf), y_pred[..., 1:]], -1)
+    scores = tf.gather(y_pred, tf.where(valid, y_true, 0), batch_dims=y_true.shape.rank - 1)
+    positive_loss = _logsumexp_with_zero(tf.where(valid, -scores, neg_inf))
+    all_loss = _logsumexp_with_zero(y_pred)
+    positive_share = tf.reduce_logsumexp(tf.where(valid, scores, neg_inf), axis=-1) - all_loss
+    negative_share = tf.clip_by_value(-tf.math.expm1(positive_share), epsilon, 1.0)
+    return positive_loss + all_loss + tf.math.log(negative_share)
+
+
+def _sum_over_heads(loss_per_head):
+    return tf.reduce_sum(loss_per_head, axis=1)
+
+
+def _flatten_cells(y):
+    """(batch, heads, n, n) -> (batch, heads, n * n)."""
+    shape = tf.shape(y)
+    return tf.reshape(y, tf.concat([shape[:2], [shape[2] * shape[3]]], 0))
+
+
+def _check_scores(y_pred):
+    if y_pred.shape.rank is not None and y_pred.shape.rank != 4:
+        raise ValueError(f'GlobalPointer scores must be (batch, heads, n, n); got {y_pred.shape}')
+
+
+def global_pointer_crossentropy(y_true, y_pred):
+    """MCCE over all cells of each head of a GlobalPointer output (dense targets).
+
+    Args:
+        y_true: float/int tensor ``(batch, heads, n, n)``, 1 where ``[b, t, i, j]`` is an entity of
+            type ``t`` from token ``i`` to token ``j`` inclusive (``crf_lr.spans.dense_targets``).
+        y_pred: the layer's scores ``(batch, heads, n, n)``, ``-inf`` in masked cells.
+    Returns:
+        Float tensor ``(batch,)``: the per-type losses summed over heads.
+
+        >>> model.compile(optimizer='adam', loss=global_pointer_crossentropy,
+        ...               metrics=[global_pointer_f1])
+    """
+    y_pred = _logits(y_pred)
+    _check_scores(y_pred)
+    loss = multilabel_categorical_crossentropy(_flatten_cells(y_true), _flatten_cells(y_pred))
+    return _sum_over_heads(loss)
+
+
+def _sparse_cell_indices(y_true, n):
+    """(batch, heads, E, 2) start/end pairs -> (batch, heads, E) flat cell indices, -1 = padding."""
+    y_true = tf.convert_to_tensor(y_true)
+    if y_true.dtype.is_floating:
+        y_true = tf.round(y_true)
+    y_true = tf.cast(y_true, 'int32')
+    if y_true.shape.rank is not None and (y_true.shape.rank != 4 or y_true.shape[-1] != 2):
+        raise ValueError(f'sparse GlobalPointer targets must be (batch, heads, max_entities, 2) '
+                         f'start/end pairs; got shape {y_true.shape}')
+    start, end = y_true[..., 0], y_true[..., 1]
+    valid = (start >= 0) & (end >= 0)
+    checks = [tf.debugging.assert_less(tf.where(valid, tf.maximum(start, end), 0), n, message=(
+        'sparse GlobalPointer targets: a start/end index is >= the sequence length n'))]
+    with tf.control_dependencies(checks):
+        return tf.where(valid, start * n + end, -1)
+
+
+def sparse_global_pointer_crossentropy(y_true, y_pred):
+    """MCCE over all cells of each head of a GlobalPointer output, targets as index pairs.
+
+    Equals ``global_pointer_crossentropy`` on the same entities, with target memory
+    O(entities) instead of O(n^2).
+
+    Args:
+        y_true: int tensor ``(batch, heads, max_entities, 2)``: ``[b, t, e] = (i, j)`` lists the
+            entity of type ``t`` from token ``i`` to token ``j`` *inclusive* (the cell ``[t, i, j]``).
+            Padding slots are ``(-1, -1)`` (any slot with a negative index); each entity at most
+            once. ``crf_lr.spans.sparse_targets`` builds this. Unlike bert4keras's examples, which
+            pad with ``(0, 0)`` and rely on cell (0, 0) being ``[CLS]``, no real cell is reserved.
+        y_pred: the layer's scores ``(batch, heads, n, n)``.
+    Returns:
+        Float tensor ``(batch,)``: the per-type losses summed over heads.
+
+        >>> model.compile(optimizer='adam', loss=sparse_global_pointer_crossentropy,
+        ...               metrics=[sparse_global_pointer_f1])
+    """
+    y_pred = _logits(y_pred)
+    _check_scores(y_pred)
+    indices = _sparse_cell_indices(y_true, tf.shape(y_pred)[2])
+    loss = sparse_multilabel_categorical_crossentropy(indices, _flatten_cells(y_pred))
+    return _sum_over_heads(loss)
+
+
+def global_pointer_f1(y_true, y_pred):
+    """Cell-level (= span-level) F1 of a batch, for display during training.
+
+    A cell is predicted when its score is > 0. Returns ``2 TP / (|true| + |predicted|)`` over the
+    whole batch, 1.0 when both are empty. Keras averages it over batches, so the epoch figure is
+    an approximation; use ``crf_lr.spans.decode_spans`` and ``crf_lr.metrics`` for exact scores.
+
+    Args:
+        y_true: ``(batch, heads, n, n)`` 0/1 targets; y_pred: scores of the same shape.
+    Returns:
+        Float32 scalar.
+
+        >>> model.compile(optimizer='adam', loss=global_pointer_crossentropy,
+        ...               metrics=[global_pointer_f1])
+    """
+    predicted = tf.cast(_logits(y_pred) > 0, 'float32')
+    y_true = tf.cast(y_true, 'float32')
+    true_positives = tf.reduce_sum(y_true * predicted)
+    total = tf.reduce_sum(y_true) + tf.reduce_sum(predicted)
+    return tf.where(total > 0, 2 * true_positives / tf.maximum(total, 1.0), 1.0)
+
+
+def sparse_global_pointer_f1(y_true, y_pred):
+    """``global_pointer_f1`` with targets ``(batch, heads, max_entities, 2)`` as for
+    ``sparse_global_pointer_crossentropy`` (densified inside the metric).
+
+        >>> model.compile(optimizer='adam', loss=sparse_global_pointer_crossentropy,
+        ...               metrics=[sparse_global_pointer_f1])
+    """
+    y_pred = _logits(y_pred)
+    _check_scores(y_pred)
+    shape = tf.shape(y_pred)
+    cells = _sparse_cell_indices(y_true, shape[2])                       # (batch, heads, E)
+    slots = tf.where(cells >= 0)                                          # (k, 3): b, t, e
+    flat = tf.gather_nd(cells, slots)
+    indices = tf.stack([slots[:, 0], slots[:, 1], tf.cast(flat, 'int64')], axis=1)
+    dense = tf.scatter_nd(indices, tf.ones_like(flat, 'float32'),
+                          tf.cast([shape[0], shape[1], shape[2] * shape[3]], 'int64'))
+    return global_pointer_f1(tf.minimum(dense, 1.0), _flatten_cells(y_pred))
