@@ -1,0 +1,535 @@
+"""Hugging Face BERT / ALBERT checkpoints -> bert4keras-loadable (Google TF layout) checkpoints.
+
+Input: a Hugging Face folder with ``config.json``, ``vocab.txt`` and ``model.safetensors`` or
+``pytorch_model.bin``. Output: a folder with ``bert_config.json`` (or ``albert_config.json``),
+``vocab.txt`` and ``model.ckpt.{index,data-00000-of-00001}`` named as Google's TF checkpoints, so
+that ``bert4keras.models.build_transformer_model(config, 'DST/model.ckpt', model=...)`` loads it.
+
+    >>> out = convert_checkpoint('hf/bert-base-chinese', 'b4k/bert-base-chinese')
+    >>> bert = build_transformer_model(out.config_path, out.checkpoint_path, model=out.model_type)
+
+Command line: ``python -m crf_lr.convert SRC DST``. Reading needs only NumPy (no PyTorch): the
+``.bin`` pickle goes through a restricted unpickler that builds NumPy arrays and refuses every
+other global, so a checkpoint cannot run code. Writing the checkpoint needs TensorFlow.
+"""
+import argparse
+import collections
+import json
+import os
+import pickle
+import shutil
+import struct
+import sys
+import warnings
+import zipfile
+
+import numpy as np
+
+SUPPORTED_MODEL_TYPES = ('bert', 'albert')
+CHECKPOINT_NAME = 'model.ckpt'
+
+Converted = collections.namedtuple(
+    'Converted', 'config_path checkpoint_path vocab_path model_type ignored')
+Converted.__doc__ = """Paths of a converted model, ready for ``build_transformer_model``.
+
+config_path, checkpoint_path, vocab_path: str; model_type: 'bert' | 'albert' (bert4keras's
+``model=`` argument); ignored: tuple of source tensor names that are not part of the encoder
+(task heads, buffers such as ``position_ids``)."""
+
+
+class ConversionError(ValueError):
+    """A source folder or checkpoint that cannot be converted (the message says why and where)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading: safetensors
+# ---------------------------------------------------------------------------------------------
+
+_SAFETENSORS_DTYPES = {'F64': '<f8', 'F32': '<f4', 'F16': '<f2', 'BF16': 'bf16', 'I64': '<i8',
+                       'I32': '<i4', 'I16': '<i2', 'I8': 'i1', 'U8': 'u1', 'BOOL': '?'}
+
+
+def _bfloat16_to_float32(raw):
+    """bfloat16 bit patterns (uint16 array) -> float32: bfloat16 is the top half of a float32."""
+    return (raw.astype('<u4') << 16).view('<f4')
+
+
+def read_safetensors(path):
+    """Read every tensor of a ``.safetensors`` file with NumPy.
+
+    The format is an 8-byte little-endian header length, a JSON header
+    ``{name: {dtype, shape, data_offsets: [begin, end]}}`` and the raw little-endian bytes.
+
+    Args:
+        path: str, the ``.safetensors`` file.
+    Returns:
+        dict str -> np.ndarray (bfloat16 is widened to float32).
+
+    >>> weights = read_safetensors('model.safetensors')
+    >>> weights['embeddings.word_embeddings.weight'].shape      # (vocab_size, hidden_size)
+    """
+    size = os.path.getsize(path)
+    with open(path, 'rb') as f:
+        head = f.read(8)
+        if len(head) < 8:
+            raise ConversionError(f'{path}: too short to be a safetensors file ({size} bytes)')
+        header_len = struct.unpack('<Q', head)[0]
+        if header_len > size - 8:
+            raise ConversionError(f'{path}: header length {header_len} exceeds the file size '
+                                  f'{size}; not a safetensors file or truncated')
+        try:
+            header = json.loads(f.read(header_len))
+        except ValueError as exc:
+            raise ConversionError(f'{path}: header is not valid JSON ({exc})') from None
+    data_start = 8 + header_len
+    tensors = {}
+    for name, info in header.items():
+        if name == '__metadata__':
+            continue
+        dtype = _SAFETENSORS_DTYPES.get(info.get('dtype'))
+        if dtype is None:
+            raise ConversionError(f'{path}: tensor {name!r} has unsupported dtype '
+                                  f'{info.get("dtype")!r}; expected one of {sorted(_SAFETENSORS_DTYPES)}')
+        shape = tuple(info['shape'])
+        begin, end = info['data_offsets']
+        itemsize = 2 if dtype == 'bf16' else np.dtype(dtype).itemsize
+        if end - begin != int(np.prod(shape)) * itemsize or data_start + end > size:
+            raise ConversionError(f'{path}: tensor {name!r} of shape {shape} and dtype '
+                                  f'{info["dtype"]} does not fit its byte range [{begin}, {end})')
+        raw = np.fromfile(path, dtype='<u2' if dtype == 'bf16' else dtype,
+                          count=int(np.prod(shape)), offset=data_start + begin)
+        tensors[name] = (_bfloat16_to_float32(raw) if dtype == 'bf16' else raw).reshape(shape)
+    return tensors
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading: PyTorch zip checkpoints through a restricted unpickler
+# ---------------------------------------------------------------------------------------------
+
+_TORCH_STORAGE_DTYPES = {
+    'DoubleStorage': 'f8', 'FloatStorage': 'f4', 'HalfStorage': 'f2', 'BFloat16Storage': 'bf16',
+    'LongStorage': 'i8', 'IntStorage': 'i4', 'ShortStorage': 'i2', 'CharStorage': 'i1',
+    'ByteStorage': 'u1', 'BoolStorage': '?'}
+
+
+class _StorageType:
+    """Stands for ``torch.<X>Storage`` inside the pickle: only carries the element dtype."""
+
+    def __init__(self, name):
+        self.name, self.dtype = name, _TORCH_STORAGE_DTYPES[name]
+
+
+def _rebuild_tensor(storage, storage_offset, size, stride, *unused):
+    """NumPy version of ``torch._utils._rebuild_tensor(_v2)``: a strided view of a storage."""
+    size, stride = tuple(size), tuple(stride)
+    if len(size) != len(stride):
+        raise pickle.UnpicklingError(f'tensor size {size} and stride {stride} differ in rank')
+    if all(size):
+        last = storage_offset + sum((n - 1) * s for n, s in zip(size, stride))
+        if storage_offset < 0 or min(stride, default=0) < 0 or last >= storage.size:
+            raise pickle.UnpicklingError(
+                f'tensor of size {size}, stride {stride}, offset {storage_offset} reads past '
+                f'its storage of {storage.size} elements')
+    else:
+        return np.zeros(size, storage.dtype)
+    view = np.lib.stride_tricks.as_strided(
+        storage[storage_offset:], shape=size,
+        strides=[s * storage.itemsize for s in stride], writeable=False)
+    return np.array(view)
+
+
+def _rebuild_parameter(data, requires_grad, backward_hooks, *unused):
+    """NumPy version of ``torch._utils._rebuild_parameter``: the parameter's data."""
+    return data
+
+
+_ALLOWED_GLOBALS = {
+    ('collections', 'OrderedDict'): collections.OrderedDict,
+    ('torch._utils', '_rebuild_tensor'): _rebuild_tensor,
+    ('torch._utils', '_rebuild_tensor_v2'): _rebuild_tensor,
+    ('torch._utils', '_rebuild_parameter'): _rebuild_parameter,
+}
+_ALLOWED_GLOBALS.update({('torch', name): _StorageType(name) for name in _TORCH_STORAGE_DTYPES})
+
+
+class RestrictedUnpickler(pickle.Unpickler):
+    """Unpickler for PyTorch ``data.pkl`` files that only knows how to build NumPy arrays.
+
+    ``find_class`` resolves only ``collections.OrderedDict``, the tensor/parameter rebuild
+    functions of ``torch._utils`` and the ``torch.<X>Storage`` classes (mapped to NumPy
+    equivalents); any other global raises ``pickle.UnpicklingError``, so a checkpoint can
+    neither import modules nor call functions.
+
+    Args:
+        file: binary file object of the pickle.
+        load_storage: callable (key: str, dtype: str, numel: int) -> 1-D np.ndarray.
+        source: str, the checkpoint path used in error messages.
+
+    >>> with zipfile.ZipFile('pytorch_model.bin') as z:
+    ...     weights = read_torch_bin('pytorch_model.bin')   # uses this class
+    """
+
+    def __init__(self, file, load_storage, source):
+        super().__init__(file)
+        self._load_storage, self._source = load_storage, source
+
+    def find_class(self, module, name):
+        allowed = _ALLOWED_GLOBALS.get((module, name))
+        if allowed is None:
+            raise pickle.UnpicklingError(
+                f'{self._source}: refusing to load global {module}.{name} from the checkpoint '
+                f'pickle; only tensor storages and rebuild functions are allowed '
+                f'(the file may be malicious or not a plain state dict)')
+        return allowed
+
+    def persistent_load(self, pid):
+        if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == 'storage'
+                and isinstance(pid[1], _StorageType)):
+            raise pickle.UnpicklingError(f'{self._source}: unexpected persistent id {pid!r}; '
+                                         f'expected (\'storage\', <torch Storage>, key, location, numel)')
+        _, storage_type, key, _location, numel = pid
+        return self._load_storage(str(key), storage_type.dtype, int(numel))
+
+
+def read_torch_bin(path):
+    """Read a PyTorch (>= 1.6, zip format) state-dict file with NumPy, without PyTorch.
+
+    The file is a zip of ``<archive>/data.pkl`` (the pickled dict) and ``<archive>/data/<key>``
+    (raw storages); the pickle is read by :class:`RestrictedUnpickler`.
+
+    Args:
+        path: str, the ``pytorch_model.bin`` file.
+    Returns:
+        dict str -> np.ndarray (bfloat16 widened to float32).
+
+    >>> weights = read_torch_bin('pytorch_model.bin')
+    >>> sorted(weights)[:2]
+    """
+    if not zipfile.is_zipfile(path):
+        raise ConversionError(f'{path}: not a zip-format PyTorch checkpoint (the legacy format of '
+                              f'torch < 1.6 is not supported); re-save it with a recent torch or '
+                              f'as model.safetensors')
+    with zipfile.ZipFile(path) as archive:
+        pickles = [n for n in archive.namelist() if n.endswith('/data.pkl') or n == 'data.pkl']
+        if len(pickles) != 1:
+            raise ConversionError(f'{path}: expected one data.pkl in the zip, found {pickles}')
+        root = pickles[0][:-len('data.pkl')]
+        names = set(archive.namelist())
+        order = '>' if (root + 'byteorder' in names
+                        and archive.read(root + 'byteorder').strip() == b'big') else '<'
+
+        def load_storage(key, dtype, numel):
+            member = f'{root}data/{key}'
+            if member not in names:
+                raise ConversionError(f'{path}: storage {member} referenced by data.pkl is missing')
+            raw = archive.read(member)
+            if dtype == 'bf16':
+                return _bfloat16_to_float32(np.frombuffer(raw, order + 'u2', numel))
+            return np.frombuffer(raw, np.dtype(dtype).newbyteorder(order), numel).astype(dtype)
+
+        with archive.open(pickles[0]) as f:
+            state = RestrictedUnpickler(f, load_storage, path).load()
+    if not isinstance(state, dict):
+        raise ConversionError(f'{path}: the pickle holds a {type(state).__name__}, expected a '
+                              f'state dict (name -> tensor)')
+    return dict(state)
+
+
+def read_hf_weights(src_dir):
+    """The tensors of a Hugging Face folder: ``model.safetensors`` if present, else
+    ``pytorch_model.bin``. Returns (dict str -> np.ndarray, path of the file read).
+
+    >>> weights, path = read_hf_weights('hf/bert-base-chinese')
+    """
+    for name, reader in (('model.safetensors', read_safetensors),
+                         ('pytorch_model.bin', read_torch_bin)):
+        path = os.path.join(src_dir, name)
+        if os.path.isfile(path):
+            return reader(path), path
+    raise ConversionError(f'{src_dir}: no model.safetensors or pytorch_model.bin found '
+                          f'(sharded checkpoints are not supported)')
+
+
+# ---------------------------------------------------------------------------------------------
+# Config and weight mapping (pure NumPy)
+# ---------------------------------------------------------------------------------------------
+
+# Hugging Face hidden_act -> bert4keras activation name. HF 'gelu' is the exact (erf) GELU;
+# 'gelu_new' / 'gelu_pytorch_tanh' are the tanh approximation of Google's original code.
+_ACTIVATIONS = {'gelu': 'gelu_erf', 'gelu_new': 'gelu_tanh', 'gelu_pytorch_tanh': 'gelu_tanh',
+                'relu': 'relu', 'tanh': 'tanh', 'swish': 'swish', 'silu': 'swish'}
+_GOOGLE_FIELDS = ('vocab_size', 'hidden_size', 'num_hidden_layers', 'num_attention_heads',
+                  'intermediate_size', 'max_position_embeddings', 'type_vocab_size',
+                  'initializer_range', 'hidden_dropout_prob', 'attention_probs_dropout_prob')
+_BERT4KERAS_LAYER_NORM_EPS = 1e-12
+
+
+def google_config(hf_config, source='config.json'):
+    """Google-style config (what bert4keras reads) from a Hugging Face ``config.json`` dict.
+
+    Args:
+        hf_config: dict, the Hugging Face config (``model_type`` 'bert' or 'albert').
+        source: str, the config's path for error messages.
+    Returns:
+        (model_type: 'bert' | 'albert', config: dict for ``bert_config.json``/``albert_config.json``).
+
+    >>> model_type, config = google_config(json.load(open('hf/config.json')))
+    >>> config['hidden_act']                            # 'gelu_erf' for HF's exact 'gelu'
+    """
+    model_type = hf_config.get('model_type')
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        raise ConversionError(f'{source}: model_type {model_type!r} is not supported; expected '
+                              f'one of {SUPPORTED_MODEL_TYPES}')
+    defaults = dict(type_vocab_size=2, initializer_range=0.02, hidden_dropout_prob=0.1,
+                    attention_probs_dropout_prob=0.1, max_position_embeddings=512)
+    config = {}
+    for field in _GOOGLE_FIELDS:
+        if field not in hf_config and field not in defaults:
+            raise ConversionError(f'{source}: required field {field!r} is missing')
+        config[field] = hf_config.get(field, defaults.get(field))
+    act = hf_config.get('hidden_act', 'gelu')
+    if act not in _ACTIVATIONS:
+        raise ConversionError(f'{source}: hidden_act {act!r} has no bert4keras equivalent; '
+                              f'expected one of {sorted(_ACTIVATIONS)}')
+    config['hidden_act'] = _ACTIVATIONS[act]
+    position = hf_config.get('position_embedding_type', 'absolute')
+    if position != 'absolute':
+        raise ConversionError(f'{source}: position_embedding_type {position!r} is not supported '
+                              f'by bert4keras\'s BERT/ALBERT; expected \'absolute\'')
+    eps = hf_config.get('layer_norm_eps', _BERT4KERAS_LAYER_NORM_EPS)
+    config['layer_norm_eps'] = eps
+    if eps != _BERT4KERAS_LAYER_NORM_EPS:
+        warnings.warn(f'{source}: layer_norm_eps={eps} but bert4keras always uses '
+                      f'{_BERT4KERAS_LAYER_NORM_EPS}; outputs will differ slightly from the '
+                      f'original (relative error about eps / variance of the hidden states)')
+    if model_type == 'albert':
+        groups, inner = hf_config.get('num_hidden_groups', 1), hf_config.get('inner_group_num', 1)
+        if groups != 1 or inner != 1:
+            raise ConversionError(f'{source}: ALBERT with num_hidden_groups={groups}, '
+                                  f'inner_group_num={inner} is not supported; bert4keras\'s '
+                                  f'ALBERT shares one layer (both must be 1)')
+        config.update(embedding_size=hf_config.get('embedding_size', 128), num_hidden_groups=1,
+                      inner_group_num=1, down_scale_factor=1, net_structure_type=0, gap_size=0,
+                      num_memory_blocks=0)
+    return model_type, config
+
+
+def _variable_table(model_type, config):
+    """[(hf module path, tf scope, kind, tf shape of the weight, optional)] for one architecture.
+
+    kind: 'embedding' (``.weight`` -> scope), 'dense' (``.weight``ᵀ -> kernel, ``.bias``),
+    'norm' (``.weight`` -> gamma, ``.bias`` -> beta)."""
+    h, i = config['hidden_size'], config['intermediate_size']
+    e = config.get('embedding_size', h)
+    table = [
+        ('embeddings.word_embeddings', 'bert/embeddings/word_embeddings', 'embedding',
+         (config['vocab_size'], e), False),
+        ('embeddings.position_embeddings', 'bert/embeddings/position_embeddings', 'embedding',
+         (config['max_position_embeddings'], e), False),
+        ('embeddings.token_type_embeddings', 'bert/embeddings/token_type_embeddings', 'embedding',
+         (config['type_vocab_size'], e), False),
+        ('embeddings.LayerNorm', 'bert/embeddings/LayerNorm', 'norm', (e,), False),
+    ]
+    if model_type == 'bert':
+        for n in range(config['num_hidden_layers']):
+            hf, tf_ = f'encoder.layer.{n}.', f'bert/encoder/layer_{n}/'
+            table += [
+                (hf + 'attention.self.query', tf_ + 'attention/self/query', 'dense', (h, h), False),
+                (hf + 'attention.self.key', tf_ + 'attention/self/key', 'dense', (h, h), False),
+                (hf + 'attention.self.value', tf_ + 'attention/self/value', 'dense', (h, h), False),
+                (hf + 'attention.output.dense', tf_ + 'attention/output/dense', 'dense', (h, h), False),
+                (hf + 'attention.output.LayerNorm', tf_ + 'attention/output/LayerNorm', 'norm', (h,), False),
+                (hf + 'intermediate.dense', tf_ + 'intermediate/dense', 'dense', (h, i), False),
+                (hf + 'output.dense', tf_ + 'output/dense', 'dense', (i, h), False),
+                (hf + 'output.LayerNorm', tf_ + 'output/LayerNorm', 'norm', (h,), False),
+            ]
+        table.append(('pooler.dense', 'bert/pooler/dense', 'dense', (h, h), True))
+    else:
+        hf, tf_ = 'encoder.albert_layer_groups.0.albert_layers.0.', \
+            'bert/encoder/transformer/group_0/inner_group_0/'
+        table += [
+            ('encoder.embedding_hidden_mapping_in', 'bert/encoder/embedding_hidden_mapping_in',
+             'dense', (e, h), False),
+            (hf + 'attention.query', tf_ + 'attention_1/self/query', 'dense', (h, h), False),
+            (hf + 'attention.key', tf_ + 'attention_1/self/key', 'dense', (h, h), False),
+            (hf + 'attention.value', tf_ + 'attention_1/self/value', 'dense', (h, h), False),
+            (hf + 'attention.dense', tf_ + 'attention_1/output/dense', 'dense', (h, h), False),
+            (hf + 'attention.LayerNorm', tf_ + 'LayerNorm', 'norm', (h,), False),
+            (hf + 'ffn', tf_ + 'ffn_1/intermediate/dense', 'dense', (h, i), False),
+            (hf + 'ffn_output', tf_ + 'ffn_1/intermediate/output/dense', 'dense', (i, h), False),
+            (hf + 'full_layer_layer_norm', tf_ + 'LayerNorm_1', 'norm', (h,), False),
+            ('pooler', 'bert/pooler/dense', 'dense', (h, h), True),
+        ]
+    return table
+
+
+def _normalised_names(weights, model_type):
+    """Map 'bert.encoder...LayerNorm.gamma' style keys to 'encoder...LayerNorm.weight'.
+    Returns dict normalised name -> original name."""
+    prefix = model_type + '.'
+    if not any(k.startswith(prefix + 'embeddings.') for k in weights):
+        prefix = ''
+    names = {}
+    for key in weights:
+        if not key.startswith(prefix):
+            continue
+        name = key[len(prefix):]
+        if name.endswith('.gamma'):
+            name = name[:-len('gamma')] + 'weight'
+        elif name.endswith('.beta'):
+            name = name[:-len('beta')] + 'bias'
+        names[name] = key
+    return names
+
+
+def tf_variables(weights, model_type, config, source='checkpoint'):
+    """Rename and transpose Hugging Face tensors into Google TF checkpoint variables.
+
+    Args:
+        weights: dict str -> np.ndarray, a Hugging Face state dict (with or without the
+            ``bert.`` / ``albert.`` prefix; LayerNorm as weight/bias or gamma/beta).
+        model_type, config: from :func:`google_config`.
+        source: str, the checkpoint path for error messages.
+    Returns:
+        (dict tf variable name -> float32 np.ndarray, tuple of source names left unused).
+
+    >>> variables, ignored = tf_variables(read_safetensors(path), *google_config(hf_config))
+    >>> variables['bert/encoder/layer_0/attention/self/query/kernel'].shape   # (hidden, hidden)
+    """
+    names = _normalised_names(weights, model_type)
+    variables, used, missing = {}, set(), []
+    suffixes = {'embedding': [('weight', '', False)],
+                'dense': [('weight', '/kernel', True), ('bias', '/bias', False)],
+                'norm': [('weight', '/gamma', False), ('bias', '/beta', False)]}
+    for hf, scope, kind, shape, optional in _variable_table(model_type, config):
+        keys = [f'{hf}.{suffix}' for suffix, _, _ in suffixes[kind]]
+        if optional and not any(k in names for k in keys):
+            continue
+        for key, (_, tf_suffix, transpose) in zip(keys, suffixes[kind]):
+            if key not in names:
+                missing.append(key)
+                continue
+            value = np.asarray(weights[names[key]], dtype=np.float32)
+            value = value.T if transpose else value
+            expected = shape if tf_suffix in ('', '/kernel') else shape[-1:]
+            if value.shape != tuple(expected):
+                found = value.T.shape if transpose else value.shape
+                wanted = tuple(expected[::-1]) if transpose else tuple(expected)
+                raise ConversionError(f'{source}: tensor {names[key]!r} has shape {found}, '
+                                      f'expected {wanted} from the config (hidden_size='
+                                      f'{config["hidden_size"]}, intermediate_size='
+                                      f'{config["intermediate_size"]}, vocab_size='
+                                      f'{config["vocab_size"]})')
+            variables[scope + tf_suffix] = np.ascontiguousarray(value)
+            used.add(names[key])
+    if missing:
+        raise ConversionError(f'{source}: {len(missing)} tensors of a {model_type} encoder are '
+                              f'missing, e.g. {missing[:3]}; is this a {model_type} checkpoint?')
+    return variables, tuple(sorted(set(weights) - used))
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing
+# ---------------------------------------------------------------------------------------------
+
+def write_tf_checkpoint(variables, prefix):
+    """Write a TF (V2 bundle) checkpoint readable by ``tf.train.load_variable(prefix, name)``.
+
+    Args:
+        variables: dict str -> np.ndarray, variable name -> value.
+        prefix: str, checkpoint prefix, e.g. ``'out/model.ckpt'`` (writes ``.index`` and
+            ``.data-00000-of-00001`` and a ``checkpoint`` state file beside them).
+
+    >>> write_tf_checkpoint({'bert/pooler/dense/bias': np.zeros(4, 'float32')}, 'out/model.ckpt')
+    """
+    from crf_lr.compat import tf
+    names = sorted(variables)
+    tf.raw_ops.SaveV2(prefix=prefix, tensor_names=names, shape_and_slices=[''] * len(names),
+                      tensors=[tf.constant(variables[n]) for n in names])
+    base = os.path.basename(prefix)
+    with open(os.path.join(os.path.dirname(prefix) or '.', 'checkpoint'), 'w') as f:
+        f.write(f'model_checkpoint_path: "{base}"\nall_model_checkpoint_paths: "{base}"\n')
+
+
+def _read_vocab_size(path):
+    with open(path, encoding='utf-8') as f:
+        return sum(1 for _ in f)
+
+
+def convert_checkpoint(src_dir, dst_dir):
+    """Convert a Hugging Face BERT/ALBERT folder into a bert4keras-loadable folder.
+
+    Args:
+        src_dir: str, folder with ``config.json``, ``vocab.txt`` and ``model.safetensors`` or
+            ``pytorch_model.bin`` (encoder weights with or without the ``bert.``/``albert.``
+            prefix; task heads beside them are ignored).
+        dst_dir: str, output folder (created; existing files of the same names are replaced).
+    Returns:
+        :class:`Converted` (config_path, checkpoint_path, vocab_path, model_type, ignored).
+    Raises:
+        ConversionError: another architecture, a missing file, a missing tensor or a shape that
+            does not match the config.
+
+    >>> out = convert_checkpoint('hf/minilm', 'b4k/minilm')
+    >>> bert = build_transformer_model(out.config_path, out.checkpoint_path, model=out.model_type)
+    """
+    if not os.path.isdir(src_dir):
+        raise ConversionError(f'{src_dir}: source folder does not exist')
+    config_file = os.path.join(src_dir, 'config.json')
+    vocab_file = os.path.join(src_dir, 'vocab.txt')
+    for path in (config_file, vocab_file):
+        if not os.path.isfile(path):
+            raise ConversionError(f'{path}: missing; a Hugging Face BERT/ALBERT folder needs '
+                                  f'config.json, vocab.txt and model.safetensors or pytorch_model.bin')
+    with open(config_file, encoding='utf-8') as f:
+        try:
+            hf_config = json.load(f)
+        except ValueError as exc:
+            raise ConversionError(f'{config_file}: not valid JSON ({exc})') from None
+    model_type, config = google_config(hf_config, config_file)
+    vocab_lines = _read_vocab_size(vocab_file)
+    if vocab_lines > config['vocab_size']:
+        raise ConversionError(f'{vocab_file}: {vocab_lines} tokens but config.json has '
+                              f'vocab_size={config["vocab_size"]}')
+    weights, weights_file = read_hf_weights(src_dir)
+    variables, ignored = tf_variables(weights, model_type, config, weights_file)
+
+    os.makedirs(dst_dir, exist_ok=True)
+    config_path = os.path.join(dst_dir, f'{model_type}_config.json')
+    with open(config_path, 'w', encoding='utf-8') as f:
+        json.dump(config, f, indent=2)
+    vocab_path = os.path.join(dst_dir, 'vocab.txt')
+    shutil.copyfile(vocab_file, vocab_path)
+    checkpoint_path = os.path.join(dst_dir, CHECKPOINT_NAME)
+    write_tf_checkpoint(variables, checkpoint_path)
+    return Converted(config_path, checkpoint_path, vocab_path, model_type, ignored)
+
+
+def main(argv=None):
+    """Command line: ``python -m crf_lr.convert SRC DST``."""
+    parser = argparse.ArgumentParser(
+        prog='python -m crf_lr.convert',
+        description='Convert a Hugging Face BERT/ALBERT folder (config.json, vocab.txt, '
+                    'model.safetensors or pytorch_model.bin) into a folder that '
+                    'bert4keras.models.build_transformer_model loads (Google-style config, '
+                    'vocab.txt, TF checkpoint model.ckpt). PyTorch is not needed.')
+    parser.add_argument('src', help='Hugging Face model folder')
+    parser.add_argument('dst', help='output folder (created)')
+    args = parser.parse_args(argv)
+    try:
+        out = convert_checkpoint(args.src, args.dst)
+    except ConversionError as exc:
+        print(f'error: {exc}', file=sys.stderr)
+        return 1
+    print(f'model type : {out.model_type}\nconfig     : {out.config_path}\n'
+          f'checkpoint : {out.checkpoint_path}\nvocab      : {out.vocab_path}')
+    if out.ignored:
+        print(f'ignored {len(out.ignored)} tensors that are not part of the encoder: '
+              f'{", ".join(out.ignored)}')
+    print(f'load with  : build_transformer_model({out.config_path!r}, '
+          f'{out.checkpoint_path!r}, model={out.model_type!r})')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
