@@ -627,9 +627,9 @@ def split_into_windows(text, maxlen, spans=(), separators='。！？；!?;\n', l
                 high = middle - 1
         end = low
         if end < len(text):
-            sentence_end = cuts[bisect.bisect_right(cuts, end) - 1] if cuts else 0
-            if sentence_end > start:
-                end = sentence_end
+            k = bisect.bisect_right(cuts, end) - 1  # the last sentence end within the window
+            if k >= 0 and cuts[k] > start:
+                end = cuts[k]
             else:
                 while end > start and end in forbidden:
                     end -= 1

@@ -1,0 +1,295 @@
+"""Tagging: round trips for every scheme, seqeval's chunkers as oracles, brute-force transition checks,
+hand-written WordPiece/rematch alignments and random window round trips."""
+import itertools
+import random
+
+import numpy as np
+import pytest
+from seqeval.metrics.sequence_labeling import get_entities
+from seqeval.scheme import IOB2, IOBES, Tokens
+
+from crf_lr.tagging import (align_word_labels, allowed_transitions, char_spans_to_token_spans,
+                            iob1_to_iob2, label_list, merge_window_spans, offsets_to_tags,
+                            pieces_to_word_labels, spans_to_tags, spans_to_windows,
+                            split_into_windows, tags_to_spans, tags_to_words,
+                            token_spans_to_char_spans, validate_spans, words_to_tags)
+
+FLAT = ['BIO', 'IOB1', 'BIOES', 'BMES']
+TYPES = ['PER', 'LOC']
+
+
+def random_flat_spans(rng, length, types=TYPES):
+    """Random non-overlapping spans over ``length`` positions, adjacent same-type spans included."""
+    spans, position = [], 0
+    while position < length:
+        position += rng.choice([0, 0, 1, 2])
+        size = rng.randint(1, 4)
+        if position + size > length:
+            break
+        spans.append((position, position + size, rng.choice(types)))
+        position += size
+    return spans
+
+
+def random_tags(rng, scheme, length):
+    """Any tag sequence (valid or not) over the scheme's alphabet."""
+    return [rng.choice(label_list(TYPES, scheme)) for _ in range(length)]
+
+
+def seqeval_spans(tags, scheme):
+    """seqeval's strict chunker, with BMES's M read as IOBES's I."""
+    tags = [t.replace('M-', 'I-', 1) if t.startswith('M-') else t for t in tags]
+    entities = Tokens(tags, IOB2 if scheme == 'BIO' else IOBES).entities
+    return sorted((e.start, e.end, e.tag) for e in entities)
+
+
+def conlleval_spans(tags):
+    """seqeval's default (conlleval) chunker, end made exclusive."""
+    return sorted((start, end + 1, kind) for kind, start, end in get_entities(list(tags)))
+
+
+@pytest.mark.parametrize('scheme', FLAT)
+def test_spans_tags_round_trip(scheme):
+    rng = random.Random(0)
+    for _ in range(300):
+        length = rng.randint(0, 12)
+        spans = random_flat_spans(rng, length)
+        tags = spans_to_tags(spans, length, scheme)
+        assert len(tags) == length
+        assert tags_to_spans(tags, scheme) == spans
+        assert tags_to_spans(tags, scheme, strict=False) == spans
+
+
+def test_hand_written_encodings():
+    spans = [(0, 2, 'PER'), (2, 3, 'PER'), (4, 5, 'LOC')]
+    assert spans_to_tags(spans, 6, 'BIO') == ['B-PER', 'I-PER', 'B-PER', 'O', 'B-LOC', 'O']
+    assert spans_to_tags(spans, 6, 'IOB1') == ['I-PER', 'I-PER', 'B-PER', 'O', 'I-LOC', 'O']
+    assert spans_to_tags(spans, 6, 'BIOES') == ['B-PER', 'E-PER', 'S-PER', 'O', 'S-LOC', 'O']
+    assert spans_to_tags([(0, 3, 'X')], 3, 'BMES') == ['B-X', 'M-X', 'E-X']
+    assert iob1_to_iob2(['I-PER', 'I-PER', 'B-PER', 'O', 'I-LOC', 'I-PER']) == \
+        ['B-PER', 'I-PER', 'B-PER', 'O', 'B-LOC', 'B-PER']
+
+
+@pytest.mark.parametrize('scheme', FLAT)
+def test_nested_spans_rejected(scheme):
+    with pytest.raises(ValueError, match='overlap'):
+        spans_to_tags([(0, 3, 'ORG'), (1, 2, 'LOC')], 4, scheme)
+    with pytest.raises(ValueError, match='outside'):
+        spans_to_tags([(2, 5, 'ORG')], 4, scheme)
+
+
+@pytest.mark.parametrize('scheme, tags, position', [
+    ('BIO', ['O', 'X-PER'], 1), ('BIO', ['B_PER'], 0), ('BIO', ['B-'], 0), ('BIO', ['E-PER'], 0),
+    ('IOB1', ['O', 'O', 'S-PER'], 2), ('BMES', ['B-PER', 'I-PER'], 1), ('BIOES', ['M-LOC'], 0)])
+def test_unknown_tags_name_their_position(scheme, tags, position):
+    with pytest.raises(ValueError, match=f'at position {position} for scheme {scheme}'):
+        tags_to_spans(tags, scheme)
+
+
+@pytest.mark.parametrize('scheme', ['BIO', 'BIOES', 'BMES'])
+def test_strict_decoding_matches_seqeval(scheme):
+    rng = random.Random(1)
+    for _ in range(1000):
+        tags = random_tags(rng, scheme, rng.randint(0, 10))
+        assert tags_to_spans(tags, scheme) == seqeval_spans(tags, scheme), tags
+
+
+@pytest.mark.parametrize('scheme', ['BIO', 'IOB1', 'BIOES'])
+def test_lenient_decoding_matches_conlleval(scheme):
+    # IOB1 is read by its own rule, which for IOB1 input is exactly the conlleval chunker's.
+    rng = random.Random(2)
+    for _ in range(1000):
+        tags = random_tags(rng, scheme, rng.randint(0, 10))
+        assert tags_to_spans(tags, scheme, strict=False) == conlleval_spans(tags), tags
+        if scheme == 'IOB1':
+            assert tags_to_spans(tags, 'IOB1') == conlleval_spans(tags)
+
+
+def test_label_list_order():
+    assert label_list(['PER', 'LOC'], 'BIO') == ['O', 'B-PER', 'I-PER', 'B-LOC', 'I-LOC']
+    assert label_list({'PER', 'LOC'}, 'BMES') == \
+        ['O', 'B-LOC', 'M-LOC', 'E-LOC', 'S-LOC', 'B-PER', 'M-PER', 'E-PER', 'S-PER']
+    assert label_list(None, 'SEG') == ['s', 'b', 'm', 'e']
+    with pytest.raises(ValueError, match='duplicate'):
+        label_list(['PER', 'PER'])
+    with pytest.raises(ValueError, match='unknown tag scheme'):
+        label_list(['PER'], 'IOE2')
+
+
+def canonical(tags, scheme):
+    """Oracle: a sequence is well formed iff decoding and re-encoding gives it back."""
+    if scheme == 'SEG':
+        return words_to_tags(tags_to_words('x' * len(tags), tags)) == list(tags)
+    return spans_to_tags(tags_to_spans(tags, scheme), len(tags), scheme) == list(tags)
+
+
+@pytest.mark.parametrize('scheme, types, length', [
+    ('BIO', TYPES, 4), ('IOB1', TYPES, 4), ('BIOES', TYPES, 3), ('BMES', ['X'], 4), ('SEG', None, 5)])
+def test_allowed_transitions_brute_force(scheme, types, length):
+    labels = label_list(types, scheme)
+    allowed, starts, ends = allowed_transitions(labels, scheme)
+    assert allowed.shape == (len(labels), len(labels)) and allowed.dtype == bool
+    for n in range(1, length + 1):
+        for path in itertools.product(range(len(labels)), repeat=n):
+            permitted = (starts[path[0]] and ends[path[-1]]
+                         and all(allowed[a, b] for a, b in zip(path, path[1:])))
+            assert permitted == canonical([labels[k] for k in path], scheme), path
+
+
+def test_allowed_transitions_named_cases():
+    labels = label_list(None, 'SEG')
+    allowed, starts, ends = allowed_transitions(labels, 'SEG')
+    forbidden = {('s', 'm'), ('s', 'e'), ('b', 's'), ('b', 'b'), ('m', 's'), ('m', 'b'),
+                 ('e', 'm'), ('e', 'e')}
+    for (i, a), (j, b) in itertools.product(enumerate(labels), repeat=2):
+        assert allowed[i, j] == ((a, b) not in forbidden)
+    assert starts.tolist() == [True, True, False, False] and ends.tolist() == [True, False, False, True]
+    labels = label_list(['X', 'Y'], 'BIO')  # O B-X I-X B-Y I-Y
+    allowed, starts, ends = allowed_transitions(labels, 'BIO')
+    assert not allowed[0, 2] and not allowed[1, 4] and allowed[1, 2] and allowed[2, 3]
+    assert starts.tolist() == [True, True, False, True, False] and ends.all()
+
+
+def test_words_tags_round_trip():
+    assert words_to_tags(['我们', '爱', '北京市']) == ['b', 'e', 's', 'b', 'm', 'e']
+    assert tags_to_words('我们爱北京', ['b', 'e', 's', 'b', 'e']) == ['我们', '爱', '北京']
+    assert tags_to_words('abcd', ['m', 'e', 'e', 'b']) == ['ab', 'c', 'd']  # invalid yet lossless
+    rng = random.Random(3)
+    for _ in range(200):
+        words = [''.join(rng.choice('甲乙丙') for _ in range(rng.randint(1, 4)))
+                 for _ in range(rng.randint(0, 6))]
+        assert tags_to_words(''.join(words), words_to_tags(words)) == words
+    with pytest.raises(ValueError, match='word 1'):
+        words_to_tags(['a', ''])
+    with pytest.raises(ValueError, match="'x' at position 1"):
+        tags_to_words('ab', ['s', 'x'])
+
+
+def test_validate_spans_and_offsets():
+    text = '我爱北京天安门'
+    assert validate_spans(text, [[4, 7, 'LOC'], (2, 4, 'LOC')], mentions=['天安门', '北京']) == \
+        [(2, 4, 'LOC'), (4, 7, 'LOC')]
+    with pytest.raises(ValueError, match=r"train\.json:7: span \(2, 4, 'LOC'\) covers '北京' but"):
+        validate_spans(text, [(2, 4, 'LOC')], source='train.json:7', mentions=['天安'])
+    with pytest.raises(ValueError, match=r'dev\.txt:3: span .* outside'):
+        validate_spans(text, [(5, 9, 'LOC')], source='dev.txt:3')
+    with pytest.raises(ValueError, match='a:1: spans .* overlap'):
+        validate_spans(text, [(2, 7, 'LOC'), (4, 7, 'LOC')], source='a:1', flat=True)
+    assert len(validate_spans(text, [(2, 7, 'LOC'), (4, 7, 'LOC')])) == 2  # nested is fine
+    assert offsets_to_tags(text, [(2, 4, 'LOC'), (4, 7, 'LOC')], 'BIOES') == \
+        ['O', 'O', 'B-LOC', 'E-LOC', 'B-LOC', 'I-LOC', 'E-LOC']
+    with pytest.raises(ValueError, match='x.json:2: span'):
+        offsets_to_tags(text, [(6, 8, 'LOC')], source='x.json:2')
+
+
+# ---------------------------------------------------------------- bert4keras Tokenizer alignment
+VOCAB = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]', '我', '在', '北', '京', '用', '年', '。', '，',
+         'un', '##aff', '##able', 'york', 'new', '##s']
+
+
+@pytest.fixture(scope='module')
+def tokenizer(tmp_path_factory):
+    from bert4keras.tokenizers import Tokenizer
+    path = tmp_path_factory.mktemp('vocab') / 'vocab.txt'
+    path.write_text('\n'.join(VOCAB) + '\n', encoding='utf-8')
+    return Tokenizer(str(path), do_lower_case=True)
+
+
+def test_rematch_spans_with_spaces_digits_and_english(tokenizer):
+    text = '我 在北京用iPhone12，2010年。'
+    spans = [(3, 5, 'LOC'), (6, 14, 'PROD'), (15, 20, 'DATE')]
+    tokens = tokenizer.tokenize(text)
+    # The space is dropped; 'iPhone12' and '2010' are one token each (unknown to the vocab).
+    assert tokens == ['[CLS]', '我', '在', '北', '京', '用', 'iphone12', '，', '2010', '年', '。', '[SEP]']
+    mapping = tokenizer.rematch(text, tokens)
+    token_spans = char_spans_to_token_spans(mapping, spans)
+    assert token_spans == [(3, 5, 'LOC'), (6, 7, 'PROD'), (8, 10, 'DATE')]
+    assert token_spans_to_char_spans(mapping, token_spans) == spans
+    assert offsets_to_tags(text, spans, 'BIO', mapping=mapping) == \
+        ['O', 'O', 'O', 'B-LOC', 'I-LOC', 'O', 'B-PROD', 'O', 'B-DATE', 'I-DATE', 'O', 'O']
+    # A span starting on the dropped space keeps its tokens and comes back trimmed.
+    assert char_spans_to_token_spans(mapping, [(1, 5, 'LOC')]) == [(2, 5, 'LOC')]
+    # 'iPhone' alone cuts the merged token 'iphone12'.
+    with pytest.raises(ValueError, match=r"a\.json:4: span \(6, 12, 'PROD'\) does not fall on token"):
+        offsets_to_tags(text, [(6, 12, 'PROD')], mapping=mapping, source='a.json:4')
+    assert char_spans_to_token_spans(mapping, [(6, 12, 'PROD')], misaligned='expand') == [(6, 7, 'PROD')]
+    assert char_spans_to_token_spans(mapping, [(6, 12, 'PROD')], misaligned='drop') == []
+    with pytest.raises(ValueError, match='covers no token'):
+        char_spans_to_token_spans(mapping, [(1, 2, 'X')])
+    with pytest.raises(ValueError, match='only special tokens'):
+        token_spans_to_char_spans(mapping, [(11, 12, 'X')])
+
+
+def test_align_word_labels_hand_case(tokenizer):
+    words, labels = ['unaffable', 'news', 'York', '\xad'], ['B-MISC', 'O', 'I-LOC', 'B-PER']
+    ids, piece_labels, word_index = align_word_labels(words, labels, tokenizer)
+    # [CLS] un ##aff ##able new ##s york [UNK] [SEP]; the soft hyphen yields no piece -> [UNK].
+    assert ids == [2, 13, 14, 15, 17, 18, 16, 1, 3]
+    assert piece_labels == [None, 'B-MISC', 'I-MISC', 'I-MISC', 'O', 'O', 'I-LOC', 'B-PER', None]
+    assert word_index == [-1, 0, 0, 0, 1, 1, 2, 3, -1]
+    _, piece_labels, _ = align_word_labels(words, labels, tokenizer, strategy='first',
+                                           ignore_label=-100)
+    assert piece_labels == [-100, 'B-MISC', -100, -100, 'O', -100, 'I-LOC', 'B-PER', -100]
+    _, piece_labels, _ = align_word_labels(words[:2], ['S-MISC', 'O'], tokenizer, scheme='BIOES')
+    assert piece_labels == [None, 'B-MISC', 'I-MISC', 'E-MISC', 'O', 'O', None]
+    ids, piece_labels, word_index = align_word_labels(words, labels, tokenizer, maxlen=5)
+    assert word_index == [-1, 0, 0, 0, -1]
+    assert pieces_to_word_labels(word_index, piece_labels, n_words=4) == ['B-MISC', 'O', 'O', 'O']
+
+
+@pytest.mark.parametrize('scheme', ['BIO', 'BIOES', 'BMES'])
+@pytest.mark.parametrize('strategy', ['propagate', 'first'])
+def test_align_word_labels_round_trip(tokenizer, scheme, strategy):
+    rng = random.Random(4)
+    vocabulary = ['unaffable', 'un', 'york', 'news', 'new', 'x', '北京', '我在']
+    for _ in range(100):
+        n = rng.randint(1, 8)
+        words = [rng.choice(vocabulary) for _ in range(n)]
+        labels = spans_to_tags(random_flat_spans(rng, n), n, scheme)
+        ids, piece_labels, word_index = align_word_labels(words, labels, tokenizer, strategy, scheme)
+        assert len(ids) == len(piece_labels) == len(word_index)
+        if strategy == 'propagate':  # the pieces spell the same entities, in piece positions
+            starts = {w: word_index.index(w) for w in range(n)}
+            ends = {w: len(word_index) - word_index[::-1].index(w) for w in range(n)}
+            assert tags_to_spans(piece_labels[1:-1], scheme) == \
+                [(starts[s] - 1, ends[e - 1] - 1, k) for s, e, k in tags_to_spans(labels, scheme)]
+        assert pieces_to_word_labels(word_index, piece_labels, scheme, strategy) == labels
+
+
+# ---------------------------------------------------------------- windows
+def test_windows_prefer_sentence_ends():
+    text = '今天很好。明天下雨！后天晴'
+    assert split_into_windows(text, 6) == [(0, '今天很好。'), (5, '明天下雨！'), (10, '后天晴')]
+    assert split_into_windows(text, 11) == [(0, '今天很好。明天下雨！'), (10, '后天晴')]
+    assert split_into_windows('他说：“好。”我走', 7) == [(0, '他说：“好。”'), (7, '我走')]
+    assert split_into_windows('一二三四五六七', 3, spans=[(2, 4, 'X')]) == \
+        [(0, '一二'), (2, '三四五'), (5, '六七')]
+    with pytest.raises(ValueError, match='does not fit'):
+        split_into_windows('一二三四五六七', 3, spans=[(1, 5, 'X')])
+    # Measured in tokens with [CLS]/[SEP]: a window of 5 holds 3 characters.
+    assert split_into_windows('一二三四五六七', 5, length=lambda s: len(s) + 2) == \
+        [(0, '一二三'), (3, '四五六'), (6, '七')]
+
+
+def test_windows_round_trip_random():
+    rng = random.Random(5)
+    for _ in range(300):
+        text = ''.join(rng.choice('甲乙丙丁 a1。！；\n') for _ in range(rng.randint(0, 60)))
+        maxlen = rng.randint(4, 15)
+        spans = [s for s in random_flat_spans(rng, len(text)) if s[1] - s[0] <= maxlen]
+        windows = split_into_windows(text, maxlen, spans=spans)
+        assert ''.join(piece for _, piece in windows) == text
+        assert all(0 < len(piece) <= maxlen for _, piece in windows)
+        assert all(text[o:o + len(p)] == p for o, p in windows)
+        local = spans_to_windows(windows, spans)
+        for (offset, piece), piece_spans in zip(windows, local):
+            assert all(0 <= s < e <= len(piece) for s, e, _ in piece_spans)
+        assert merge_window_spans(zip((o for o, _ in windows), local)) == sorted(spans)
+    with pytest.raises(ValueError, match='crosses a window'):
+        spans_to_windows([(0, 'ab'), (2, 'cd')], [(1, 3, 'X')])
+
+
+def test_allowed_transitions_rejects_unknown_label():
+    with pytest.raises(ValueError, match="'B_PER' at position 1"):
+        allowed_transitions(['O', 'B_PER'], 'BIO')
+    assert np.array_equal(allowed_transitions(['O'], 'BIO')[0], [[True]])
