@@ -54,6 +54,23 @@ def _parse_all(tags, scheme):
     return [_parse(tag, scheme, i) for i, tag in enumerate(tags)]
 
 
+def tag_types(tags, scheme='BIO'):
+    """The entity type of each tag, None for ``'O'``, whatever its prefix.
+
+    Args:
+        tags: list of str tags of one sequence.
+        scheme: 'BIO', 'IOB1', 'BIOES' or 'BMES'.
+    Returns:
+        list of str or None, same length.
+    Raises:
+        ValueError with the position of an unknown tag.
+
+        >>> tag_types(['B-LOC', 'O', 'I-PER'])
+        ['LOC', None, 'PER']
+    """
+    return [kind for _, kind in _parse_all(tags, _scheme(scheme))]
+
+
 def _format(prefix, kind, scheme):
     if prefix == 'O':
         return 'O'
