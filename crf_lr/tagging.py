@@ -586,11 +586,12 @@ def pieces_to_word_labels(word_index, piece_labels, scheme='BIO', strategy='prop
     return labels
 
 
-_CLOSING = '"\'”’)）]】》」』'
+_CLOSING = frozenset('"\'”’)）]】》」』')
 
 
 def _sentence_cuts(text, separators):
-    """Positions after each sentence end (a separator plus any closing quotes/brackets)."""
+    """Positions after each sentence end (a separator unit plus any closing quotes/brackets)."""
+    separators = frozenset(separators)
     cuts, i = [], 0
     while i < len(text):
         if text[i] in separators:
@@ -611,15 +612,15 @@ def split_into_windows(text, maxlen, spans=(), separators='。！？；!?;\n', l
     of ``spans`` (so gold spans survive the split; see ``spans_to_windows``).
 
     Args:
-        text: str.
+        text: str, or a list of units (e.g. words); offsets and spans count units.
         maxlen: int, the largest ``length(window)``.
-        spans: optional iterable of ``(start, end, label)`` character spans not to cut through.
-        separators: str of characters that end a sentence.
-        length: function str -> int measuring a window (``len`` for characters, or e.g.
+        spans: optional iterable of ``(start, end, label)`` unit spans not to cut through.
+        separators: collection of the units (characters) that end a sentence.
+        length: function measuring a window (a slice of ``text``) (``len`` for characters, or e.g.
             ``lambda s: len(tokenizer.tokenize(s))`` for tokens including [CLS]/[SEP]); it must
             not decrease when a window grows.
     Returns:
-        list of ``(offset, piece)`` pairs with ``text[offset:offset + len(piece)] == piece``; the
+        list of ``(offset, piece)`` pairs with ``piece == text[offset:offset + len(piece)]``; the
         pieces concatenate to ``text``.
     Raises:
         ValueError if a span (or a single character) cannot fit in ``maxlen``.

@@ -266,6 +266,10 @@ def test_windows_prefer_sentence_ends():
         [(0, '一二'), (2, '三四五'), (5, '六七')]
     with pytest.raises(ValueError, match='does not fit'):
         split_into_windows('一二三四五六七', 3, spans=[(1, 5, 'X')])
+    # A list of words: offsets count words, and a word equal to a separator ends a sentence.
+    words = ['It', 'rains', '!', 'We', 'stay', 'home', '!?', 'ok']
+    assert split_into_windows(words, 4, separators={'!'}) == \
+        [(0, ['It', 'rains', '!']), (3, ['We', 'stay', 'home', '!?']), (7, ['ok'])]
     # Measured in tokens with [CLS]/[SEP]: a window of 5 holds 3 characters.
     assert split_into_windows('一二三四五六七', 5, length=lambda s: len(s) + 2) == \
         [(0, '一二三'), (3, '四五六'), (6, '七')]
