@@ -1,0 +1,356 @@
+"""A layer-wise Adam for fine-tuning: per-variable learning-rate multipliers chosen by name
+patterns, a bias-correction switch, decoupled weight decay and a warmup + linear-decay schedule.
+
+    >>> from crf_lr.optimizers import LayerwiseAdam, layerwise_decay_multipliers
+    >>> opt = LayerwiseAdam(2e-5, lr_multipliers={**layerwise_decay_multipliers(4, 0.9), 'CRF': 100})
+
+The update of a variable ``w`` with gradient ``g`` at step ``t = iterations + 1`` (see
+``LayerwiseAdam`` for the schedule ``s(t)`` and the multiplier ``mu(w)``)::
+
+    m = beta_1 * m + (1 - beta_1) * g
+    v = beta_2 * v + (1 - beta_2) * g**2
+    m_hat, v_hat = m / (1 - beta_1**t), v / (1 - beta_2**t)   # bias_correction=True
+    m_hat, v_hat = m, v                                        # bias_correction=False (BERT)
+    u = m_hat / (sqrt(v_hat) + epsilon) + weight_decay_rate * w  # decay only where not excluded
+    w = w - learning_rate * s(t) * mu(w) * u
+
+The optimizer is an OptimizerV2 (``keras.optimizers.legacy.Optimizer``), as bert4keras's own
+optimizers are, and is registered in Keras custom objects as ``LayerwiseAdam``, so a compiled
+model saved as ``.h5``, SavedModel or ``.keras`` reloads with ``load_model(path)`` unchanged.
+"""
+import math
+import os
+import re
+
+from crf_lr.compat import tf, keras
+
+_VARIABLE_SUFFIX = re.compile(r'(/replica_\d+)?(:\d+)?$')
+
+
+def variable_base_name(variable):
+    """Name a pattern is matched against: ``variable.name`` without the ``:0`` suffix and the
+    ``/replica_k`` suffix MirroredStrategy gives its copies (e.g. ``'CRF/trans'``).
+
+    Args:
+        variable: a ``tf.Variable`` or a str.
+    Returns:
+        str.
+
+    >>> variable_base_name('Transformer-0-FeedForward/dense/kernel:0')
+    'Transformer-0-FeedForward/dense/kernel'
+    """
+    name = variable if isinstance(variable, str) else variable.name
+    return _VARIABLE_SUFFIX.sub('', name)
+
+
+def match_multiplier(name, lr_multipliers):
+    """The learning-rate multiplier of one variable under the pattern rules of ``LayerwiseAdam``.
+
+    Every pattern is a regular expression searched (``re.search``) in the variable's base name;
+    among the patterns that match, the one whose match is longest wins; no match gives 1.0.
+    Two patterns matching equally long with different multipliers are an error.
+
+    Args:
+        name: str (a variable name, ``:0`` suffix optional) or a ``tf.Variable``.
+        lr_multipliers: dict pattern (str) -> multiplier (float).
+    Returns:
+        float.
+
+    >>> match_multiplier('Transformer-1-FeedForward/dense/kernel:0', {'Transformer-1-': 0.9, '': 2})
+    0.9
+    """
+    name = variable_base_name(name)
+    best_length, best = -1, {}
+    for pattern, multiplier in lr_multipliers.items():
+        found = re.search(pattern, name)
+        if found is None:
+            continue
+        length = found.end() - found.start()
+        if length > best_length:
+            best_length, best = length, {pattern: multiplier}
+        elif length == best_length:
+            best[pattern] = multiplier
+    if not best:
+        return 1.0
+    if len(set(best.values())) > 1:
+        raise ValueError(f'learning-rate multiplier of variable {name!r} is ambiguous: patterns '
+                         f'{best} match equally long text; make one of them more specific')
+    return float(next(iter(best.values())))
+
+
+def layerwise_decay_multipliers(num_layers, decay, embedding_pattern='Embedding-',
+                                layer_pattern='Transformer-{i}-', head_multiplier=1.0):
+    """Layer-wise learning-rate decay for bert4keras layer names, as in "Revisiting Few-sample
+    BERT Fine-tuning" (Zhang et al., 2021): transformer layer ``i`` (0-based, bert4keras's
+    ``Transformer-{i}-*``) gets ``decay ** (num_layers - 1 - i)``, so the top layer gets 1; the
+    embeddings (``Embedding-*``, including ``Embedding-Norm`` and ALBERT's ``Embedding-Mapping``)
+    get ``decay ** num_layers``; everything else (task heads, pooler) gets ``head_multiplier``
+    through the empty pattern ``''``, which matches every variable with length 0 and so loses to
+    any other matching pattern. (ELECTRA's implementation shifts the exponents by one more,
+    giving the top layer ``decay``; use ``head_multiplier=1/decay`` and rescale to mimic it.)
+
+    Combine with your own multipliers by merging dicts; a more specific pattern wins, it does not
+    multiply: ``{**layerwise_decay_multipliers(4, 0.9), 'CRF': 100}``. For ALBERT, whose layers
+    share one set of weights (``Transformer-*`` without an index), layer-wise decay is undefined;
+    give ``'Transformer-'`` one multiplier yourself.
+
+    Args:
+        num_layers: int >= 1, number of transformer layers of the model.
+        decay: float in (0, 1], the factor per layer going down from the top.
+        embedding_pattern: str regex of the embedding variables.
+        layer_pattern: str with ``{i}``, the regex of the variables of layer ``i``.
+        head_multiplier: float >= 0, the multiplier of all other variables.
+    Returns:
+        dict str -> float, for ``LayerwiseAdam(lr_multipliers=...)``.
+
+    >>> layerwise_decay_multipliers(2, 0.5)
+    {'Embedding-': 0.25, 'Transformer-0-': 0.5, 'Transformer-1-': 1.0, '': 1.0}
+    """
+    if not isinstance(num_layers, int) or num_layers < 1:
+        raise ValueError(f'num_layers must be an int >= 1, got {num_layers!r}')
+    if not 0 < decay <= 1:
+        raise ValueError(f'decay must be in (0, 1], got {decay!r}')
+    if '{i}' not in layer_pattern:
+        raise ValueError(f"layer_pattern must contain '{{i}}', got {layer_pattern!r}")
+    if not head_multiplier >= 0:
+        raise ValueError(f'head_multiplier must be >= 0, got {head_multiplier!r}')
+    multipliers = {embedding_pattern: float(decay ** num_layers)}
+    for i in range(num_layers):
+        multipliers[layer_pattern.format(i=i)] = float(decay ** (num_layers - 1 - i))
+    multipliers[''] = float(head_multiplier)
+    return multipliers
+
+
+def _check_patterns(patterns, argument):
+    for pattern in patterns:
+        if not isinstance(pattern, str):
+            raise TypeError(f'{argument}: patterns must be str, got {pattern!r}')
+        try:
+            re.compile(pattern)
+        except re.error as error:
+            raise ValueError(f'{argument}: {pattern!r} is not a valid regular expression '
+                             f'({error})') from None
+
+
+class LayerwiseAdam(keras.optimizers.legacy.Optimizer):
+    """Adam with per-variable learning-rate multipliers, a bias-correction switch, decoupled
+    weight decay and an optional warmup + linear-decay schedule (update rule in the module
+    docstring).
+
+    Args:
+        learning_rate: float or ``LearningRateSchedule``, the base rate.
+        beta_1, beta_2: floats in [0, 1), moment decay rates.
+        epsilon: float > 0, added to ``sqrt(v_hat)``. Default 1e-6 as in BERT (Keras uses 1e-7).
+            It is added after the bias correction (Kingma & Ba, Algorithm 1), unlike Keras's Adam,
+            which adds it to ``sqrt(v)`` before correcting ("epsilon hat").
+        bias_correction: True = Adam as published; False = BERT's ``AdamWeightDecayOptimizer``
+            (no correction: the first steps are ``1/(1-beta_1)`` times smaller in ``m`` but
+            ``sqrt(1/(1-beta_2))`` times smaller in ``sqrt(v)``, i.e. about 3x larger at t=1).
+        lr_multipliers: dict regex -> float >= 0. The multiplier of a variable is that of the
+            pattern whose ``re.search`` match in the variable's name (without ``:0``, e.g.
+            ``'CRF/trans'``, ``'Transformer-0-FeedForward/dense/kernel'``) is longest; no match
+            = 1. Bert4keras names variables ``<layer name>/<weight>``, so a layer name is a
+            pattern. Write ``'Transformer-1-'`` (with the dash) so ``Transformer-10-`` does not
+            match. Equally long matches with different multipliers raise ``ValueError``.
+        weight_decay_rate: float >= 0. Decoupled weight decay as in BERT's AdamW: ``wd * w`` is
+            added to the Adam direction before the multiplication by the learning rate, so the
+            decay step is ``lr * s(t) * mu(w) * wd * w``.
+        exclude_from_weight_decay: regexes; a variable whose name any of them matches
+            (``re.search``) is not decayed. Default: LayerNorm / Norm layers and biases.
+        warmup_steps: int >= 0. The schedule factor is ``s = k / warmup_steps`` at the
+            ``k``-th update (k = 0, 1, ... counts completed updates, as BERT and Hugging Face
+            count, so the very first update has rate 0), for ``k < warmup_steps``.
+        total_steps: int > warmup_steps or None. If given, ``s`` falls linearly from 1 at
+            ``k = warmup_steps`` to ``min_lr_ratio`` at ``k = total_steps`` and stays there.
+            None: ``s = 1`` after the warmup.
+        min_lr_ratio: float in [0, 1], the final schedule factor.
+        name: str.
+        **kwargs: the OptimizerV2 arguments (``clipnorm``, ``clipvalue``, ``global_clipnorm``).
+
+    Sparse gradients (``tf.IndexedSlices``, e.g. from embedding lookups) give the same update as
+    the dense gradient with zeros in the rows not looked up (moments decay in every row).
+
+    >>> opt = LayerwiseAdam(1e-3, lr_multipliers={'CRF': 100}, bias_correction=False)
+    >>> model.compile(optimizer=opt, loss=crf.sparse_loss)
+    """
+
+    _HAS_AGGREGATE_GRAD = True
+
+    def __init__(self, learning_rate=1e-3, beta_1=0.9, beta_2=0.999, epsilon=1e-6,
+                 bias_correction=True, lr_multipliers=None, weight_decay_rate=0.0,
+                 exclude_from_weight_decay=('LayerNorm', 'Norm', 'bias'), warmup_steps=0,
+                 total_steps=None, min_lr_ratio=0.0, name='LayerwiseAdam', **kwargs):
+        learning_rate = kwargs.pop('lr', learning_rate)
+        super().__init__(name, **kwargs)
+        if not callable(learning_rate) and not learning_rate > 0:
+            raise ValueError(f'learning_rate must be > 0, got {learning_rate!r}')
+        for argument, beta in (('beta_1', beta_1), ('beta_2', beta_2)):
+            if not 0 <= beta < 1:
+                raise ValueError(f'{argument} must be in [0, 1), got {beta!r}')
+        if not epsilon > 0:
+            raise ValueError(f'epsilon must be > 0, got {epsilon!r}')
+        if not weight_decay_rate >= 0:
+            raise ValueError(f'weight_decay_rate must be >= 0, got {weight_decay_rate!r}')
+        if not isinstance(warmup_steps, int) or warmup_steps < 0:
+            raise ValueError(f'warmup_steps must be an int >= 0, got {warmup_steps!r}')
+        if total_steps is not None and (not isinstance(total_steps, int)
+                                        or total_steps <= warmup_steps):
+            raise ValueError(f'total_steps must be None or an int > warmup_steps '
+                             f'({warmup_steps}), got {total_steps!r}')
+        if not 0 <= min_lr_ratio <= 1:
+            raise ValueError(f'min_lr_ratio must be in [0, 1], got {min_lr_ratio!r}')
+        lr_multipliers = dict(lr_multipliers or {})
+        _check_patterns(lr_multipliers, 'lr_multipliers')
+        for pattern, multiplier in lr_multipliers.items():
+            if not (isinstance(multiplier, (int, float)) and math.isfinite(multiplier)
+                    and multiplier >= 0):
+                raise ValueError(f'lr_multipliers[{pattern!r}] must be a finite number >= 0, '
+                                 f'got {multiplier!r}')
+        if isinstance(exclude_from_weight_decay, str):
+            exclude_from_weight_decay = (exclude_from_weight_decay,)
+        exclude_from_weight_decay = tuple(exclude_from_weight_decay or ())
+        _check_patterns(exclude_from_weight_decay, 'exclude_from_weight_decay')
+
+        self._set_hyper('learning_rate', learning_rate)
+        self._set_hyper('decay', self._initial_decay)
+        self._set_hyper('beta_1', beta_1)
+        self._set_hyper('beta_2', beta_2)
+        self.epsilon = float(epsilon)
+        self.bias_correction = bool(bias_correction)
+        self.lr_multipliers = {pattern: float(m) for pattern, m in lr_multipliers.items()}
+        self.weight_decay_rate = float(weight_decay_rate)
+        self.exclude_from_weight_decay = exclude_from_weight_decay
+        self.warmup_steps = warmup_steps
+        self.total_steps = total_steps
+        self.min_lr_ratio = float(min_lr_ratio)
+
+    def multiplier(self, variable):
+        """Learning-rate multiplier of ``variable`` (a ``tf.Variable`` or its name): float."""
+        return match_multiplier(variable, self.lr_multipliers)
+
+    def decays(self, variable):
+        """Whether weight decay applies to ``variable`` (a ``tf.Variable`` or its name): bool."""
+        name = variable_base_name(variable)
+        return self.weight_decay_rate > 0 and not any(
+            re.search(pattern, name) for pattern in self.exclude_from_weight_decay)
+
+    def schedule_factor(self, step):
+        """The schedule factor ``s`` after ``step`` completed updates (a scalar tensor or int):
+        float32 tensor."""
+        step = tf.cast(step, tf.float32)
+        factor = tf.ones_like(step)
+        if self.total_steps is not None:
+            remaining = (self.total_steps - step) / (self.total_steps - self.warmup_steps)
+            factor = self.min_lr_ratio + (1 - self.min_lr_ratio) * tf.clip_by_value(
+                remaining, 0.0, 1.0)
+        if self.warmup_steps > 0:
+            factor = tf.where(step < self.warmup_steps, step / self.warmup_steps, factor)
+        return factor
+
+    def _create_slots(self, var_list):
+        for var in var_list:
+            self.add_slot(var, 'm')
+        for var in var_list:
+            self.add_slot(var, 'v')
+
+    def _prepare_local(self, var_device, var_dtype, apply_state):
+        super()._prepare_local(var_device, var_dtype, apply_state)
+        coefficients = apply_state[(var_device, var_dtype)]
+        local_step = tf.cast(self.iterations + 1, var_dtype)
+        beta_1_t = tf.identity(self._get_hyper('beta_1', var_dtype))
+        beta_2_t = tf.identity(self._get_hyper('beta_2', var_dtype))
+        coefficients.update(
+            lr_t=coefficients['lr_t'] * tf.cast(self.schedule_factor(self.iterations), var_dtype),
+            epsilon=tf.convert_to_tensor(self.epsilon, var_dtype),
+            beta_1_t=beta_1_t,
+            beta_2_t=beta_2_t,
+            one_minus_beta_1_power=1 - tf.pow(beta_1_t, local_step),
+            one_minus_beta_2_power=1 - tf.pow(beta_2_t, local_step),
+        )
+
+    def _coefficients(self, var, apply_state):
+        key = (var.device, var.dtype.base_dtype)
+        return (apply_state or {}).get(key) or self._fallback_apply_state(*key)
+
+    def _resource_apply_dense(self, grad, var, apply_state=None):
+        c = self._coefficients(var, apply_state)
+        m, v = self.get_slot(var, 'm'), self.get_slot(var, 'v')
+        m_t = tf.compat.v1.assign(m, c['beta_1_t'] * m + (1 - c['beta_1_t']) * grad,
+                                  use_locking=self._use_locking)
+        v_t = tf.compat.v1.assign(v, c['beta_2_t'] * v + (1 - c['beta_2_t']) * tf.square(grad),
+                                  use_locking=self._use_locking)
+        return self._apply_moments(var, m_t, v_t, c)
+
+    def _resource_apply_sparse(self, grad, var, indices, apply_state=None):
+        c = self._coefficients(var, apply_state)
+        m, v = self.get_slot(var, 'm'), self.get_slot(var, 'v')
+        m_decayed = tf.compat.v1.assign(m, c['beta_1_t'] * m, use_locking=self._use_locking)
+        with tf.control_dependencies([m_decayed]):
+            m_t = self._resource_scatter_add(m, indices, (1 - c['beta_1_t']) * grad)
+        v_decayed = tf.compat.v1.assign(v, c['beta_2_t'] * v, use_locking=self._use_locking)
+        with tf.control_dependencies([v_decayed]):
+            v_t = self._resource_scatter_add(v, indices, (1 - c['beta_2_t']) * tf.square(grad))
+        return self._apply_moments(var, m_t, v_t, c)
+
+    def _apply_moments(self, var, m_t, v_t, c):
+        """``w -= lr_t * mu(w) * (m_hat / (sqrt(v_hat) + eps) + wd * w)`` from the new moments."""
+        if self.bias_correction:
+            m_t, v_t = m_t / c['one_minus_beta_1_power'], v_t / c['one_minus_beta_2_power']
+        update = m_t / (tf.sqrt(v_t) + c['epsilon'])
+        if self.decays(var):
+            update += tf.cast(self.weight_decay_rate, update.dtype) * var
+        rate = c['lr_t'] * tf.cast(self.multiplier(var), update.dtype)
+        var_update = tf.compat.v1.assign_sub(var, rate * update, use_locking=self._use_locking)
+        return tf.group(var_update, m_t, v_t)
+
+    def get_config(self):
+        config = super().get_config()
+        learning_rate = self._serialize_hyperparameter('learning_rate')
+        config.update(
+            learning_rate=learning_rate if isinstance(learning_rate, dict) else float(learning_rate),
+            decay=float(self._initial_decay),
+            beta_1=float(self._serialize_hyperparameter('beta_1')),
+            beta_2=float(self._serialize_hyperparameter('beta_2')),
+            epsilon=self.epsilon,
+            bias_correction=self.bias_correction,
+            lr_multipliers=dict(self.lr_multipliers),
+            weight_decay_rate=self.weight_decay_rate,
+            exclude_from_weight_decay=list(self.exclude_from_weight_decay),
+            warmup_steps=self.warmup_steps,
+            total_steps=self.total_steps,
+            min_lr_ratio=self.min_lr_ratio,
+        )
+        return config
+
+
+def restore_optimizer_state(model, savedmodel_dir):
+    """Read the optimizer's step count and moments back from a SavedModel folder.
+
+    tf-keras's SavedModel loader rebuilds a compiled model's optimizer from its config (so the
+    class and every setting come back) but starts every OptimizerV2 afresh (it logs "Slots
+    cannot be restored from saved_model"). The state is in the folder's checkpoint; this restores
+    it (the moments when the optimizer next creates them, i.e. at the first update). ``.h5`` and
+    ``.keras`` files need no such step.
+
+    Args:
+        model: the ``keras.Model`` returned by ``load_model(savedmodel_dir, compile=True)``.
+        savedmodel_dir: str, the folder written by ``model.save(path, save_format='tf')``.
+    Returns:
+        None.
+
+    >>> model = keras.models.load_model('saved/', compile=True)
+    >>> restore_optimizer_state(model, 'saved/')
+    """
+    checkpoint = os.path.join(savedmodel_dir, 'variables', 'variables')
+    if not os.path.exists(checkpoint + '.index'):
+        raise FileNotFoundError(f'{savedmodel_dir!r} is not a SavedModel folder: '
+                                f'{checkpoint}.index does not exist')
+    if model.optimizer is None:
+        raise ValueError('the model has no optimizer: load it with compile=True')
+    model.load_weights(checkpoint).expect_partial()
+
+
+keras.utils.get_custom_objects()['LayerwiseAdam'] = LayerwiseAdam
+
+__all__ = ['LayerwiseAdam', 'layerwise_decay_multipliers', 'match_multiplier',
+           'restore_optimizer_state', 'variable_base_name']
