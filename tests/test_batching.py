@@ -1,0 +1,215 @@
+"""Batches: per-batch padding, masks, seeded length buckets, label formats, the overflow rule, and the
+padding-invariance of metrics (garbage predicted on padding / [CLS] / [SEP] changes no score)."""
+import warnings
+
+import numpy as np
+import pytest
+
+from crf_lr.batching import Batches, Encoded, strip_padding
+from crf_lr.metrics import entity_scores
+from crf_lr.spans import dense_targets, pad_sparse_targets, sparse_targets
+from crf_lr.tagging import label_list, spans_to_tags
+
+LABELS = label_list(['LOC', 'PER'], 'BIO')          # ['O', 'B-LOC', 'I-LOC', 'B-PER', 'I-PER']
+CLS, SEP = 101, 102
+
+
+def random_spans(rng, length):
+    spans, position = [], 0
+    while position < length:
+        start = position + int(rng.integers(0, 4))
+        end = min(length, start + int(rng.integers(1, 4)))
+        if start < end:
+            spans.append((start, end, ['LOC', 'PER'][int(rng.integers(2))]))
+        position = end + 1
+    return spans
+
+
+@pytest.fixture(scope='module')
+def corpus():
+    """40 sequences of 1-30 tokens: their spans, and Encoded items with [CLS]/[SEP] labelled 'O' (0)."""
+    rng = np.random.default_rng(0)
+    spans, items = [], []
+    for k in range(40):
+        length = int(rng.integers(1, 31))
+        spans.append(random_spans(rng, length))
+        ids = [LABELS.index(t) for t in spans_to_tags(spans[-1], length)]
+        items.append(Encoded([CLS] + rng.integers(1, 100, length).tolist() + [SEP],
+                             labels=[0] + ids + [0], source=f'sample.txt:{k + 1}'))
+    return spans, items
+
+
+def test_each_batch_is_padded_to_its_own_longest_item(corpus):
+    _, items = corpus
+    batches = Batches(items, batch_size=6, seed=3)
+    assert len(batches) == 7
+    seen = []
+    for batch in batches:
+        lengths = [len(items[i].token_ids) for i in batch.indices]
+        assert batch.token_ids.shape == (len(lengths), max(lengths)) and batch.token_ids.dtype == np.int32
+        for row, i in enumerate(batch.indices):
+            n = len(items[i].token_ids)
+            assert batch.token_ids[row, :n].tolist() == items[i].token_ids
+            assert batch.labels[row, :n].tolist() == items[i].labels
+            assert not batch.token_ids[row, n:].any() and not batch.labels[row, n:].any()
+            assert batch.mask[row].tolist() == [1] * n + [0] * (max(lengths) - n)
+            assert batch.label_mask[row].tolist() == [0] + [1] * (n - 2) + [0] * (max(lengths) - n + 1)
+        assert batch.lengths.tolist() == lengths and not batch.segment_ids.any()
+        seen.extend(batch.indices.tolist())
+    assert sorted(seen) == list(range(len(items)))                   # every item once per epoch
+
+
+def padded_cells(batches):
+    return sum(batch.token_ids.size - batch.lengths.sum() for batch in batches)
+
+
+def test_buckets_cut_padding_and_the_order_is_seeded(corpus):
+    _, items = corpus
+    epochs = lambda b: [[batch.indices.tolist() for batch in b] for _ in range(2)]  # noqa: E731
+    first, again = epochs(Batches(items, 4, seed=0)), epochs(Batches(items, 4, seed=0))
+    assert first == again and first[0] != first[1]                   # seeded; a new order each epoch
+    assert epochs(Batches(items, 4, seed=1)) != first
+    assert padded_cells(Batches(items, 4, bucket=10, seed=0)) < padded_cells(Batches(items, 4, bucket=0, seed=0))
+    in_order = Batches(items, 4, shuffle=False, bucket=0)
+    assert [i for batch in in_order for i in batch.indices] == list(range(len(items)))
+    by_length = [len(items[i].token_ids) for batch in Batches(items, 4, shuffle=False) for i in batch.indices]
+    assert by_length == sorted(by_length)
+
+
+def test_garbage_on_padding_and_special_positions_changes_no_score(corpus):
+    spans, items = corpus
+    gold = [spans_to_tags(s, len(item.token_ids) - 2) for s, item in zip(spans, items)]
+    rng = np.random.default_rng(1)
+    noise = {}  # a fixed wrong guess at some real tokens, so the scores are not trivially 1.0
+
+    def predict(batch, garbage):
+        pred = batch.labels.copy()
+        for row, i in enumerate(batch.indices):
+            noise.setdefault(i, rng.integers(0, len(LABELS), batch.lengths[row] - 2) * (rng.random(
+                batch.lengths[row] - 2) < 0.2))
+            pred[row, 1:batch.lengths[row] - 1] = np.where(noise[i] > 0, noise[i],
+                                                           pred[row, 1:batch.lengths[row] - 1])
+        if garbage:   # any label on [CLS], [SEP] and padding
+            outside = batch.label_mask == 0
+            pred[outside] = rng.integers(1, len(LABELS), pred.shape)[outside]
+        return pred
+
+    batches = Batches(items, batch_size=8, seed=0)
+    to_tags = lambda rows: [[LABELS[i] for i in row] for row in rows]  # noqa: E731
+    clean = to_tags(batches.collect(lambda b: predict(b, False)))
+    dirty = to_tags(batches.collect(lambda b: predict(b, True)))
+    assert clean == dirty
+    assert entity_scores(gold, clean) == entity_scores(gold, dirty)
+    assert 0.3 < entity_scores(gold, clean)['f1'] < 1.0
+
+    # The test can fail: without stripping, the garbage is scored.
+    batch = next(iter(batches))
+    dirty_rows, clean_rows = predict(batch, True), predict(batch, False)
+    gold_rows = [['O'] + gold[i] + ['O'] * (batch.token_ids.shape[1] - len(gold[i]) - 1)
+                 for i in batch.indices]
+    assert (entity_scores(gold_rows, to_tags(dirty_rows))['f1']
+            < entity_scores(gold_rows, to_tags(clean_rows))['f1'])
+    # strip_padding by lengths agrees with the batch's label mask.
+    assert all((a == b).all() for a, b in zip(strip_padding(dirty_rows, batch.lengths),
+                                              batch.strip(dirty_rows)))
+
+
+def test_strip_padding_by_hand():
+    predictions = np.array([[7, 5, 6, 7, 9, 9], [7, 1, 2, 3, 4, 7]])
+    assert [r.tolist() for r in strip_padding(predictions, [4, 6])] == [[5, 6], [1, 2, 3, 4]]
+    assert [r.tolist() for r in strip_padding(predictions, [4, 6], special_tokens=False)] == [
+        [7, 5, 6, 7], [7, 1, 2, 3, 4, 7]]
+    scores = np.arange(2 * 6 * 3).reshape(2, 6, 3)                     # trailing dims are kept
+    assert strip_padding(scores, [3, 2])[0].tolist() == [[3, 4, 5]] and strip_padding(scores, [3, 2])[1].shape == (0, 3)
+    with pytest.raises(ValueError, match=r'lengths must lie in \[2, 6\]'):
+        strip_padding(predictions, [1, 6])
+    with pytest.raises(ValueError, match='lengths'):
+        strip_padding(predictions, [4])
+
+
+def test_item_label_mask_keeps_first_pieces_only():
+    # 'Blackburn' -> 2 pieces; only first pieces are scored.
+    item = Encoded([CLS, 11, 12, 13, SEP], labels=[0, 3, 4, 4, 0], label_mask=[0, 1, 1, 0, 0])
+    batches = Batches([item, Encoded([CLS, 20, SEP], labels=[0, 1, 0])], batch_size=2, shuffle=False)
+    assert [r.tolist() for r in batches.collect(lambda b: b.labels)] == [[3, 4], [1]]
+
+
+def test_forfit_yields_keras_tuples_forever(corpus):
+    _, items = corpus
+    batches = Batches(items, batch_size=16, seed=0)
+    stream = batches.forfit()
+    steps = [next(stream) for _ in range(2 * len(batches) + 1)]
+    (token_ids, segment_ids), labels = steps[0]
+    assert token_ids.shape == segment_ids.shape == labels.shape
+    inputs, labels, weights = next(Batches(items, 16, seed=0).forfit(sample_weights=True))
+    assert weights.dtype == np.float32 and weights.shape == labels.shape
+    assert weights.sum() == sum(len(items[i].token_ids) - 2 for i in next(iter(Batches(items, 16, seed=0))).indices)
+
+
+@pytest.mark.parametrize('kind', ['dense', 'sparse'])
+def test_label_fn_builds_global_pointer_targets_at_the_batch_length(corpus, kind):
+    spans, items = corpus
+    span_items = [Encoded(item.token_ids, labels=s, source=item.source) for s, item in zip(spans, items)]
+    if kind == 'dense':
+        label_fn = lambda batch_spans, n: np.stack([dense_targets(s, n, ['LOC', 'PER'], 1)  # noqa: E731
+                                                    for s in batch_spans])
+    else:
+        label_fn = lambda batch_spans, n: pad_sparse_targets([sparse_targets(s, n, ['LOC', 'PER'], 1)  # noqa: E731
+                                                              for s in batch_spans])
+    for batch in Batches(span_items, batch_size=8, label_fn=label_fn, seed=0):
+        n = batch.token_ids.shape[1]
+        assert batch.labels.shape[:2] == (len(batch.indices), 2)
+        for row, i in enumerate(batch.indices):
+            if kind == 'dense':
+                assert (batch.labels[row] == dense_targets(spans[i], n, ['LOC', 'PER'], 1)).all()
+                assert not batch.labels[row][:, batch.lengths[row]:].any()  # nothing on padding rows
+            else:
+                own = sparse_targets(spans[i], n, ['LOC', 'PER'], 1)
+                assert (batch.labels[row, :, :own.shape[1]] == own).all()
+
+
+def test_overflow_is_an_error_or_a_counted_truncation(corpus):
+    _, items = corpus
+    longest = max(items, key=lambda item: len(item.token_ids))
+    with pytest.raises(ValueError, match=f'{longest.source}: {len(longest.token_ids)} token ids exceed '
+                                         'maxlen=20'):
+        Batches([longest], maxlen=20)
+    too_long = sum(len(item.token_ids) > 20 for item in items)
+    with pytest.warns(UserWarning, match=f'{too_long} of 40 sequences were longer than maxlen=20'):
+        batches = Batches(items, 8, maxlen=20, overflow='truncate')
+    assert len(batches.truncated) == too_long and max(batches.lengths) == 20
+    cut = batches.items[items.index(longest)]
+    assert cut.token_ids == longest.token_ids[:19] + [SEP] and cut.labels == longest.labels[:19] + [0]
+    assert cut.label_mask == [0] + [1] * 18 + [0]
+    with pytest.raises(ValueError, match='span targets cannot be cut'):
+        Batches(items, maxlen=20, overflow='truncate', label_fn=lambda spans, n: None)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')                                # no warning when nothing is cut
+        Batches(items, 8, maxlen=40, overflow='truncate')
+
+
+@pytest.mark.parametrize('item, match', [
+    (Encoded([CLS, 5, SEP], labels=[0, 1], source='a.txt:3'), 'a.txt:3: labels has 2 entries for 3'),
+    (Encoded([CLS, 5.0, SEP], source='a.txt:4'), 'a.txt:4: token_ids must be integers'),
+    (Encoded([CLS, 5, SEP], segment_ids=[0, 0], source='a.txt:5'), 'a.txt:5: segment_ids has 2'),
+    (Encoded([CLS], source='a.txt:6'), r'a.txt:6: token_ids has 1 ids; expected \[CLS\]'),
+    (dict(token_ids=[CLS, 5, SEP], label_mask=[0, 1], source='a.txt:7'), 'a.txt:7: label_mask has 2'),
+])
+def test_bad_items_name_their_source(item, match):
+    with pytest.raises(ValueError, match=match):
+        Batches([item])
+
+
+def test_bad_arguments():
+    item = Encoded([CLS, 5, SEP])
+    for kwargs, match in [(dict(batch_size=0), 'batch_size'), (dict(overflow='drop'), 'overflow'),
+                          (dict(maxlen=2), 'maxlen')]:
+        with pytest.raises(ValueError, match=match):
+            Batches([item], **kwargs)
+    with pytest.raises(ValueError, match='at least one item'):
+        Batches([])
+    mixed = Batches([item, Encoded([CLS, 6, SEP], labels=[0, 1, 0], source='b:1')], 2, shuffle=False)
+    with pytest.raises(ValueError, match='some items of a batch have labels'):
+        next(iter(mixed))
+    with pytest.raises(ValueError, match=r'do not match the batch'):
+        next(iter(Batches([item], 1))).strip(np.zeros((1, 4)))
