@@ -20,7 +20,7 @@ averages over batch and heads instead, i.e. it equals ours divided by ``heads``.
 """
 import numpy as np
 
-from crf_lr.compat import K, tf
+from crf_lr.compat import tf
 
 
 def _logits(y_pred):
@@ -64,24 +64,26 @@ def multilabel_categorical_crossentropy(y_true, y_pred):
     return _logsumexp_with_zero(positive) + _logsumexp_with_zero(negative)
 
 
-def sparse_multilabel_categorical_crossentropy(y_true, y_pred, mask_zero=False, epsilon=None):
+def sparse_multilabel_categorical_crossentropy(y_true, y_pred, mask_zero=False):
     """Multilabel categorical crossentropy with the positive classes given as indices.
 
-    The negative term is ``log(1 + sum_all exp(s) - sum_P exp(s))``, computed as
-    ``lse_all + log(1 - exp(lse_P - lse_all))`` with ``1 - exp(.)`` evaluated by ``-expm1`` and
-    clipped to ``[epsilon, 1]``: exact while the negatives carry more than ``epsilon`` of the
-    probability mass, and finite (value and gradient) where the positive set dominates.
-    Memory for the targets is O(positives), not O(C).
+    The negative term ``log(1 + sum_N exp(s))`` is a logsumexp over a copy of the logits in which
+    the listed positives are overwritten with ``-inf`` (one scatter of O(positives) indices), so it
+    is exact in every regime. bert4keras instead computes it as
+    ``lse_all + log(1 - exp(lse_P - lse_all))`` clipped at 1e-7, which cancels catastrophically
+    once the positives carry most of the mass, i.e. for a well-trained model (measured: 0.4 %
+    error in the loss when the negatives carry 1e-4 of the mass; a floor of 1e-7 below that).
+    Target memory is O(positives), not O(C); the logits copy costs what bert4keras's
+    concatenation of the threshold logit costs.
 
     Args:
         y_true: int tensor ``(..., P)``: indices into the last axis of ``y_pred`` of the positive
-            classes, each at most once per row (a repeated index is counted twice). Negative
-            indices are padding; with ``mask_zero=True`` index 0 is padding too and class 0 is
-            removed from the loss altogether (the bert4keras convention).
+            classes, each at most once per row (a repeated index counts twice in the positive
+            term). Negative indices are padding; with ``mask_zero=True`` index 0 is padding too and
+            class 0 is removed from the loss altogether (the bert4keras convention).
         y_pred: float tensor ``(..., C)`` of real logits; ``-inf`` cells count as neither positive
             nor negative (do not list them as positives: their positive term would be ``+inf``).
         mask_zero: treat class 0 as padding (see above).
-        epsilon: floor of ``1 - exp(lse_P - lse_all)``; default ``K.epsilon()`` (1e-7).
     Returns:
         Float tensor ``(...)``: the loss of every row.
 
@@ -91,14 +93,13 @@ def sparse_multilabel_categorical_crossentropy(y_true, y_pred, mask_zero=False, 
     y_pred = _logits(y_pred)
     y_true = tf.convert_to_tensor(y_true)
     if y_true.dtype.is_floating:
-        y_true = tf.cast(tf.round(y_true), 'int32')
+        y_true = tf.round(y_true)
     y_true = tf.cast(y_true, 'int32')
-    if y_true.shape.rank is not None and y_pred.shape.rank is not None:
-        if y_true.shape.rank != y_pred.shape.rank or not (
-                y_true.shape[:-1].is_compatible_with(y_pred.shape[:-1])):
-            raise ValueError(f'y_true (..., P) and y_pred (..., C) must agree on every axis but '
-                             f'the last; got {y_true.shape} and {y_pred.shape}')
-    epsilon = K.epsilon() if epsilon is None else epsilon
+    if y_true.shape.rank is None or y_pred.shape.rank is None or \
+            y_true.shape.rank != y_pred.shape.rank or \
+            not y_true.shape[:-1].is_compatible_with(y_pred.shape[:-1]):
+        raise ValueError(f'y_true (..., P) and y_pred (..., C) must have a known rank and agree '
+                         f'on every axis but the last; got {y_true.shape} and {y_pred.shape}')
     neg_inf = tf.constant(-np.inf, y_pred.dtype)
     valid = y_true >= 0
     if mask_zero:
@@ -106,10 +107,18 @@ def sparse_multilabel_categorical_crossentropy(y_true, y_pred, mask_zero=False, 
         y_pred = tf.concat([tf.fill(tf.shape(y_pred[..., :1]), neg_inf), y_pred[..., 1:]], -1)
     scores = tf.gather(y_pred, tf.where(valid, y_true, 0), batch_dims=y_true.shape.rank - 1)
     positive_loss = _logsumexp_with_zero(tf.where(valid, -scores, neg_inf))
-    all_loss = _logsumexp_with_zero(y_pred)
-    positive_share = tf.reduce_logsumexp(tf.where(valid, scores, neg_inf), axis=-1) - all_loss
-    negative_share = tf.clip_by_value(-tf.math.expm1(positive_share), epsilon, 1.0)
-    return positive_loss + all_loss + tf.math.log(negative_share)
+    # Negatives: rows of logits + [threshold 0, spare -inf]; positives (padding: the spare
+    # column) overwritten with -inf.
+    classes, slots = tf.shape(y_pred)[-1], tf.shape(y_true)[-1]
+    rows = tf.reshape(y_pred, [-1, classes])
+    count = tf.shape(rows)[0]
+    rows = tf.concat([rows, tf.zeros([count, 1], rows.dtype),
+                      tf.fill([count, 1], neg_inf)], axis=-1)
+    columns = tf.reshape(tf.where(valid, y_true, classes + 1), [-1])
+    cells = tf.stack([tf.repeat(tf.range(count), slots), columns], axis=1)
+    negatives = tf.tensor_scatter_nd_update(rows, cells, tf.fill(tf.shape(columns), neg_inf))
+    negative_loss = tf.reshape(tf.reduce_logsumexp(negatives, axis=-1), tf.shape(y_pred)[:-1])
+    return positive_loss + negative_loss
 
 
 def _sum_over_heads(loss_per_head):
