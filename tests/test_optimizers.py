@@ -309,3 +309,41 @@ def test_layerwise_decay_multipliers_map_to_bert_variables(tiny_bert_config_path
     assert len(seen) == len(model.trainable_weights) > 20
     with pytest.raises(ValueError, match='decay'):
         layerwise_decay_multipliers(2, 1.5)
+
+
+def _crf_transitions_after_training(lr_multiplier, optimizer, initial, steps):
+    """Train a lone CRF (emissions are the input) and return the effective matrix after each step."""
+    from crf_lr.crf import ConditionalRandomField
+    rng = np.random.default_rng(5)
+    emissions = rng.normal(size=(4, 6, 3)).astype(np.float32)
+    labels = rng.integers(0, 3, size=(4, 6))
+    inputs = keras.layers.Input((None, 3))
+    crf = ConditionalRandomField(lr_multiplier=lr_multiplier, name='crf')
+    model = keras.models.Model(inputs, crf(inputs))
+    model.compile(optimizer=optimizer, loss=crf.sparse_loss)
+    model.set_weights([initial / lr_multiplier])
+    history = []
+    for _ in range(steps):
+        model.train_on_batch(emissions, labels)
+        history.append(crf.trans.numpy())
+    return np.array(history)
+
+
+def test_crf_lr_multiplier_equals_optimizer_multiplier_under_adam():
+    """Stored weight s = T / m gets the gradient m * dL/dT; Adam divides m out of m_hat / sqrt(v_hat)
+    except in epsilon, so CRF(lr_multiplier=m) under Adam(eps) is exactly Adam(eps / m) with
+    {'crf': m} on an unscaled CRF. With the same eps they differ by O(eps / sqrt(v_hat))."""
+    m, lr, eps, steps = 100.0, 1e-3, 1e-6, 4
+    initial = np.random.default_rng(6).normal(size=(3, 3)).astype(np.float32)
+    scaled = _crf_transitions_after_training(m, LayerwiseAdam(lr, epsilon=eps), initial, steps)
+    by_optimizer = _crf_transitions_after_training(
+        1, LayerwiseAdam(lr, epsilon=eps / m, lr_multipliers={'crf': m}), initial, steps)
+    same_eps = _crf_transitions_after_training(
+        1, LayerwiseAdam(lr, epsilon=eps, lr_multipliers={'crf': m}), initial, steps)
+    change = scaled - initial
+    # the first bias-corrected Adam step moves every entry by lr * m (|gradient| >> eps)
+    np.testing.assert_allclose(np.abs(change[0]), lr * m, rtol=1e-3)
+    atol = 1e-5 * np.abs(change).max()  # float32 rounding of the scaled parameterisation
+    np.testing.assert_allclose(by_optimizer - initial, change, rtol=0, atol=atol)
+    # measured: 6e-7 and 3e-5 of the largest change
+    np.testing.assert_allclose(same_eps - initial, change, rtol=0, atol=1e-4 * np.abs(change).max())
