@@ -25,6 +25,7 @@ from crf_lr.compat import keras, tf
 from crf_lr.crf import ConditionalRandomField
 from crf_lr.global_pointer import EfficientGlobalPointer, GlobalPointer
 from crf_lr.losses import sparse_global_pointer_crossentropy, sparse_global_pointer_f1
+from crf_lr.optimizers import LayerwiseAdam
 from crf_lr.spans import decode_spans, pad_sparse_targets, sparse_targets
 from crf_lr.tagging import (allowed_transitions, merge_window_spans, spans_to_windows,
                             split_into_windows, tags_to_spans, tags_to_words)
@@ -213,6 +214,23 @@ def build_model(encoder, head, num_labels, crf_lr_multiplier=1.0, constraints=No
     else:
         raise ValueError(f'unknown head {head!r}: expected one of {TAG_HEADS + SPAN_HEADS}')
     return keras.Model(encoder.inputs, output), loss, metrics
+
+
+def build_optimizer(args, num_samples):
+    """The ``LayerwiseAdam`` the task scripts' flags describe.
+
+    Args:
+        args: parsed flags (``lr``, ``bias_correction``, ``warmup_proportion``, ``epochs``,
+            ``batch_size``).
+        num_samples: number of training windows (sets the schedule's length).
+    Returns:
+        LayerwiseAdam: constant rate, or linear warmup over ``warmup_proportion`` of all steps
+        then linear decay to 0.
+    """
+    total = -(-num_samples // args.batch_size) * args.epochs
+    warmup = int(round(args.warmup_proportion * total))
+    schedule = dict(warmup_steps=warmup, total_steps=total) if args.warmup_proportion else {}
+    return LayerwiseAdam(args.lr, bias_correction=args.bias_correction, **schedule)
 
 
 def head_parameters(model):

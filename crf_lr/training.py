@@ -15,8 +15,8 @@ import sys
 import time
 import unicodedata
 
-ENCODER_HELP = ("'albert-tiny' (the packaged envpos ALBERT-tiny, converted once into a cache), "
-                "'minilm' (the packaged English all-MiniLM-L6-v2), a converted checkpoint folder "
+ENCODER_HELP = ("'albert-tiny-zh' (default: the packaged envpos ALBERT-tiny, converted once into a cache), "
+                "'minilm-en' (the packaged English all-MiniLM-L6-v2), a converted checkpoint folder "
                 "(config JSON + TF checkpoint + vocab.txt), a bert_config.json (random init), or "
                 "'random:LAYERS:HIDDEN' (random BERT; vocabulary from --vocab or ALBERT-tiny's)")
 
@@ -48,7 +48,7 @@ def add_common_arguments(parser, heads, default_head, default_lr=1e-3, default_m
                       help='tokens per window, [CLS] and [SEP] included; longer sentences are split '
                            'at punctuation (default: %(default)s)')
     model = parser.add_argument_group('model')
-    model.add_argument('--encoder', default='albert-tiny', help=ENCODER_HELP)
+    model.add_argument('--encoder', default='albert-tiny-zh', help=ENCODER_HELP)
     model.add_argument('--vocab', default=None,
                        help='vocab.txt for a randomly initialised encoder')
     model.add_argument('--layers', type=int, default=None,
@@ -67,7 +67,19 @@ def add_common_arguments(parser, heads, default_head, default_lr=1e-3, default_m
     train.add_argument('--batch-size', type=int, default=16, help='(default: %(default)s)')
     train.add_argument('--lr', type=float, default=default_lr,
                        help='main learning rate (default: %(default)s)')
-    train.add_argument('--seed', type=int, default=0, help='(default: %(default)s)')
+    train.add_argument('--seed', type=int, default=0,
+                       help='seed of initialisation, dropout and batch order (default: 0)')
+    train.add_argument('--sample-seed', type=int, default=0,
+                       help='seed of the --train-limit sample and of any hold-out, apart from '
+                            '--seed so every configuration sees the same sentences (default: 0)')
+    train.add_argument('--no-bias-correction', dest='bias_correction', action='store_false',
+                       help="Adam without bias correction (the original BERT optimiser)")
+    train.add_argument('--warmup-proportion', type=float, default=0.0,
+                       help='> 0: warm the rate up linearly over this share of all steps, then '
+                            'decay it linearly to 0; 0: constant rate (default: 0)')
+    train.add_argument('--holdout', type=int, default=None,
+                       help='score on N training sentences held out (seeded) instead of the '
+                            'evaluation split (automatic, 500, when that split is unavailable)')
     train.add_argument('--output', default=default_output,
                        help='run folder: log.jsonl, results.json, model/ and checkpoints; a run '
                             'found there with the same arguments is resumed '
@@ -90,6 +102,39 @@ def check_arguments(parser, args):
         parser.error(f'--maxlen must leave room for [CLS], [SEP] and one token, got {args.maxlen}')
     if not args.lr > 0 or not args.crf_lr_multiplier > 0:
         parser.error('--lr and --crf-lr-multiplier must be > 0')
+    if not 0 <= args.warmup_proportion < 1:
+        parser.error(f'--warmup-proportion must be in [0, 1), got {args.warmup_proportion}')
+    if args.holdout is not None and args.holdout < 1:
+        parser.error(f'--holdout must be >= 1, got {args.holdout}')
+
+
+def choose_examples(train, test, args, test_name):
+    """The seeded training sample and the evaluation set of a run.
+
+    Args:
+        train: list of training examples; test: list of evaluation examples, or None when the
+            evaluation split is unavailable (then ``args.holdout`` or 500 training examples are
+            held out, seeded by ``args.sample_seed``).
+        args: parsed flags (``train_limit``, ``eval_limit``, ``holdout``, ``sample_seed``).
+        test_name: description of ``test``.
+    Returns:
+        ``(train, test, description)``: ``train_limit`` examples sampled with ``sample_seed``
+        (in corpus order), the first ``eval_limit`` evaluation examples, and what they are.
+
+        >>> train, test, name = choose_examples(train, None, args, '')
+    """
+    import numpy as np
+    order = np.random.default_rng(args.sample_seed).permutation(len(train))
+    if test is None or args.holdout:
+        holdout = args.holdout or 500
+        if holdout >= len(train):
+            raise SystemExit(f'cannot hold out {holdout} of {len(train)} training examples')
+        test = [train[i] for i in sorted(order[:holdout])]
+        order = order[holdout:]
+        test_name = (f'{holdout} training sentences held out (sample seed {args.sample_seed}), '
+                     + ('as asked by --holdout' if args.holdout else
+                        f'because {test_name} is not available: pass --data-dir or set CRF_LR_DATA'))
+    return [train[i] for i in sorted(order[:args.train_limit])], test[:args.eval_limit], test_name
 
 
 # ---------------------------------------------------------------------------------------------

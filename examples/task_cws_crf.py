@@ -24,12 +24,6 @@ def parse_args(argv=None):
                'model + label map, for python -m crf_lr.predict), transitions_epoch*.txt/png.')
     add_common_arguments(parser, heads=('crf', 'softmax'), default_head='crf',
                          default_output='runs/cws')
-    parser.add_argument('--sample-seed', type=int, default=0,
-                        help='seed of the --train-limit sample and of the hold-out, kept apart '
-                             'from --seed so every configuration sees the same sentences')
-    parser.add_argument('--holdout', type=int, default=None,
-                        help='score on N held-out PFR sentences instead of the PKU test gold '
-                             '(default: PKU test; 500 held out when that file is missing)')
     args = parser.parse_args(argv)
     check_arguments(parser, args)
     return args
@@ -37,40 +31,28 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    import numpy as np
     from crf_lr.compat import keras
     from crf_lr.datasets import load_dataset, read_word_list, resolve_data_dir
     from crf_lr.diagnostics import count_violations, diagnose, format_sanity, format_transitions
     from crf_lr.metrics import segmentation_scores
-    from crf_lr.optimizers import LayerwiseAdam
-    from crf_lr.tagger import Tagger, build_model, epoch_batches, head_parameters, load_encoder
-    from crf_lr.tagger import make_samples, train
+    from crf_lr.tagger import (Tagger, build_model, build_optimizer, epoch_batches,
+                               head_parameters, load_encoder, make_samples, train)
     from crf_lr.tagging import allowed_transitions, label_list
-    from crf_lr.training import RunLog, UnitEncoder
+    from crf_lr.training import RunLog, UnitEncoder, choose_examples
 
     # ---- data: PFR 1998-01 for training, the PKU test gold (or a PFR hold-out) for scoring ----
     run = RunLog(args.output, dict(vars(args), script='task_cws_crf'), args.overwrite, argv)
-    rng = np.random.default_rng(args.sample_seed)
-    train_data = load_dataset('pku', 'train', args.data_dir).examples
-    order = rng.permutation(len(train_data))
     data_dir = resolve_data_dir(args.data_dir)
     gold_file = data_dir and os.path.join(data_dir, 'icwb2', 'pku_test_gold.utf8')
-    if args.holdout is None and gold_file and os.path.isfile(gold_file):
+    test_data, train_words = None, None
+    if gold_file and os.path.isfile(gold_file):
         test_data = load_dataset('pku', 'test', args.data_dir).examples
         train_words = read_word_list(os.path.join(data_dir, 'icwb2', 'pku_training_words.utf8'))
-        test_name = 'PKU test gold (icwb2/pku_test_gold.utf8)'
-    else:
-        holdout = args.holdout or 500
-        test_data = [train_data[i] for i in sorted(order[:holdout])]
-        order = order[holdout:]
-        train_words = None
-        test_name = (f'{holdout} PFR sentences held out (sample seed {args.sample_seed}); '
-                     + ('as asked' if args.holdout else 'the PKU test gold is not available '
-                        'without --data-dir / CRF_LR_DATA'))
-    train_data = [train_data[i] for i in sorted(order[:args.train_limit])]
-    if train_words is None:
+    train_data, test_data, test_name = choose_examples(
+        load_dataset('pku', 'train', args.data_dir).examples, test_data, args,
+        'the PKU test gold (icwb2/pku_test_gold.utf8)')
+    if train_words is None or args.holdout:      # OOV against the words actually trained on
         train_words = {w for e in train_data for w in e.words}
-    test_data = test_data[:args.eval_limit]
     print(f'train: {len(train_data)} PFR sentences; test: {len(test_data)} sentences, {test_name}')
 
     # ---- model: encoder (first k layers) + Dense + CRF with its own learning rate ----
@@ -80,11 +62,11 @@ def main(argv=None):
     encoder, vocab_path, encoder_info = load_encoder(args.encoder, args.layers, args.vocab)
     model, loss, metrics = build_model(encoder, args.head, len(labels), args.crf_lr_multiplier,
                                        scheme_constraints if args.constrain else None)
-    model.compile(optimizer=LayerwiseAdam(args.lr), loss=loss, metrics=metrics)
     units = UnitEncoder(vocab_path)
-    tagger = Tagger(model, units, labels, args.head, 'SEG', args.maxlen, args.batch_size)
     samples = make_samples([(e.text, e.tags, word_spans(e.words)) for e in train_data],
                            units, args.maxlen, args.head, labels)
+    model.compile(optimizer=build_optimizer(args, len(samples)), loss=loss, metrics=metrics)
+    tagger = Tagger(model, units, labels, args.head, 'SEG', args.maxlen, args.batch_size)
     print(f'encoder {encoder_info}; head {args.head}: {head_parameters(model)} parameters; '
           f'{len(samples)} training windows')
 
