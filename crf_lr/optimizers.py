@@ -2,7 +2,8 @@
 patterns, a bias-correction switch, decoupled weight decay and a warmup + linear-decay schedule.
 
     >>> from crf_lr.optimizers import LayerwiseAdam, layerwise_decay_multipliers
-    >>> opt = LayerwiseAdam(2e-5, lr_multipliers={**layerwise_decay_multipliers(4, 0.9), 'CRF': 100})
+    >>> multipliers = {**layerwise_decay_multipliers(4, 0.9), 'CRF': 100}  # layer named 'CRF'
+    >>> opt = LayerwiseAdam(2e-5, lr_multipliers=multipliers)
 
 The update of a variable ``w`` with gradient ``g`` at step ``t = iterations + 1`` (see
 ``LayerwiseAdam`` for the schedule ``s(t)`` and the multiplier ``mu(w)``)::
@@ -19,6 +20,7 @@ optimizers are, and is registered in Keras custom objects as ``LayerwiseAdam``, 
 model saved as ``.h5``, SavedModel or ``.keras`` reloads with ``load_model(path)`` unchanged.
 """
 import math
+import numbers
 import os
 import re
 
@@ -171,6 +173,7 @@ class LayerwiseAdam(keras.optimizers.legacy.Optimizer):
     the dense gradient with zeros in the rows not looked up (moments decay in every row).
 
     >>> opt = LayerwiseAdam(1e-3, lr_multipliers={'CRF': 100}, bias_correction=False)
+    >>> crf = ConditionalRandomField(name='CRF')   # ... model = ...
     >>> model.compile(optimizer=opt, loss=crf.sparse_loss)
     """
 
@@ -191,9 +194,9 @@ class LayerwiseAdam(keras.optimizers.legacy.Optimizer):
             raise ValueError(f'epsilon must be > 0, got {epsilon!r}')
         if not weight_decay_rate >= 0:
             raise ValueError(f'weight_decay_rate must be >= 0, got {weight_decay_rate!r}')
-        if not isinstance(warmup_steps, int) or warmup_steps < 0:
+        if not isinstance(warmup_steps, numbers.Integral) or warmup_steps < 0:
             raise ValueError(f'warmup_steps must be an int >= 0, got {warmup_steps!r}')
-        if total_steps is not None and (not isinstance(total_steps, int)
+        if total_steps is not None and (not isinstance(total_steps, numbers.Integral)
                                         or total_steps <= warmup_steps):
             raise ValueError(f'total_steps must be None or an int > warmup_steps '
                              f'({warmup_steps}), got {total_steps!r}')
@@ -202,7 +205,7 @@ class LayerwiseAdam(keras.optimizers.legacy.Optimizer):
         lr_multipliers = dict(lr_multipliers or {})
         _check_patterns(lr_multipliers, 'lr_multipliers')
         for pattern, multiplier in lr_multipliers.items():
-            if not (isinstance(multiplier, (int, float)) and math.isfinite(multiplier)
+            if not (isinstance(multiplier, numbers.Real) and math.isfinite(multiplier)
                     and multiplier >= 0):
                 raise ValueError(f'lr_multipliers[{pattern!r}] must be a finite number >= 0, '
                                  f'got {multiplier!r}')
@@ -220,8 +223,8 @@ class LayerwiseAdam(keras.optimizers.legacy.Optimizer):
         self.lr_multipliers = {pattern: float(m) for pattern, m in lr_multipliers.items()}
         self.weight_decay_rate = float(weight_decay_rate)
         self.exclude_from_weight_decay = exclude_from_weight_decay
-        self.warmup_steps = warmup_steps
-        self.total_steps = total_steps
+        self.warmup_steps = int(warmup_steps)
+        self.total_steps = None if total_steps is None else int(total_steps)
         self.min_lr_ratio = float(min_lr_ratio)
 
     def multiplier(self, variable):
@@ -236,7 +239,12 @@ class LayerwiseAdam(keras.optimizers.legacy.Optimizer):
 
     def schedule_factor(self, step):
         """The schedule factor ``s`` after ``step`` completed updates (a scalar tensor or int):
-        float32 tensor."""
+        float32 tensor.
+
+        >>> opt = LayerwiseAdam(warmup_steps=10, total_steps=20, min_lr_ratio=0.1)
+        >>> [round(float(opt.schedule_factor(k)), 2) for k in (0, 5, 10, 15, 20, 30)]
+        [0.0, 0.5, 1.0, 0.55, 0.1, 0.1]
+        """
         step = tf.cast(step, tf.float32)
         factor = tf.ones_like(step)
         if self.total_steps is not None:
@@ -306,8 +314,10 @@ class LayerwiseAdam(keras.optimizers.legacy.Optimizer):
     def get_config(self):
         config = super().get_config()
         learning_rate = self._serialize_hyperparameter('learning_rate')
+        if not isinstance(learning_rate, dict):  # a dict is a serialised LearningRateSchedule
+            learning_rate = float(learning_rate)
         config.update(
-            learning_rate=learning_rate if isinstance(learning_rate, dict) else float(learning_rate),
+            learning_rate=learning_rate,
             decay=float(self._initial_decay),
             beta_1=float(self._serialize_hyperparameter('beta_1')),
             beta_2=float(self._serialize_hyperparameter('beta_2')),

@@ -55,7 +55,8 @@ def reference_adam(weights, gradient, steps, lr, multipliers, decayed, beta_1=0.
 
 
 # Variables named as bert4keras names them, the gradient of sum(C*w) + sum(D*w**2)/2 on each.
-SHAPES = {'Transformer-0-FeedForward/dense/kernel': (3, 2), 'Transformer-0-FeedForward-Norm/gamma': (2,),
+SHAPES = {'Transformer-0-FeedForward/dense/kernel': (3, 2),
+          'Transformer-0-FeedForward-Norm/gamma': (2,),
           'CRF/trans': (3, 3), 'Head/bias': (3,), 'Transformer-10-FeedForward/dense/kernel': (2, 2)}
 PATTERNS = {'Transformer-0-': 0.5, 'FeedForward': 3.0, 'CRF': 20.0}
 # By hand: the longest match wins ('Transformer-0-' is 14 characters, 'FeedForward' 11);
@@ -200,9 +201,9 @@ def _tiny_compiled_model():
     hidden = keras.layers.Dense(3, name='Encoder')(inputs)
     outputs = keras.layers.Dense(2, name='Head')(hidden)
     model = keras.models.Model(inputs, outputs)
-    model.compile(optimizer=LayerwiseAdam(1e-2, lr_multipliers={'Head': 3.0}, weight_decay_rate=0.01,
-                                          warmup_steps=1, total_steps=10, bias_correction=False),
-                  loss='mse')
+    optimizer = LayerwiseAdam(1e-2, lr_multipliers={'Head': 3.0}, weight_decay_rate=0.01,
+                              warmup_steps=1, total_steps=10, bias_correction=False)
+    model.compile(optimizer=optimizer, loss='mse')
     return model
 
 
@@ -312,7 +313,7 @@ def test_layerwise_decay_multipliers_map_to_bert_variables(tiny_bert_config_path
 
 
 def _crf_transitions_after_training(lr_multiplier, optimizer, initial, steps):
-    """Train a lone CRF (emissions are the input) and return the effective matrix after each step."""
+    """Train a lone CRF (emissions are the input); the effective matrix after each step."""
     from crf_lr.crf import ConditionalRandomField
     rng = np.random.default_rng(5)
     emissions = rng.normal(size=(4, 6, 3)).astype(np.float32)
@@ -330,9 +331,10 @@ def _crf_transitions_after_training(lr_multiplier, optimizer, initial, steps):
 
 
 def test_crf_lr_multiplier_equals_optimizer_multiplier_under_adam():
-    """Stored weight s = T / m gets the gradient m * dL/dT; Adam divides m out of m_hat / sqrt(v_hat)
-    except in epsilon, so CRF(lr_multiplier=m) under Adam(eps) is exactly Adam(eps / m) with
-    {'crf': m} on an unscaled CRF. With the same eps they differ by O(eps / sqrt(v_hat))."""
+    """Stored weight s = T / m gets the gradient m * dL/dT; Adam divides m out of
+    m_hat / sqrt(v_hat) except in epsilon, so CRF(lr_multiplier=m) under Adam(eps) is exactly
+    Adam(eps / m) with {'crf': m} on an unscaled CRF. With the same eps they differ by
+    O(eps / sqrt(v_hat))."""
     m, lr, eps, steps = 100.0, 1e-3, 1e-6, 4
     initial = np.random.default_rng(6).normal(size=(3, 3)).astype(np.float32)
     scaled = _crf_transitions_after_training(m, LayerwiseAdam(lr, epsilon=eps), initial, steps)
