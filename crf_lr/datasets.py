@@ -75,12 +75,14 @@ class Dataset:
         examples: list of :class:`Example`.
         types: tuple of str, the entity types (sorted; empty for segmentation test data).
         path: str, the file read.
+        note: str, how the split was made when it is not a whole file (say it beside any result).
     """
     name: str
     split: str
     examples: list
     types: tuple
     path: str
+    note: str = ''
 
     def __len__(self):
         return len(self.examples)
@@ -100,7 +102,8 @@ class Dataset:
         words = sum(len(e.words) for e in self.examples if e.words is not None)
         lines = [f'{self.name}/{self.split}: {len(self)} examples, '
                  f'{sum(len(e.tokens) for e in self.examples)} tokens'
-                 + (f', {words} words' if words else '') + f' from {self.path}']
+                 + (f', {words} words' if words else '') + f' from {self.path}'
+                 + (f' ({self.note})' if self.note else '')]
         counts = self.entity_counts()
         if counts:
             lines.append(f'  entities {sum(counts.values())}: '
@@ -294,69 +297,79 @@ _CHUNK_START_NOTE = 'an I-X tag opens the chunk (an entity cut by the chunking):
 _NESTED_NOTE = 'a nested span is left out of the flat tags (kept in spans)'
 
 
-def _tag_table(types, prefixes='BI'):
-    """Dict tag -> interned tag for the known ``types`` (plus 'O'); None accepts any ``B-``/``I-`` tag."""
-    if types is None:
-        return None
-    table = {f'{p}-{t}': f'{p}-{t}' for t in types for p in prefixes}
-    table['O'] = 'O'
-    return table
+_SCHEME_PREFIXES = {'BIO': 'BI', 'IOB1': 'BI', 'BIOES': 'BIES', 'BMES': 'BMES'}
 
 
-def _check_tag(tag, table, path, number):
-    """The interned ``tag``, or a DataFormatError for an unknown one."""
-    if table is not None:
-        known = table.get(tag)
-        if known is None:
-            raise DataFormatError(path, number, f'unknown tag {tag!r}: expected one of {sorted(table)}')
-        return known
-    if tag == 'O' or (len(tag) > 2 and tag[0] in 'BI' and tag[1] == '-'):
-        return tag
-    raise DataFormatError(path, number, f"unknown tag {tag!r}: expected 'O', 'B-TYPE' or 'I-TYPE'")
+def _tag_checker(types, scheme, path):
+    """Function ``(tag, line) -> tag`` (interned) that raises DataFormatError for a tag unknown to the
+    scheme, or to the entity ``types`` when they are given."""
+    prefixes = _SCHEME_PREFIXES[scheme]
+    known = {f'{p}-{t}': f'{p}-{t}' for t in types or () for p in prefixes}
+    known['O'] = 'O'
+
+    def check(tag, number):
+        found = known.get(tag)
+        if found is not None:
+            return found
+        if types is None and len(tag) > 2 and tag[0] in prefixes and tag[1] == '-':
+            known[tag] = tag
+            return tag
+        expected = (f'one of {sorted(known)}' if types is not None
+                    else "'O' or " + ', '.join(f"'{p}-TYPE'" for p in prefixes))
+        raise DataFormatError(path, number, f'unknown tag {tag!r} for the {scheme} scheme: expected {expected}')
+    return check
 
 
-def _finish_bio_chunk(chars, tags, first_line, path):
-    """Example of one BIO chunk; an I-X after O or another type is an error except at the start."""
+def _finish_chunk(chars, tags, first_line, path, scheme):
+    """Example of one chunk of a character-per-line file, its tags checked for well-formed entities."""
     notes = ()
-    if tags[0][0] == 'I':
+    if scheme == 'BIO' and tags[0][0] == 'I':
         tags[0] = 'B' + tags[0][1:]
         notes = (_CHUNK_START_NOTE,)
-    for i, (previous, tag) in enumerate(zip(tags, tags[1:]), 1):
-        if tag[0] == 'I' and previous[1:] != tag[1:]:
-            raise DataFormatError(path, first_line + i, f'tag {tag!r} follows {previous!r}: an '
-                                  'I- tag must continue an entity of the same type (IOB2)')
+    spans = tags_to_spans(tags, scheme)
+    well_formed = spans_to_tags(spans, len(tags), scheme)   # differs where an entity is broken
+    if well_formed != tags:
+        i = next(i for i, (tag, good) in enumerate(zip(tags, well_formed)) if tag != good)
+        where = f'after {tags[i - 1]!r}' if i else 'at the start of the chunk'
+        raise DataFormatError(path, first_line + i, f'tag {tags[i]!r} {where} does not make a '
+                              f'well-formed {scheme} entity')
     text = ''.join(chars)
-    return Example(text=text, tokens=text, spans=tags_to_spans(tags, 'BIO'), tags=tags,
-                   source=f'{path}:{first_line}', notes=notes)
+    return Example(text=text, tokens=text, spans=spans, tags=tags, source=f'{path}:{first_line}',
+                   notes=notes)
 
 
-def read_bio(path, sep=None, types=None):
-    """Character-per-line BIO file, a blank line between sentences (People's Daily NER, MSRA NER).
+def read_bio(path, sep=None, types=None, scheme='BIO'):
+    """Character-per-line tagged file, a blank line between sentences (People's Daily NER, MSRA NER).
 
     Args:
         path: str.
         sep: the separator between character and tag: '\\t', ' ', or None to take it from the first
             line (a tab if it has one, else a space).
         types: iterable of entity types the tags may use, or None to accept any.
+        scheme: 'BIO' (IOB2; both real files), 'BIOES' or 'BMES'.
     Returns:
-        list of Example with ``tags`` (BIO) and the spans they encode.
+        list of Example with ``tags`` (as in the file) and the spans they encode.
     Raises:
         DataFormatError naming the line for a line that is not ``char<sep>tag`` (one character), an
-        unknown tag, or an ``I-X`` that does not continue an ``X`` entity. The one exception: an ``I-X``
-        as the FIRST tag of a chunk is read as ``B-X`` and noted (MSRA's 100-character chunking cut 17
-        entities, 11 of them in the test part, so our spans count 6,192 test entities where the
-        published 6,181 counts only ``B-`` tags).
+        unknown tag, or a tag that breaks an entity (e.g. BIO ``I-X`` after ``O`` or after ``B-Y``;
+        BMES ``B-X`` not closed by ``E-X``). The one exception: in BIO an ``I-X`` as the FIRST tag of a
+        chunk is read as ``B-X`` and noted (MSRA's 100-character chunking cut 17 entities, 11 of them
+        in the test part, so our spans count 6,192 test entities where the published 6,181 counts
+        only ``B-`` tags).
 
         >>> msra = read_bio('msra_ner/msra_bio.txt', types=['PER', 'LOC', 'ORG'])
         >>> msra[50658].text[:16]
         '中共中央致中国致公党十一大的贺词'
     """
-    table = _tag_table(types)
+    scheme = str(scheme).upper()
+    if scheme not in ('BIO', 'BIOES', 'BMES'):
+        raise ValueError(f"scheme must be 'BIO', 'BIOES' or 'BMES', got {scheme!r}")
+    check = _tag_checker(types, scheme, path)
     examples, chars, tags, first_line = [], [], [], 0
     for number, line in _lines(path):
         if not line or line.isspace():
             if chars:
-                examples.append(_finish_bio_chunk(chars, tags, first_line, path))
+                examples.append(_finish_chunk(chars, tags, first_line, path, scheme))
                 chars, tags = [], []
             continue
         if sep is None:
@@ -367,9 +380,9 @@ def read_bio(path, sep=None, types=None):
         if not chars:
             first_line = number
         chars.append(char)
-        tags.append((table or {}).get(tag) or _check_tag(tag, table, path, number))
+        tags.append(check(tag, number))
     if chars:
-        examples.append(_finish_bio_chunk(chars, tags, first_line, path))
+        examples.append(_finish_chunk(chars, tags, first_line, path, scheme))
     return examples
 
 
@@ -384,15 +397,16 @@ def _flat_tags(spans, length):
     return spans_to_tags(kept, length, 'BIO'), notes
 
 
-def _span_example(text, spans, mentions, path, number):
-    """Example from inclusive-end-converted spans, checked against their mentions."""
+def _span_example(text, spans, mentions, path, number, labelled=True):
+    """Example from inclusive-end-converted spans, checked against their mentions; an unlabelled
+    record (no label key at all: the test files) gets no tags."""
     source = f'{path}:{number}'
     try:
         spans = validate_spans(text, spans, source=source, mentions=mentions)
     except ValueError as error:
         raise DataFormatError(path, number, str(error).replace(f'{source}: ', '', 1)) from None
     spans = sorted(set(spans))
-    tags, notes = _flat_tags(spans, len(text))
+    tags, notes = _flat_tags(spans, len(text)) if labelled else (None, ())
     return Example(text=text, tokens=text, spans=spans, tags=tags, source=source, notes=notes)
 
 
@@ -414,7 +428,8 @@ def read_cluener(path):
     """CLUENER2020 JSON lines: ``{"text": ..., "label": {type: {mention: [[start, end], ...]}}}``.
 
     Ends are inclusive in the file and exclusive in the spans; each span must cover its mention. A
-    mention may occur at several spans. Records without ``label`` (the test file) get no spans. Train
+    mention may occur at several spans. Records without ``label`` (the test file) get no spans and
+    ``tags=None``. Train
     line 1507 nests a company in a book title: both stay in ``spans``, the tags keep the book.
 
     Returns:
@@ -442,7 +457,7 @@ def read_cluener(path):
                     spans.append(_inclusive_pair(pair, path, number) + (kind,))
                     mentions.append(mention)
         if text:
-            examples.append(_span_example(text, spans, mentions, path, number))
+            examples.append(_span_example(text, spans, mentions, path, number, 'label' in record))
         elif spans:
             raise DataFormatError(path, number, 'entities in a record with empty text')
     return examples
@@ -486,7 +501,8 @@ def read_cmeee(path):
 
     Ends are inclusive in the file and exclusive in the spans; each span must cover ``entity``.
     Entities nest: all stay in ``spans`` (for GlobalPointer); the tags hold the outermost ones and each
-    left-out span is noted. Records without ``entities`` (the unlabeled test file) get no spans.
+    left-out span is noted. Records without ``entities`` (the unlabeled test file) get no spans and
+    ``tags=None``.
 
     Returns:
         list of Example; ``source`` gives the line where the record's ``{`` stands.
@@ -507,7 +523,7 @@ def read_cmeee(path):
                 raise DataFormatError(path, number, 'expected entities with start_idx, end_idx, '
                                       f'type and entity, got {entity!r}') from None
         if text:
-            examples.append(_span_example(text, spans, mentions, path, number))
+            examples.append(_span_example(text, spans, mentions, path, number, 'entities' in record))
     return examples
 
 
@@ -529,7 +545,7 @@ def read_conll(path, types=None):
         >>> read_conll('conll2003/train.txt')[0].tags
         ['B-ORG', 'O', 'B-MISC', 'O', 'O', 'O', 'B-MISC', 'O', 'O']
     """
-    table = _tag_table(types)
+    check = _tag_checker(types, 'IOB1', path)
     examples, words, tags, first_line, columns = [], [], [], 0, None
 
     def finish():
@@ -553,7 +569,7 @@ def read_conll(path, types=None):
         if not words:
             first_line = number
         words.append(fields[0])
-        tags.append(_check_tag(fields[-1], table, path, number))
+        tags.append(check(fields[-1], number))
     if words:
         finish()
     return examples
@@ -667,8 +683,12 @@ def load_dataset(name, split='train', data_dir=None):
         types = types if split == 'train' else ()
     else:
         examples = reader(path, types)
+    note = ''
     if name == 'msra' and split != 'all':
         examples = examples[:MSRA_TRAIN_CHUNKS] if split == 'train' else examples[MSRA_TRAIN_CHUNKS:]
+        note = f'official {split} part: chunks {"before" if split == "train" else "from"} #{MSRA_TRAIN_CHUNKS}'
     if name == 'cmeee' and split != 'dev':
         examples = split_examples(examples, CMEEE_TEST_RECORDS, CMEEE_SEED)[split == 'test']
-    return Dataset(name=name, split=split, examples=examples, types=tuple(types), path=path)
+        note = (f'{split} part of split_examples(CMeEE_dev, n_test={CMEEE_TEST_RECORDS}, '
+                f'seed={CMEEE_SEED}); the official train file is not available')
+    return Dataset(name=name, split=split, examples=examples, types=tuple(types), path=path, note=note)

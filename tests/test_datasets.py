@@ -99,13 +99,30 @@ def test_bio_tab_and_space_files(tmp_path):
     ('中\tO\n共产\tO\n', 2, 'expected one character'),           # two characters
     ('中\tO\n\n共\tB-XYZ\n', 3, "unknown tag 'B-XYZ'"),
     ('中\tO\n共\tS-PER\n', 2, "unknown tag 'S-PER'"),
-    ('中\tB-PER\n共\tO\n产\tI-LOC\n', 3, "'I-LOC' follows 'O'"),
-    ('中\tB-PER\n共\tI-LOC\n', 2, "'I-LOC' follows 'B-PER'"),
+    ('中\tB-PER\n共\tO\n产\tI-LOC\n', 3, "'I-LOC' after 'O' does not make a well-formed BIO"),
+    ('中\tB-PER\n共\tI-LOC\n', 2, "'I-LOC' after 'B-PER' does not"),
 ])
 def test_bio_malformed_names_line(tmp_path, lines, line, match):
     path = write(tmp_path, 'bad.txt', lines)
     with raises_at(path, line, match):
         read_bio(path, types=['PER', 'LOC', 'ORG'])
+
+
+def test_bmes_file_and_its_broken_entities(tmp_path):
+    path = write(tmp_path, 'bmes.txt', '张 B-PER\n小 M-PER\n三 E-PER\n在 O\n京 S-LOC\n\n')
+    (example,) = read_bio(path, scheme='BMES')
+    assert example.spans == [(0, 3, 'PER'), (4, 5, 'LOC')]
+    assert example.tags == ['B-PER', 'M-PER', 'E-PER', 'O', 'S-LOC']
+    for lines, line in [('在 O\n张 B-PER\n三 O\n', 2),          # B- never closed by E-
+                        ('在 O\n张 B-PER\n三 E-LOC\n', 2),      # closed by another type
+                        ('在 O\n三 E-PER\n', 2)]:                # E- without B-
+        bad = write(tmp_path, 'bad_bmes.txt', lines)
+        with raises_at(bad, line, 'well-formed BMES'):
+            read_bio(bad, scheme='BMES')
+    with raises_at(path, 2, "unknown tag 'M-PER' for the BIO scheme"):
+        read_bio(path, types=['PER', 'LOC'])
+    with pytest.raises(ValueError, match='scheme must be'):
+        read_bio(path, scheme='IOB1')
 
 
 def test_bad_encoding_names_file_and_line(tmp_path):
@@ -137,7 +154,7 @@ def test_cluener_inclusive_ends_repeated_mentions_and_nesting(tmp_path):
     assert nested.spans == [(1, 8, 'book'), (2, 6, 'company')]       # both kept as spans
     assert tags_to_spans(nested.tags) == [(1, 8, 'book')]             # the tags keep the outer one
     assert nested.notes == (datasets._NESTED_NOTE,) and nested.source == f'{path}:3'
-    assert (unlabeled.text, unlabeled.spans, unlabeled.tags) == ('无标签', [], ['O', 'O', 'O'])
+    assert (unlabeled.text, unlabeled.spans, unlabeled.tags) == ('无标签', [], None)   # no gold at all
 
 
 @pytest.mark.parametrize('record, match', [
@@ -358,7 +375,8 @@ def test_real_cluener(real):
     distinct = Counter(label for e in train for label, _ in {(l, e.text[s:t]) for s, t, l in e.spans})
     assert distinct == Counter(address=2829, book=1131, company=2897, game=2325, government=1797,
                                movie=1109, name=3661, organization=3075, position=3052, scene=1462)
-    assert sum(dev.entity_counts().values()) == 3072 and not test.entity_counts()
+    assert sum(dev.entity_counts().values()) == 3072
+    assert not test.entity_counts() and all(e.tags is None for e in test)
 
 
 def test_real_cluener_packaged_copy_differs_only_on_line_1(real):
@@ -374,7 +392,7 @@ def test_real_cmeee_split(real):
     dev, train, test = real('cmeee', 'dev'), real('cmeee', 'train'), real('cmeee', 'test')
     assert len(dev) == 5000 and dev.entity_counts() == Counter(
         bod=5883, dis=4935, sym=4130, pro=2057, dru=1440, ite=923, mic=584, equ=238, dep=110)
-    assert (len(train), len(test)) == (4000, 1000)
+    assert (len(train), len(test)) == (4000, 1000) and 'seed=0' in test.summary()
     assert sorted(e.source for e in train.examples + test.examples) == sorted(e.source for e in dev)
 
 
