@@ -165,8 +165,8 @@ class RestrictedUnpickler(pickle.Unpickler):
         load_storage: callable (key: str, dtype: str, numel: int) -> 1-D np.ndarray.
         source: str, the checkpoint path used in error messages.
 
-    >>> with zipfile.ZipFile('pytorch_model.bin') as z:
-    ...     weights = read_torch_bin('pytorch_model.bin')   # uses this class
+    >>> with open('archive/data.pkl', 'rb') as f:      # read_torch_bin does this for a .bin
+    ...     state = RestrictedUnpickler(f, load_storage, 'data.pkl').load()
     """
 
     def __init__(self, file, load_storage, source):
@@ -475,6 +475,8 @@ def convert_checkpoint(src_dir, dst_dir):
     """
     if not os.path.isdir(src_dir):
         raise ConversionError(f'{src_dir}: source folder does not exist')
+    if os.path.abspath(src_dir) == os.path.abspath(dst_dir):
+        raise ConversionError(f'{dst_dir}: the output folder must differ from the source folder')
     config_file = os.path.join(src_dir, 'config.json')
     vocab_file = os.path.join(src_dir, 'vocab.txt')
     for path in (config_file, vocab_file):

@@ -282,8 +282,9 @@ TINY = dict(model_type='bert', vocab_size=10, hidden_size=4, num_hidden_layers=1
             type_vocab_size=2, hidden_act='gelu', layer_norm_eps=1e-12)
 
 
-def _tiny_hf_bert(folder, config=TINY, drop=()):
-    """A Hugging Face BertModel folder with random weights, named as transformers names them."""
+def _tiny_hf_bert(folder, config=TINY, drop=(), prefix='', norm_names=('weight', 'bias')):
+    """A Hugging Face BertModel folder with random weights, named as transformers names them
+    (``prefix='bert.'`` as task models save them; ``norm_names=('gamma', 'beta')`` as old ones)."""
     h, i, rng = 4, 6, np.random.RandomState(0)
     shapes = {'embeddings.word_embeddings.weight': (10, h),
               'embeddings.position_embeddings.weight': (8, h),
@@ -297,9 +298,14 @@ def _tiny_hf_bert(folder, config=TINY, drop=()):
         shapes[f'encoder.layer.0.{module}.weight'] = shape
         shapes[f'encoder.layer.0.{module}.bias'] = shape[:1]
     os.makedirs(folder, exist_ok=True)
+    renamed = {}
+    for key, shape in shapes.items():
+        if 'LayerNorm' in key:
+            key = key.replace('.weight', '.' + norm_names[0]).replace('.bias', '.' + norm_names[1])
+        renamed[prefix + key] = shape
     _write_safetensors(os.path.join(folder, 'model.safetensors'),
                        {k: (rng.randn(*s).astype('float32'), None)
-                        for k, s in shapes.items() if k not in drop})
+                        for k, s in renamed.items() if k not in drop})
     with open(os.path.join(folder, 'config.json'), 'w') as f:
         json.dump(config, f)
     with open(os.path.join(folder, 'vocab.txt'), 'w') as f:
@@ -322,6 +328,21 @@ def test_cli_converts_and_the_weights_land_transposed(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(['--help'])
     assert exit_info.value.code == 0 and 'Hugging Face' in capsys.readouterr().out
+
+
+def test_prefixed_keys_and_gamma_beta_names(tmp_path):
+    from crf_lr.compat import tf
+    src = _tiny_hf_bert(str(tmp_path / 'hf'), prefix='bert.', norm_names=('gamma', 'beta'))
+    out = convert_checkpoint(src, str(tmp_path / 'out'))
+    hf = read_safetensors(os.path.join(src, 'model.safetensors'))
+    for hf_name, tf_name in (('bert.encoder.layer.0.output.LayerNorm.beta',
+                              'bert/encoder/layer_0/output/LayerNorm/beta'),
+                             ('bert.pooler.dense.weight', 'bert/pooler/dense/kernel')):
+        expected = hf[hf_name].T if tf_name.endswith('kernel') else hf[hf_name]
+        np.testing.assert_array_equal(tf.train.load_variable(out.checkpoint_path, tf_name), expected)
+    assert out.ignored == ()
+    with pytest.raises(ConversionError, match='must differ from the source'):
+        convert_checkpoint(src, src)
 
 
 @pytest.mark.parametrize('case, message', [
