@@ -115,7 +115,8 @@ class _PointerBase(keras.layers.Layer):
             mask = tf.cast(mask, 'bool')
             keep = mask[:, None, :, None] & mask[:, None, None, :]
         if self.tril_mask:
-            upper = tf.cast(tf.linalg.band_part(tf.ones_like(scores[0, 0]), 0, -1), 'bool')
+            position = tf.range(tf.shape(scores)[-1])
+            upper = position[:, None] <= position[None, :]                  # start <= end
             keep = upper[None, None] if keep is None else keep & upper
         if keep is None:
             return scores

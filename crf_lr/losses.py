@@ -121,19 +121,18 @@ def sparse_multilabel_categorical_crossentropy(y_true, y_pred, mask_zero=False):
     return positive_loss + negative_loss
 
 
-def _sum_over_heads(loss_per_head):
-    return tf.reduce_sum(loss_per_head, axis=1)
-
-
 def _flatten_cells(y):
     """(batch, heads, n, n) -> (batch, heads, n * n)."""
     shape = tf.shape(y)
     return tf.reshape(y, tf.concat([shape[:2], [shape[2] * shape[3]]], 0))
 
 
-def _check_scores(y_pred):
+def _global_pointer_scores(y_pred):
+    """Validated GlobalPointer scores (batch, heads, n, n), at least float32."""
+    y_pred = _logits(y_pred)
     if y_pred.shape.rank is not None and y_pred.shape.rank != 4:
         raise ValueError(f'GlobalPointer scores must be (batch, heads, n, n); got {y_pred.shape}')
+    return y_pred
 
 
 def global_pointer_crossentropy(y_true, y_pred):
@@ -149,10 +148,8 @@ def global_pointer_crossentropy(y_true, y_pred):
         >>> model.compile(optimizer='adam', loss=global_pointer_crossentropy,
         ...               metrics=[global_pointer_f1])
     """
-    y_pred = _logits(y_pred)
-    _check_scores(y_pred)
-    loss = multilabel_categorical_crossentropy(_flatten_cells(y_true), _flatten_cells(y_pred))
-    return _sum_over_heads(loss)
+    y_pred = _flatten_cells(_global_pointer_scores(y_pred))
+    return tf.reduce_sum(multilabel_categorical_crossentropy(_flatten_cells(y_true), y_pred), 1)
 
 
 def _sparse_cell_indices(y_true, n):
@@ -191,11 +188,10 @@ def sparse_global_pointer_crossentropy(y_true, y_pred):
         >>> model.compile(optimizer='adam', loss=sparse_global_pointer_crossentropy,
         ...               metrics=[sparse_global_pointer_f1])
     """
-    y_pred = _logits(y_pred)
-    _check_scores(y_pred)
+    y_pred = _global_pointer_scores(y_pred)
     indices = _sparse_cell_indices(y_true, tf.shape(y_pred)[2])
-    loss = sparse_multilabel_categorical_crossentropy(indices, _flatten_cells(y_pred))
-    return _sum_over_heads(loss)
+    return tf.reduce_sum(
+        sparse_multilabel_categorical_crossentropy(indices, _flatten_cells(y_pred)), 1)
 
 
 def global_pointer_f1(y_true, y_pred):
@@ -227,8 +223,7 @@ def sparse_global_pointer_f1(y_true, y_pred):
         >>> model.compile(optimizer='adam', loss=sparse_global_pointer_crossentropy,
         ...               metrics=[sparse_global_pointer_f1])
     """
-    y_pred = _logits(y_pred)
-    _check_scores(y_pred)
+    y_pred = _global_pointer_scores(y_pred)
     shape = tf.shape(y_pred)
     cells = _sparse_cell_indices(y_true, shape[2])                       # (batch, heads, E)
     slots = tf.where(cells >= 0)                                          # (k, 3): b, t, e
