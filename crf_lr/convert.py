@@ -122,8 +122,8 @@ class _StorageType:
 def _rebuild_tensor(storage, storage_offset, size, stride, *unused):
     """NumPy version of ``torch._utils._rebuild_tensor(_v2)``: a strided view of a storage."""
     size, stride = tuple(size), tuple(stride)
-    if len(size) != len(stride):
-        raise pickle.UnpicklingError(f'tensor size {size} and stride {stride} differ in rank')
+    if len(size) != len(stride) or min(size, default=0) < 0:
+        raise pickle.UnpicklingError(f'invalid tensor size {size} for stride {stride}')
     if all(size):
         last = storage_offset + sum((n - 1) * s for n, s in zip(size, stride))
         if storage_offset < 0 or min(stride, default=0) < 0 or last >= storage.size:
@@ -223,6 +223,9 @@ def read_torch_bin(path):
             if member not in names:
                 raise ConversionError(f'{path}: storage {member} referenced by data.pkl is missing')
             raw = archive.read(member)
+            if len(raw) < numel * (2 if dtype == 'bf16' else np.dtype(dtype).itemsize):
+                raise ConversionError(f'{path}: storage {member} has {len(raw)} bytes, too few '
+                                      f'for {numel} elements of {dtype}')
             if dtype == 'bf16':
                 return _bfloat16_to_float32(np.frombuffer(raw, order + 'u2', numel))
             return np.frombuffer(raw, np.dtype(dtype).newbyteorder(order), numel).astype(dtype)

@@ -66,6 +66,18 @@ def _is_shared(model):
     return any(layer.name == _SHARED_OUTPUT for layer in model.layers)
 
 
+def _per_depth_layers(model, why_shared_fails):
+    """{index: [layers]} of a model with one set of weights per depth, else a ValueError."""
+    if _is_shared(model):
+        raise ValueError(f'the model shares one transformer layer across depths (ALBERT); '
+                         f'{why_shared_fails}')
+    indices = _layer_indices(model)
+    if not indices:
+        raise ValueError(f'no bert4keras Transformer-{{i}}-* layers in model {model.name!r}; pass '
+                         f'the model built by bert4keras or one using its layers directly')
+    return indices
+
+
 def num_transformer_layers(model):
     """Number of transformer layers a bert4keras model applies (ALBERT: applications of the
     shared layer).
@@ -139,10 +151,7 @@ def reinitialize_top_layers(model, num_layers, seed=None, stddev=0.02, pooler=Tr
     >>> bert = build_transformer_model('bert_config.json', 'model.ckpt', with_pool=True)
     >>> reinitialize_top_layers(bert, 2, seed=0)        # last 2 layers + pooler back to init
     """
-    if _is_shared(model):
-        raise ValueError('the model shares one transformer layer across depths (ALBERT); '
-                         'its top layers cannot be re-initialised separately')
-    indices = _layer_indices(model)
+    indices = _per_depth_layers(model, 'its top layers cannot be re-initialised separately')
     total = len(indices)
     if not isinstance(num_layers, int) or not 0 <= num_layers <= total:
         raise ValueError(f'num_layers must be an int in [0, {total}] (the model has {total} '
@@ -188,8 +197,6 @@ def layerwise_decay(model, decay, head_multiplier=1.0):
 
     >>> optimizer = LayerwiseAdam(2e-5, lr_multipliers={**layerwise_decay(model, 0.9), 'CRF': 100})
     """
-    if _is_shared(model):
-        raise ValueError('the model shares one transformer layer across depths (ALBERT); '
-                         'layer-wise decay is undefined: give \'Transformer-\' one multiplier')
-    return layerwise_decay_multipliers(num_transformer_layers(model), decay,
-                                       head_multiplier=head_multiplier)
+    total = len(_per_depth_layers(
+        model, 'layer-wise decay is undefined: give \'Transformer-\' one multiplier'))
+    return layerwise_decay_multipliers(total, decay, head_multiplier=head_multiplier)

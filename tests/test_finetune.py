@@ -110,6 +110,9 @@ def test_reinitialize_rejects_bad_arguments(bert_with_head, tiny_albert_config_p
         reinitialize_top_layers(albert, 1)
     with pytest.raises(ValueError, match='shares one transformer layer'):
         layerwise_decay(albert, 0.9)
+    head_only = keras.Sequential([keras.layers.Dense(2, input_shape=(3,))], name='head_only')
+    with pytest.raises(ValueError, match="no bert4keras Transformer-.*'head_only'"):
+        reinitialize_top_layers(head_only, 1)
 
 
 def test_layerwise_decay_multipliers_reach_the_right_variables(bert_with_head):
