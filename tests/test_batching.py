@@ -59,17 +59,25 @@ def test_each_batch_is_padded_to_its_own_longest_item(corpus):
     assert sorted(seen) == list(range(len(items)))                   # every item once per epoch
 
 
+def to_tags(rows):
+    return [[LABELS[i] for i in row] for row in rows]
+
+
 def padded_cells(batches):
     return sum(batch.token_ids.size - batch.lengths.sum() for batch in batches)
 
 
 def test_buckets_cut_padding_and_the_order_is_seeded(corpus):
     _, items = corpus
-    epochs = lambda b: [[batch.indices.tolist() for batch in b] for _ in range(2)]  # noqa: E731
+
+    def epochs(batches):
+        return [[batch.indices.tolist() for batch in batches] for _ in range(2)]
+
     first, again = epochs(Batches(items, 4, seed=0)), epochs(Batches(items, 4, seed=0))
     assert first == again and first[0] != first[1]                   # seeded; a new order each epoch
     assert epochs(Batches(items, 4, seed=1)) != first
-    assert padded_cells(Batches(items, 4, bucket=10, seed=0)) < padded_cells(Batches(items, 4, bucket=0, seed=0))
+    bucketed, unsorted = Batches(items, 4, bucket=10, seed=0), Batches(items, 4, bucket=0, seed=0)
+    assert padded_cells(bucketed) < padded_cells(unsorted)
     in_order = Batches(items, 4, shuffle=False, bucket=0)
     assert [i for batch in in_order for i in batch.indices] == list(range(len(items)))
     by_length = [len(items[i].token_ids) for batch in Batches(items, 4, shuffle=False) for i in batch.indices]
@@ -95,7 +103,6 @@ def test_garbage_on_padding_and_special_positions_changes_no_score(corpus):
         return pred
 
     batches = Batches(items, batch_size=8, seed=0)
-    to_tags = lambda rows: [[LABELS[i] for i in row] for row in rows]  # noqa: E731
     clean = to_tags(batches.collect(lambda b: predict(b, False)))
     dirty = to_tags(batches.collect(lambda b: predict(b, True)))
     assert clean == dirty
@@ -120,7 +127,8 @@ def test_strip_padding_by_hand():
     assert [r.tolist() for r in strip_padding(predictions, [4, 6], special_tokens=False)] == [
         [7, 5, 6, 7], [7, 1, 2, 3, 4, 7]]
     scores = np.arange(2 * 6 * 3).reshape(2, 6, 3)                     # trailing dims are kept
-    assert strip_padding(scores, [3, 2])[0].tolist() == [[3, 4, 5]] and strip_padding(scores, [3, 2])[1].shape == (0, 3)
+    first, second = strip_padding(scores, [3, 2])
+    assert first.tolist() == [[3, 4, 5]] and second.shape == (0, 3)
     with pytest.raises(ValueError, match=r'lengths must lie in \[2, 6\]'):
         strip_padding(predictions, [1, 6])
     with pytest.raises(ValueError, match='lengths'):
@@ -142,20 +150,19 @@ def test_forfit_yields_keras_tuples_forever(corpus):
     (token_ids, segment_ids), labels = steps[0]
     assert token_ids.shape == segment_ids.shape == labels.shape
     inputs, labels, weights = next(Batches(items, 16, seed=0).forfit(sample_weights=True))
+    first_batch = next(iter(Batches(items, 16, seed=0)))
     assert weights.dtype == np.float32 and weights.shape == labels.shape
-    assert weights.sum() == sum(len(items[i].token_ids) - 2 for i in next(iter(Batches(items, 16, seed=0))).indices)
+    assert weights.sum() == sum(len(items[i].token_ids) - 2 for i in first_batch.indices)
 
 
 @pytest.mark.parametrize('kind', ['dense', 'sparse'])
 def test_label_fn_builds_global_pointer_targets_at_the_batch_length(corpus, kind):
     spans, items = corpus
     span_items = [Encoded(item.token_ids, labels=s, source=item.source) for s, item in zip(spans, items)]
-    if kind == 'dense':
-        label_fn = lambda batch_spans, n: np.stack([dense_targets(s, n, ['LOC', 'PER'], 1)  # noqa: E731
-                                                    for s in batch_spans])
-    else:
-        label_fn = lambda batch_spans, n: pad_sparse_targets([sparse_targets(s, n, ['LOC', 'PER'], 1)  # noqa: E731
-                                                              for s in batch_spans])
+    def label_fn(batch_spans, n):
+        if kind == 'dense':
+            return np.stack([dense_targets(s, n, ['LOC', 'PER'], 1) for s in batch_spans])
+        return pad_sparse_targets([sparse_targets(s, n, ['LOC', 'PER'], 1) for s in batch_spans])
     for batch in Batches(span_items, batch_size=8, label_fn=label_fn, seed=0):
         n = batch.token_ids.shape[1]
         assert batch.labels.shape[:2] == (len(batch.indices), 2)
