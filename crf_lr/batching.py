@@ -154,7 +154,7 @@ class Batches:
         bucket: pool size, in batches, inside which items are sorted by length (0: no sorting). With
             ``shuffle=False`` and ``bucket > 0`` all items are sorted by length (fastest prediction;
             ``Batch.indices`` / :meth:`collect` restore the item order).
-        seed: int seed of the shuffles.
+        seed: int (or list of ints, e.g. ``[seed, epoch]``) seeding the shuffles (numpy default_rng).
         special_tokens: True if every item starts with [CLS] and ends with [SEP].
         pad_id, label_pad: int padding values of token ids and labels.
 
