@@ -67,6 +67,7 @@ def outputs(loaded, reference):
     return results
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('name', sorted(MODELS))
 def test_hidden_states_match_original_implementation(name, reference, outputs):
     hidden, _ = outputs[name]
@@ -79,12 +80,14 @@ def test_hidden_states_match_original_implementation(name, reference, outputs):
     assert diffs.max() < TOLERANCE, f'{name}: max abs difference per hidden state {diffs}'
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('name', sorted(MODELS))
 def test_pooler_matches_original_implementation(name, reference, outputs):
     _, pooled = outputs[name]
     np.testing.assert_allclose(pooled, reference[f'{name}/pooler'], atol=TOLERANCE, rtol=0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('name', sorted(MODELS))
 def test_bert4keras_tokenizer_gives_the_original_ids(name, reference, converted):
     from bert4keras.tokenizers import Tokenizer
@@ -94,6 +97,7 @@ def test_bert4keras_tokenizer_gives_the_original_ids(name, reference, converted)
         assert tokenizer.encode(str(sentence))[0] == ids[:length].tolist(), sentence
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('name', sorted(MODELS))
 def test_checkpoint_holds_exactly_bert4keras_variables(name, converted, loaded):
     """Every name bert4keras maps (encoder + pooler) is in the checkpoint with the shape of its
@@ -109,6 +113,7 @@ def test_checkpoint_holds_exactly_bert4keras_variables(name, converted, loaded):
     assert {k: tuple(v) for k, v in stored.items()} == expected
 
 
+@pytest.mark.slow
 def test_packaged_checkpoint_is_converted_once(converted):
     out = converted['albert']
     index = out.checkpoint_path + '.index'
