@@ -32,9 +32,12 @@ def _logits(y_pred):
 
 
 def _logsumexp_with_zero(x):
-    """``log(1 + sum(exp(x), axis=-1))``: logsumexp over the last axis with a 0 logit appended
-    (the threshold class), so the result stays finite when every entry is ``-inf``."""
-    return tf.reduce_logsumexp(tf.concat([x, tf.zeros_like(x[..., :1])], axis=-1), axis=-1)
+    """``log(1 + sum(exp(x), axis=-1))``: logsumexp over the last axis with a 0 logit (the
+    threshold class) included, without materialising a concatenated copy of ``x``. Finite, with a
+    zero gradient on ``-inf`` entries, even when every entry is ``-inf``."""
+    shift = tf.stop_gradient(tf.maximum(tf.reduce_max(x, axis=-1, keepdims=True), 0))
+    total = tf.reduce_sum(tf.exp(x - shift), axis=-1) + tf.exp(-shift[..., 0])
+    return shift[..., 0] + tf.math.log(total)
 
 
 def multilabel_categorical_crossentropy(y_true, y_pred):
@@ -73,8 +76,8 @@ def sparse_multilabel_categorical_crossentropy(y_true, y_pred, mask_zero=False):
     ``lse_all + log(1 - exp(lse_P - lse_all))`` clipped at 1e-7, which cancels catastrophically
     once the positives carry most of the mass, i.e. for a well-trained model (measured: 0.4 %
     error in the loss when the negatives carry 1e-4 of the mass; a floor of 1e-7 below that).
-    Target memory is O(positives), not O(C); the logits copy costs what bert4keras's
-    concatenation of the threshold logit costs.
+    Target memory is O(positives), not O(C); the scatter makes one copy of the logits, as
+    bert4keras's concatenation of the threshold logit does.
 
     Args:
         y_true: int tensor ``(..., P)``: indices into the last axis of ``y_pred`` of the positive
@@ -107,17 +110,13 @@ def sparse_multilabel_categorical_crossentropy(y_true, y_pred, mask_zero=False):
         y_pred = tf.concat([tf.fill(tf.shape(y_pred[..., :1]), neg_inf), y_pred[..., 1:]], -1)
     scores = tf.gather(y_pred, tf.where(valid, y_true, 0), batch_dims=y_true.shape.rank - 1)
     positive_loss = _logsumexp_with_zero(tf.where(valid, -scores, neg_inf))
-    # Negatives: rows of logits + [threshold 0, spare -inf]; positives (padding: the spare
-    # column) overwritten with -inf.
-    classes, slots = tf.shape(y_pred)[-1], tf.shape(y_true)[-1]
-    rows = tf.reshape(y_pred, [-1, classes])
-    count = tf.shape(rows)[0]
-    rows = tf.concat([rows, tf.zeros([count, 1], rows.dtype),
-                      tf.fill([count, 1], neg_inf)], axis=-1)
-    columns = tf.reshape(tf.where(valid, y_true, classes + 1), [-1])
-    cells = tf.stack([tf.repeat(tf.range(count), slots), columns], axis=1)
-    negatives = tf.tensor_scatter_nd_update(rows, cells, tf.fill(tf.shape(columns), neg_inf))
-    negative_loss = tf.reshape(tf.reduce_logsumexp(negatives, axis=-1), tf.shape(y_pred)[:-1])
+    # Negatives: the logits with every listed positive overwritten by -inf.
+    rows = tf.reshape(y_pred, [-1, tf.shape(y_pred)[-1]])
+    row_of_slot = tf.repeat(tf.range(tf.shape(rows)[0]), tf.shape(y_true)[-1])
+    cells = tf.boolean_mask(tf.stack([row_of_slot, tf.reshape(y_true, [-1])], axis=1),
+                            tf.reshape(valid, [-1]))
+    negatives = tf.tensor_scatter_nd_update(rows, cells, tf.fill(tf.shape(cells)[:1], neg_inf))
+    negative_loss = tf.reshape(_logsumexp_with_zero(negatives), tf.shape(y_pred)[:-1])
     return positive_loss + negative_loss
 
 
