@@ -85,7 +85,7 @@ def sparse_multilabel_categorical_crossentropy(y_true, y_pred, mask_zero=False):
             term). Negative indices are padding; with ``mask_zero=True`` index 0 is padding too and
             class 0 is removed from the loss altogether (the bert4keras convention).
         y_pred: float tensor ``(..., C)`` of real logits; ``-inf`` cells count as neither positive
-            nor negative (do not list them as positives: their positive term would be ``+inf``).
+            nor negative (a positive index on such a cell is ignored, as in the dense loss).
         mask_zero: treat class 0 as padding (see above).
     Returns:
         Float tensor ``(...)``: the loss of every row.
@@ -109,6 +109,7 @@ def sparse_multilabel_categorical_crossentropy(y_true, y_pred, mask_zero=False):
         valid &= tf.not_equal(y_true, 0)
         y_pred = tf.concat([tf.fill(tf.shape(y_pred[..., :1]), neg_inf), y_pred[..., 1:]], -1)
     scores = tf.gather(y_pred, tf.where(valid, y_true, 0), batch_dims=y_true.shape.rank - 1)
+    valid &= tf.not_equal(scores, neg_inf)               # as in the dense loss: masked cells ignored
     positive_loss = _logsumexp_with_zero(tf.where(valid, -scores, neg_inf))
     # Negatives: the logits with every listed positive overwritten by -inf.
     rows = tf.reshape(y_pred, [-1, tf.shape(y_pred)[-1]])

@@ -76,6 +76,16 @@ def test_equal_bert4keras_functions_including_minus_inf_cells(seed):
     np.testing.assert_allclose(got, closed_form(labels[..., 1:], logits[..., 1:]), rtol=1e-5)
 
 
+def test_positives_on_minus_inf_cells_are_ignored_by_both():
+    logits = np.array([[1.5, -np.inf, -0.5, 2.0]], 'float32')
+    labels = np.array([[1, 1, 0, 0]], 'float32')
+    expected = closed_form([[1, 0, 0, 0]], logits)
+    np.testing.assert_allclose(multilabel_categorical_crossentropy(labels, logits), expected,
+                               rtol=1e-6)
+    np.testing.assert_allclose(sparse_multilabel_categorical_crossentropy([[1, 0]], logits),
+                               expected, rtol=1e-6)
+
+
 def gradient(loss, y_true, logits):
     logits = tf.Variable(logits)
     with tf.GradientTape() as tape:
