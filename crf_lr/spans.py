@@ -26,6 +26,11 @@ def _type_names(labels, heads=None):
     return names, count
 
 
+def _check_offset(offset):
+    if isinstance(offset, bool) or not isinstance(offset, (int, np.integer)) or offset < 0:
+        raise ValueError(f'offset must be an int >= 0, got {offset!r}')
+
+
 def decode_spans(scores, threshold=0.0, lengths=None, labels=None, offset=0):
     """Spans whose GlobalPointer score exceeds ``threshold``.
 
@@ -61,8 +66,7 @@ def decode_spans(scores, threshold=0.0, lengths=None, labels=None, offset=0):
         if lengths.shape != (size,) or not np.issubdtype(lengths.dtype, np.integer):
             raise ValueError(f'lengths must be {"an int" if single else f"{size} ints"} '
                              f'for scores of shape {scores.shape}; got {lengths!r}')
-    if isinstance(offset, bool) or not isinstance(offset, (int, np.integer)) or offset < 0:
-        raise ValueError(f'offset must be an int >= 0, got {offset!r}')
+    _check_offset(offset)
     position = np.arange(n)
     inside = position[None, :] < lengths[:, None]                          # (batch, n)
     valid = (inside[:, :, None] & inside[:, None, :]
@@ -79,8 +83,7 @@ def decode_spans(scores, threshold=0.0, lengths=None, labels=None, offset=0):
 def _target_cells(spans, length, labels, offset):
     """Validated, de-duplicated ``(type, i, j)`` cells of ``spans``, as an int array (k, 3)."""
     names, heads = _type_names(labels)
-    if isinstance(offset, bool) or not isinstance(offset, (int, np.integer)) or offset < 0:
-        raise ValueError(f'offset must be an int >= 0, got {offset!r}')
+    _check_offset(offset)
     cells = set()
     for span in spans:
         if len(span) != 3:
