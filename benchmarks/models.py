@@ -1,0 +1,150 @@
+"""Whole training steps: a randomly initialised ALBERT-tiny-sized bert4keras encoder under each head.
+
+The encoder is bert4keras's ``albert`` with the configuration of ALBERT-tiny (zh): hidden 312,
+12 attention heads, intermediate 1248, embedding 128, vocabulary 21,128, no dropout; 4 layers
+(ALBERT-tiny) or 1 (the CRF learning-rate experiment's setting). ALBERT shares one layer's weights
+across depth, but the arithmetic per layer is that of an unshared layer.
+
+Heads (7 tags = BIO over 3 entity types; the pointer heads score the 3 types):
+
+* ``softmax``: Dense(7) + token-level softmax cross-entropy over real tokens.
+* ``CRF (crf_lr)`` / ``CRF (bert4keras)``: Dense(7) + the CRF layer (lr_multiplier 100) and its
+  ``sparse_loss``.
+* ``GlobalPointer`` / ``EfficientGlobalPointer`` (crf_lr.global_pointer, head_size 64) with the
+  dense loss (targets (batch, 3, n, n)) or the sparse one (targets (batch, 3, 8, 2)).
+
+One step = forward + loss + backward + Adam update, in a ``tf.function`` traced for its input shape.
+
+    >>> models = build_heads(tf, layers=4)
+    >>> step = train_step(tf, models['softmax']); step(*batch_for(models['softmax'], 16, 128))
+"""
+import numpy as np
+
+ALBERT_TINY = dict(vocab_size=21128, embedding_size=128, hidden_size=312, num_hidden_layers=4,
+                   num_attention_heads=12, intermediate_size=1248, hidden_act='gelu',
+                   max_position_embeddings=512, type_vocab_size=2, hidden_dropout_prob=0.0,
+                   attention_probs_dropout_prob=0.0)
+NUM_TAGS = 7
+NUM_TYPES = 3
+HEAD_SIZE = 64
+MAX_ENTITIES = 8
+CRF_LR_MULTIPLIER = 100
+HEADS = ('softmax', 'CRF (crf_lr)', 'CRF (bert4keras)', 'GlobalPointer dense',
+         'GlobalPointer sparse', 'EfficientGlobalPointer dense', 'EfficientGlobalPointer sparse')
+
+
+class HeadModel:
+    """A Keras model (token_ids, segment_ids) -> head output, its loss ``loss(y, output, mask)``
+    returning (batch,), the kind of targets it takes (``'tags'``, ``'dense'``, ``'sparse'``),
+    and its own Adam optimizer."""
+
+    def __init__(self, model, loss, targets, optimizer):
+        self.model, self.loss, self.targets, self.optimizer = model, loss, targets, optimizer
+
+
+def softmax_loss(tf):
+    def loss(tags, logits, mask):
+        xent = tf.nn.sparse_softmax_cross_entropy_with_logits(tags, logits)
+        return tf.reduce_sum(xent * tf.cast(mask, xent.dtype), axis=1)
+    return loss
+
+
+def build_head(tf, keras, head, layers):
+    """One HeadModel: a fresh random encoder of ``layers`` layers under ``head`` (one of HEADS)."""
+    from bert4keras.layers import ConditionalRandomField as Bert4kerasCRF
+    from bert4keras.models import build_transformer_model
+    from crf_lr.crf import ConditionalRandomField
+    from crf_lr.global_pointer import EfficientGlobalPointer, GlobalPointer
+    from crf_lr.losses import global_pointer_crossentropy, sparse_global_pointer_crossentropy
+
+    encoder = build_transformer_model(model='albert', **dict(ALBERT_TINY, num_hidden_layers=layers))
+    hidden = encoder.output
+    if head == 'softmax' or head.startswith('CRF'):
+        output = keras.layers.Dense(NUM_TAGS)(hidden)
+        if head == 'softmax':
+            loss, targets = softmax_loss(tf), 'tags'
+        else:
+            crf_class = ConditionalRandomField if head == 'CRF (crf_lr)' else Bert4kerasCRF
+            crf = crf_class(lr_multiplier=CRF_LR_MULTIPLIER)
+            output = crf(output)
+            loss, targets = (lambda y, out, mask: crf.sparse_loss(y, out)), 'tags'
+    else:
+        pointer_class = GlobalPointer if head.startswith('GlobalPointer') else EfficientGlobalPointer
+        output = pointer_class(heads=NUM_TYPES, head_size=HEAD_SIZE)(hidden)
+        if head.endswith('dense'):
+            loss, targets = (lambda y, out, mask: global_pointer_crossentropy(y, out)), 'dense'
+        else:
+            loss, targets = (lambda y, out, mask: sparse_global_pointer_crossentropy(y, out)), 'sparse'
+    model = keras.Model(encoder.inputs, output)
+    return HeadModel(model, loss, targets, keras.optimizers.Adam(1e-4))
+
+
+def build_heads(tf, keras, layers, heads=HEADS):
+    """dict head name -> HeadModel, each with its own encoder of ``layers`` layers."""
+    return {head: build_head(tf, keras, head, layers) for head in heads}
+
+
+def train_step(tf, head_model):
+    """A ``tf.function`` (token_ids, segment_ids, targets) -> mean loss that also applies one Adam
+    update to every trainable weight of the model."""
+    model, loss_fn, optimizer = head_model.model, head_model.loss, head_model.optimizer
+
+    @tf.function
+    def step(token_ids, segment_ids, targets):
+        with tf.GradientTape() as tape:
+            output = model([token_ids, segment_ids], training=True)
+            loss = tf.reduce_mean(loss_fn(targets, output, token_ids > 0))
+        variables = model.trainable_variables
+        optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+        return loss
+    return step
+
+
+def random_batch(rng, batch, n):
+    """Token ids (batch, n) with lengths in [n/2, n] (0 = padding), segment ids, BIO tags (batch,
+    n), and the same entities (up to MAX_ENTITIES per sequence, 1-4 tokens, 3 types) as dense
+    (batch, 3, n, n) float32 and sparse (batch, 3, MAX_ENTITIES, 2) int32 (-1 = empty) targets."""
+    lengths = rng.integers(n // 2, n + 1, size=batch)
+    lengths[0] = n
+    token_ids = rng.integers(1, ALBERT_TINY['vocab_size'], size=(batch, n)).astype(np.int32)
+    token_ids[np.arange(n)[None, :] >= lengths[:, None]] = 0
+    tags = np.zeros((batch, n), np.int32)
+    dense = np.zeros((batch, NUM_TYPES, n, n), np.float32)
+    sparse = -np.ones((batch, NUM_TYPES, MAX_ENTITIES, 2), np.int32)
+    for b, length in enumerate(lengths):
+        slot = np.zeros(NUM_TYPES, int)
+        starts = np.arange(0, length - 3, 5)
+        for start in rng.choice(starts, min(MAX_ENTITIES, starts.size), replace=False):
+            end, kind = start + rng.integers(0, 4), rng.integers(NUM_TYPES)
+            tags[b, start], tags[b, start + 1:end + 1] = 1 + 2 * kind, 2 + 2 * kind
+            dense[b, kind, start, end] = 1
+            sparse[b, kind, slot[kind]] = start, end
+            slot[kind] += 1
+    return {'token_ids': token_ids, 'segment_ids': np.zeros_like(token_ids), 'tags': tags,
+            'dense': dense, 'sparse': sparse}
+
+
+def step_arguments(tf, head_model, batch):
+    """The tensors (token_ids, segment_ids, targets) of ``batch`` for this head."""
+    return (tf.constant(batch['token_ids']), tf.constant(batch['segment_ids']),
+            tf.constant(batch[head_model.targets]))
+
+
+def encoder_flops(layers, batch, n, hidden=ALBERT_TINY['hidden_size'],
+                  intermediate=ALBERT_TINY['intermediate_size'],
+                  embedding=ALBERT_TINY['embedding_size']):
+    """Arithmetic of one training step of the encoder (+ a Dense(7) head), in FLOPs:
+
+        6 x P x T  +  12 x layers x hidden x n x T
+
+    with T = batch x n tokens (padding included: it is computed) and P the weights used in
+    matrix products per token: layers x (4 hidden^2 + 2 hidden intermediate) + embedding x hidden
+    (ALBERT's factorised projection) + hidden x 7. Forward is 2 FLOPs per weight per token,
+    backward twice that; attention adds 2 x 2 x n x hidden per token per layer (scores and
+    weighted values) forward, x3 with backward. Embedding look-ups, softmax, layer norm, GELU
+    and the optimizer are not counted (they are not matrix products).
+    """
+    tokens = batch * n
+    params = layers * (4 * hidden ** 2 + 2 * hidden * intermediate) + embedding * hidden \
+        + hidden * NUM_TAGS
+    return 6 * params * tokens + 12 * layers * hidden * n * tokens

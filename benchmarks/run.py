@@ -1,0 +1,271 @@
+"""Benchmark suite: crf_lr's CRF loss, Viterbi and whole training steps against bert4keras and
+TensorFlow Addons (and softmax / GlobalPointer heads), in one process, after warm-up.
+
+    $ python benchmarks/run.py            # full run (~10-20 min on 2 cores), writes results.json + plots
+    $ python benchmarks/run.py --quick    # a subset, under 2 minutes
+    $ python benchmarks/run.py --report benchmarks/results.json   # tables of a saved run
+
+Installs nothing: ``make bench`` installs the benchmark extras (TensorFlow Addons) first; without
+them the TFA columns are left out. Every comparison checks that the implementations agree (loss,
+gradients, decoded paths) on the inputs it times before timing them; the heads of a training
+step are timed in interleaved rounds. Peak memory per head comes from ``memory.py`` run in a
+subprocess. Tables are printed as Markdown; ``--out`` gets the JSON (each case: name, shape,
+median ms and spread per implementation, ratios, 1-minute load average before/after).
+"""
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+warnings.filterwarnings('ignore', category=UserWarning)   # TFA's end-of-life notice, Keras
+
+import cases  # noqa: E402
+import models  # noqa: E402
+from timing import interleaved, load_average, machine, matmul_gflops  # noqa: E402
+
+FULL = dict(crf_shapes=[(n, labels) for n in (64, 128, 256, 512) for labels in (4, 7, 21)],
+            crf_rounds=20, viterbi_rounds=15, matmul_rounds=10,
+            # (layers, n, rounds): the four target cases, then the rest of the scaling series
+            steps=[(4, 128, 15), (4, 256, 15), (1, 128, 15), (1, 256, 15), (4, 64, 10), (4, 512, 6)],
+            heads=models.HEADS)
+QUICK = dict(crf_shapes=[(256, 7)], crf_rounds=10, viterbi_rounds=5, matmul_rounds=5,
+             steps=[(1, 64, 4)],
+             heads=('softmax', 'CRF (crf_lr)', 'CRF (bert4keras)', 'EfficientGlobalPointer sparse'))
+STEP_BATCH = 16
+
+
+def train_step_cases(tf, keras, plan, heads, progress=print, batch=STEP_BATCH):
+    """Time the whole training step of every head in ``heads`` for each (layers, n, rounds) of
+    ``plan``, heads interleaved in rounds; ``progress(message)`` reports each case. Returns one
+    results dict per (layers, n)."""
+    results = []
+    for layers in sorted({layers for layers, _, _ in plan}, reverse=True):
+        head_models = models.build_heads(tf, keras, layers, heads)
+        for _, n, rounds in [p for p in plan if p[0] == layers]:
+            data = models.random_batch(np.random.default_rng(n), batch, n)
+            calls = {}
+            for head, head_model in head_models.items():
+                step = models.train_step(tf, head_model)
+                arguments = models.step_arguments(tf, head_model, data)
+                calls[head] = lambda s=step, a=arguments: s(*a).numpy()
+            timings = interleaved(calls, rounds=rounds, warmup=2)
+            softmax = timings['softmax']['median_ms']
+            results.append({'name': 'train_step', 'shape': {'layers': layers, 'batch': batch, 'n': n},
+                            'timings': timings,
+                            'ratios': {f'{head} / softmax': round(t['median_ms'] / softmax, 3)
+                                       for head, t in timings.items() if head != 'softmax'},
+                            'encoder_gflop': round(models.encoder_flops(layers, batch, n) / 1e9, 2)})
+            progress(f'training step, {layers} layers, n={n}: {results[-1]["ratios"]}')
+    return results
+
+
+def memory_cases(plan, heads):
+    """Peak step memory per head from ``memory.py`` subprocesses (one per encoder depth)."""
+    rows = []
+    env = dict(os.environ, TF_CPU_ALLOCATOR_USE_BFC='true')
+    for layers in sorted({layers for layers, _, _ in plan}, reverse=True):
+        lengths = sorted({n for depth, n, _ in plan if depth == layers})
+        command = [sys.executable, os.path.join(HERE, 'memory.py'), '--layers', str(layers),
+                   '--n', *map(str, lengths), '--heads', *heads]
+        done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+        if done.returncode:
+            raise RuntimeError(f'{" ".join(command)} failed:\n{done.stderr[-3000:]}')
+        rows.extend(json.loads(done.stdout.strip().splitlines()[-1]))
+    return rows
+
+
+def add_memory_and_limit(steps, memory, gflops):
+    """Attach each head's step memory, and the arithmetic limit, to the train-step results."""
+    by_key = {(row['layers'], row['n'], row['head']): row['step_peak_mb'] for row in memory}
+    for case in steps:
+        shape = case['shape']
+        for head, timing in case['timings'].items():
+            timing['step_peak_mb'] = by_key.get((shape['layers'], shape['n'], head))
+        limit_ms = case['encoder_gflop'] / gflops * 1e3
+        case['limit'] = {'matmul_gflops': gflops, 'limit_ms': round(limit_ms, 2),
+                         'softmax_step_over_limit':
+                         round(case['timings']['softmax']['median_ms'] / limit_ms, 2)}
+
+
+def versions(tf, tfa):
+    import bert4keras
+    return {'tensorflow': tf.__version__, 'bert4keras': bert4keras.__version__,
+            'tensorflow_addons': tfa.__version__ if tfa is not None else None,
+            'numpy': np.__version__}
+
+
+def run(quick):
+    """Every comparison of the plan; returns the results dict written to results.json."""
+    plan = QUICK if quick else FULL
+    started = datetime.datetime.now(datetime.timezone.utc)
+    tf, tfa = cases.load_tensorflow()
+    tf.get_logger().setLevel('ERROR')
+    from crf_lr.compat import keras
+    results = {'command': ' '.join(['python', 'benchmarks/run.py'] + (['--quick'] if quick else [])),
+               'date_utc': started.strftime('%Y-%m-%d %H:%M'), 'machine': machine(),
+               'versions': versions(tf, tfa), 'load_average_start': list(os.getloadavg())}
+    def progress(message):
+        elapsed = (datetime.datetime.now(datetime.timezone.utc) - started).total_seconds()
+        print(f'[{elapsed:6.0f} s, load {load_average()}] {message}', flush=True)
+
+    results['matmul'] = matmul_gflops(tf, rounds=plan['matmul_rounds'])
+    progress(f"matmul 2048^3 float32: best {results['matmul']['gflops']} GFLOP/s, "
+             f"median {results['matmul']['gflops_median']}")
+    results['crf_loss'] = []
+    for n, labels in plan['crf_shapes']:
+        results['crf_loss'].append(cases.crf_loss_case(tf, tfa, n, labels, plan['crf_rounds']))
+        progress(f'CRF loss n={n} labels={labels}: {results["crf_loss"][-1]["ratios"]}')
+    results['viterbi'] = cases.viterbi_case(tf, tfa, plan['viterbi_rounds'])
+    progress(f'Viterbi: {results["viterbi"]["ratios"]}')
+    results['train_step'] = train_step_cases(tf, keras, plan['steps'], plan['heads'], progress)
+    memory = memory_cases(plan['steps'], plan['heads'])
+    progress('step memory measured')
+    add_memory_and_limit(results['train_step'], memory, results['matmul']['gflops'])
+    results['load_average_end'] = list(os.getloadavg())
+    results['minutes'] = round((datetime.datetime.now(datetime.timezone.utc) - started)
+                               .total_seconds() / 60, 1)
+    return results
+
+
+def markdown_table(header, rows):
+    lines = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
+    lines += ['| ' + ' | '.join(str(cell) for cell in row) + ' |' for row in rows]
+    return '\n'.join(lines)
+
+
+def timing_cell(timing):
+    """'12.3 (±8%)': median ms and the interquartile range relative to it."""
+    return f"{timing['median_ms']:.3g} (±{timing['iqr_pct'] / 2:.0f}%)"
+
+
+def report(results):
+    """The Markdown tables of a results dict."""
+    out = [f"Command: `{results['command']}` — {results['date_utc']} UTC, "
+           f"{results['machine']['nproc']} × {results['machine']['cpu_model']}, "
+           f"TF {results['versions']['tensorflow']}, TFA {results['versions']['tensorflow_addons']}, "
+           f"bert4keras {results['versions']['bert4keras']}; load average (1/5/15 min) "
+           f"{'/'.join(f'{x:.1f}' for x in results['load_average_start'])} at start, "
+           f"{'/'.join(f'{x:.1f}' for x in results['load_average_end'])} at end; "
+           f"{results['minutes']} min. Times: median ms (± half the IQR, as % of the median).",
+           '', f"Matmul (2048³ float32, TF, best of {results['matmul']['calls']}): "
+           f"**{results['matmul']['gflops']} GFLOP/s** (median {results['matmul']['gflops_median']}).",
+           '']
+    crf = results['crf_loss']
+    names = list(crf[0]['timings'])
+    ratio_names = list(crf[0]['ratios'])
+    out += ['### CRF negative log-likelihood + gradient (batch 32, float32, tf.function)', '',
+            markdown_table(['n', 'labels'] + names + ratio_names + ['load'],
+                           [[c['shape']['n'], c['shape']['labels']]
+                            + [timing_cell(c['timings'][k]) for k in names]
+                            + [f"**{c['ratios'][k]:.2f}**" for k in ratio_names]
+                            + [c['timings'][names[0]]['load_before']] for c in crf]), '']
+    viterbi = results['viterbi']
+    shape = viterbi['shape']
+    out += [f"### Viterbi: {shape['batch']} sequences of length {shape['lengths'][0]}–"
+            f"{shape['lengths'][1]}, {shape['labels']} labels "
+            f"({viterbi['sequences_checked']} sequences checked identical, "
+            f"16 of them against brute force)", '',
+            markdown_table(['decoder', 'ms per batch', 'sequences/s', 'load'],
+                           [[name, timing_cell(t), f"{t['sequences_per_s']:,.0f}", t['load_before']]
+                            for name, t in viterbi['timings'].items()]), '',
+            'Ratios: ' + ', '.join(f'{k} = **{v:.2f}**' for k, v in viterbi['ratios'].items()), '']
+    steps = results['train_step']
+    heads = list(steps[0]['timings'])
+    out += ['### Whole training step (forward + backward + Adam), batch 16', '',
+            markdown_table(['layers', 'n'] + heads + ['load before/after'],
+                           [[c['shape']['layers'], c['shape']['n']]
+                            + [timing_cell(c['timings'][h])
+                               + ('' if h == 'softmax' else
+                                  f" **{c['ratios'][h + ' / softmax']:.2f}×**") for h in heads]
+                            + [f"{c['timings']['softmax']['load_before']}/"
+                               f"{c['timings']['softmax']['load_after']}"]
+                            for c in steps]), '',
+            '### Peak step memory per head (MB above weights and optimizer state)', '',
+            markdown_table(['layers', 'n'] + heads,
+                           [[c['shape']['layers'], c['shape']['n']]
+                            + [c['timings'][h]['step_peak_mb'] for h in heads] for c in steps]), '',
+            '### Distance from the arithmetic limit (encoder FLOPs / measured matmul rate)', '',
+            markdown_table(['layers', 'n', 'encoder GFLOP per step', 'limit ms', 'softmax step ms',
+                            'step / limit'],
+                           [[c['shape']['layers'], c['shape']['n'], c['encoder_gflop'],
+                             f"{c['limit']['limit_ms']:.0f}", f"{c['timings']['softmax']['median_ms']:.0f}",
+                             f"{c['limit']['softmax_step_over_limit']:.1f}×"] for c in steps])]
+    return '\n'.join(out)
+
+
+def plot(results, directory):
+    """docs/perf_crf_loss.png (CRF loss time vs n) and docs/perf_scaling.png (step time and
+    memory vs n per head, 4 layers). Returns the paths written."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    paths = []
+    crf = [c for c in results['crf_loss'] if c['shape']['labels'] == 7]
+    if len(crf) > 1:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for name in crf[0]['timings']:
+            ax.plot([c['shape']['n'] for c in crf], [c['timings'][name]['median_ms'] for c in crf],
+                    marker='o', label=name)
+        ax.set(xscale='log', yscale='log', xlabel='sequence length n', ylabel='ms per call',
+               title='CRF NLL + gradient, batch 32, 7 labels')
+        ax.set_xticks([c['shape']['n'] for c in crf], [str(c['shape']['n']) for c in crf])
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        paths.append(os.path.join(directory, 'perf_crf_loss.png'))
+        fig.savefig(paths[-1], dpi=120)
+    depth = max(c['shape']['layers'] for c in results['train_step'])
+    series = sorted((c for c in results['train_step'] if c['shape']['layers'] == depth),
+                    key=lambda c: c['shape']['n'])
+    if len(series) > 1:
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+        lengths = [c['shape']['n'] for c in series]
+        for head in series[0]['timings']:
+            for ax, key in zip(axes, ('median_ms', 'step_peak_mb')):
+                ax.plot(lengths, [c['timings'][head][key] for c in series], marker='o', label=head)
+        limit = [c['limit']['limit_ms'] for c in series]
+        axes[0].plot(lengths, limit, 'k--', label='arithmetic limit (encoder)')
+        for ax, ylabel in zip(axes, ('ms per training step', 'MB peak step memory')):
+            ax.set(xscale='log', yscale='log', xlabel='sequence length n', ylabel=ylabel)
+            ax.set_xticks(lengths, [str(n) for n in lengths])
+        axes[0].set_title(f'{depth}-layer ALBERT-tiny, batch {STEP_BATCH}: time')
+        axes[1].set_title('peak memory of one step')
+        axes[0].legend(fontsize=7)
+        fig.tight_layout()
+        paths.append(os.path.join(directory, 'perf_scaling.png'))
+        fig.savefig(paths[-1], dpi=120)
+    return paths
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('--quick', action='store_true', help='a subset, under 2 minutes')
+    parser.add_argument('--out', default=None, help='results JSON (default benchmarks/results.json; '
+                        'benchmarks/results-quick.json with --quick)')
+    parser.add_argument('--plots', default=None, help='folder for the PNG plots (default docs/ for '
+                        'a full run, none with --quick)')
+    parser.add_argument('--report', metavar='JSON', help='print the tables of a saved run and exit')
+    args = parser.parse_args()
+    if args.report:
+        with open(args.report, encoding='utf-8') as f:
+            print(report(json.load(f)))
+        return
+    results = run(args.quick)
+    out = args.out or os.path.join(HERE, 'results-quick.json' if args.quick else 'results.json')
+    with open(out, 'w', encoding='utf-8') as f:
+        json.dump(results, f, indent=1)
+    print(report(results))
+    plots = args.plots or (None if args.quick else os.path.join(HERE, '..', 'docs'))
+    written = plot(results, plots) if plots else []
+    print(f'\nwrote {out}' + ''.join(f', {p}' for p in written))
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,102 @@
+"""Timing primitives of the benchmark suite: interleaved rounds, spread, machine load, matmul rate.
+
+Every comparison times its competitors in rounds (A, B, C, A, B, C, ...) after a warm-up, so a burst
+of load from other processes hits all of them alike; the median and the interquartile range of the
+per-call times are reported, with the load average read before and after.
+
+    >>> stats = interleaved({'a': f, 'b': g}, rounds=20)
+    >>> stats['a']['median_ms'], stats['a']['iqr_ms']
+"""
+import os
+import platform
+import time
+
+import numpy as np
+
+
+def load_average():
+    """The 1-minute load average of the machine (float; ``nan`` where the OS has none)."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return float('nan')
+
+
+def summarise(times_s):
+    """Median, quartiles and relative spread of a list of durations in seconds.
+
+    Returns a dict of floats in milliseconds: ``median_ms``, ``min_ms``, ``q1_ms``, ``q3_ms``,
+    ``iqr_ms`` and ``iqr_pct`` (IQR / median x 100), plus ``calls`` (int).
+    """
+    ms = np.asarray(times_s, dtype=np.float64) * 1e3
+    q1, median, q3 = np.percentile(ms, [25, 50, 75])
+    return {'median_ms': round(float(median), 4), 'min_ms': round(float(ms.min()), 4),
+            'q1_ms': round(float(q1), 4),
+            'q3_ms': round(float(q3), 4), 'iqr_ms': round(float(q3 - q1), 4),
+            'iqr_pct': round(float((q3 - q1) / median * 100), 1), 'calls': int(ms.size)}
+
+
+def interleaved(functions, rounds, warmup=2, min_round_s=0.0):
+    """Time zero-argument callables in interleaved rounds.
+
+    Args:
+        functions: dict name -> callable taking no argument (it must block until its result is
+            ready, e.g. by calling ``.numpy()``).
+        rounds: int >= 3, timed calls per function.
+        warmup: int, untimed calls per function first (tracing, caches, thread pools).
+        min_round_s: float; if a call is shorter, it is repeated within its slot until the slot
+            lasts this long and the mean per call is recorded (keeps timer noise out of µs calls).
+
+    Returns:
+        dict name -> ``summarise(...)`` of that function's calls, with ``load_before`` and
+        ``load_after`` (1-minute load averages) added to each entry.
+    """
+    if rounds < 3:
+        raise ValueError(f'rounds must be >= 3 for quartiles, got {rounds}')
+    for fn in functions.values():
+        for _ in range(warmup):
+            fn()
+    repeats = {}
+    for name, fn in functions.items():
+        start = time.perf_counter()
+        fn()
+        once = time.perf_counter() - start
+        repeats[name] = max(1, int(min_round_s / max(once, 1e-9)))
+    load_before = load_average()
+    times = {name: [] for name in functions}
+    for _ in range(rounds):
+        for name, fn in functions.items():
+            start = time.perf_counter()
+            for _ in range(repeats[name]):
+                fn()
+            times[name].append((time.perf_counter() - start) / repeats[name])
+    load_after = load_average()
+    return {name: dict(summarise(t), load_before=load_before, load_after=load_after)
+            for name, t in times.items()}
+
+
+def matmul_gflops(tf, size=2048, rounds=10):
+    """The machine's float32 matmul rate in TensorFlow: a ``size x size`` by ``size x size``
+    product in a ``tf.function`` (2 size^3 flops per call), timed ``rounds`` times.
+
+    Returns dict: ``gflops`` (the best rate seen: the machine's capability, least disturbed by
+    other load), ``gflops_median``, ``size``, and the timing summary.
+    """
+    a = tf.random.normal([size, size], seed=1)
+    b = tf.random.normal([size, size], seed=2)
+    product = tf.function(lambda x, y: tf.reduce_sum(tf.matmul(x, y)))
+    stats = interleaved({'matmul': lambda: product(a, b).numpy()}, rounds=rounds)['matmul']
+    rate = lambda ms: round(2 * size ** 3 / (ms * 1e-3) / 1e9, 1)  # noqa: E731
+    return dict(stats, size=size, gflops=rate(stats['min_ms']), gflops_median=rate(stats['median_ms']))
+
+
+def machine():
+    """Facts about this machine for the results file: cores, CPU model, OS, Python."""
+    model = 'unknown'
+    try:
+        with open('/proc/cpuinfo', encoding='utf-8') as f:
+            model = next(line.split(':', 1)[1].strip() for line in f if line.startswith('model name'))
+    except (OSError, StopIteration):
+        pass
+    return {'nproc': os.cpu_count(), 'cpu_model': model, 'platform': platform.platform(),
+            'python': platform.python_version()}
