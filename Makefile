@@ -20,6 +20,19 @@ $(STAMP): setup.py Makefile
 	$(PIP) install --no-deps $(NO_DEPS) $(ASSETS)
 	touch $(STAMP)
 
+# Benchmark peers (TensorFlow Addons), never runtime dependencies: see benchmarks/run.py.
+BENCH_STAMP := $(VENV)/.crf_lr-bench-installed
+
+$(BENCH_STAMP): $(STAMP)
+	$(PIP) install -e '.[bench]'
+	touch $(BENCH_STAMP)
+
+bench: install $(BENCH_STAMP)
+	$(PY) benchmarks/run.py
+
+bench-quick: install $(BENCH_STAMP)
+	$(PY) benchmarks/run.py --quick
+
 test: install
 	$(PY) -m pytest -q tests
 

@@ -19,6 +19,7 @@ setup(
     extras_require={
         'test': ['pytest', 'seqeval'],
         'plots': ['matplotlib'],
+        'bench': ['matplotlib', 'tensorflow-addons==0.23.0', 'typeguard<3'],   # peers only
     },
     entry_points={'console_scripts': [
         'crf-lr-convert=crf_lr.convert:main',
