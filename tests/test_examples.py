@@ -1,0 +1,221 @@
+"""The task scripts end to end on tiny data (a hidden-16 random encoder, a dozen sentences written in
+the shared data layout), run in-process through their ``main(argv)``.
+
+Oracles: the best F1 a script reports equals the score recomputed from its saved model with
+``crf_lr.metrics``; a run resumed after epoch 2 gives the same epoch-3 loss as an uninterrupted run;
+head parameter counts equal the closed forms of the GlobalPointer designs; the unit encoder's ids are
+the vocabulary's line numbers.
+"""
+import importlib.util
+import json
+import os
+
+import numpy as np
+import pytest
+
+import crf_lr  # noqa: F401  (environment before TensorFlow)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WORDS = ['我们', '喜欢', '北京', '的', '天气', '。', '张三', '去', '上海', '工作', '，', '今天', '很', '好']
+ENGLISH = ['eu', 'rejects', 'german', 'call', 'to', 'boycott', 'british', 'lamb', '.', 'peter',
+           'run', '##s', 'in', 'london']
+
+
+def load_script(name):
+    """An examples/ script as a module (so its ``main(argv)`` runs in this process)."""
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, 'examples', f'{name}.py'))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def write_tiny_encoder(folder):
+    """A vocab.txt covering the test sentences and a 1-layer, hidden-16 BERT config (no dropout,
+    so runs are deterministic). Returns the config path."""
+    os.makedirs(folder, exist_ok=True)
+    chars = sorted({c for word in WORDS for c in word} | set('张三李四王五赵六市区1a'))
+    vocab = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]'] + chars + ENGLISH
+    with open(os.path.join(folder, 'vocab.txt'), 'w', encoding='utf-8') as f:
+        f.write('\n'.join(vocab) + '\n')
+    config = dict(vocab_size=len(vocab), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                  intermediate_size=32, hidden_act='gelu', max_position_embeddings=64,
+                  type_vocab_size=2, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    path = os.path.join(folder, 'bert_config.json')
+    with open(path, 'w', encoding='utf-8') as f:
+        json.dump(config, f)
+    return path
+
+
+def _sentences(rng, count, length):
+    return [[WORDS[i] for i in rng.integers(0, len(WORDS), length)] for _ in range(count)]
+
+
+@pytest.fixture(scope='module')
+def tiny(tmp_path_factory):
+    """A data folder in the shared layout (PFR, PKU gold + word list, CLUENER, CoNLL) and a tiny
+    encoder config."""
+    root = tmp_path_factory.mktemp('tiny')
+    data = root / 'data'
+    rng = np.random.default_rng(0)
+    for sub in ('pfr1998', 'icwb2', 'cluener2020', 'conll2003'):
+        (data / sub).mkdir(parents=True)
+    train = _sentences(rng, 16, 9)
+    (data / 'pfr1998' / '199801.txt').write_text(
+        '\n'.join('  '.join(f'{w}/n' for w in s) for s in train) + '\n', encoding='utf-8')
+    (data / 'icwb2' / 'pku_test_gold.utf8').write_text(
+        '\n'.join('  '.join(s) for s in _sentences(rng, 5, 12)) + '\n', encoding='utf-8')
+    (data / 'icwb2' / 'pku_training_words.utf8').write_text('\n'.join(WORDS[:10]) + '\n',
+                                                           encoding='utf-8')
+    for split, count in (('train', 12), ('dev', 4)):
+        lines = []
+        for s in _sentences(rng, count, 6):
+            text = ''.join(s)
+            labels = {}
+            for name, kind in (('张三', 'name'), ('北京', 'address'), ('上海', 'address')):
+                start = text.find(name)
+                if start >= 0:
+                    labels.setdefault(kind, {})[name] = [[start, start + len(name) - 1]]
+            lines.append(json.dumps({'text': text, 'label': labels}, ensure_ascii=False))
+        (data / 'cluener2020' / f'{split}.json').write_text('\n'.join(lines) + '\n', encoding='utf-8')
+    conll = ('-DOCSTART- -X- -X- O\n\nEU NNP B-NP I-ORG\nrejects VBZ B-VP O\nGerman JJ B-NP I-MISC\n'
+             'call NN I-NP O\nto TO B-VP O\nboycott VB I-VP O\nBritish JJ B-NP I-MISC\n'
+             'lamb NN I-NP O\n. . O O\n\nPeter NNP B-NP I-PER\nruns VBZ B-VP O\nin IN B-PP O\n'
+             'London NNP B-NP I-LOC\n. . O O\n')
+    for split in ('train', 'test'):
+        (data / 'conll2003' / f'{split}.txt').write_text(conll * (4 if split == 'train' else 1),
+                                                         encoding='utf-8')
+    return dict(data=str(data), config=write_tiny_encoder(str(root / 'encoder')), root=root)
+
+
+def _common(tiny, output, epochs=2):
+    return ['--data-dir', tiny['data'], '--encoder', tiny['config'], '--epochs', str(epochs),
+            '--batch-size', '4', '--lr', '1e-2', '--maxlen', '16', '--output', str(output)]
+
+
+def _records(output):
+    with open(os.path.join(output, 'log.jsonl'), encoding='utf-8') as f:
+        return [json.loads(line) for line in f]
+
+
+@pytest.fixture(scope='module')
+def cws_run(tiny):
+    cws = load_script('task_cws_crf')
+    output = tiny['root'] / 'cws'
+    results = cws.main(_common(tiny, output) + ['--crf-lr-multiplier', '10'])
+    return cws, output, results
+
+
+def test_cws_script_writes_scores_tables_and_model_and_the_loss_falls(cws_run, tiny):
+    from crf_lr.datasets import load_dataset, read_word_list
+    from crf_lr.metrics import segmentation_scores
+    from crf_lr.tagger import Tagger
+    _, output, results = cws_run
+    records = _records(output)
+    assert [r['epoch'] for r in records] == [1, 2]
+    assert records[1]['loss'] < records[0]['loss']
+    assert all(len(r['step_losses']) == r['steps'] > 0 for r in records)
+    for name in ('results.json', 'run.json', 'transitions_epoch1.txt', 'transitions_epoch2.txt',
+                 'transitions_epoch2.png', 'model/model.h5', 'model/labels.json', 'model/vocab.txt'):
+        assert os.path.isfile(output / name), name
+    assert 'from\\to' in (output / 'transitions_epoch2.txt').read_text()
+    assert np.shape(records[-1]['transitions']) == (4, 4)
+    assert 0 <= records[-1]['sane_tags'] <= 4
+    assert results['best'] == max(r['f1'] for r in records) and results['head_parameters'] == 16 * 4 + 4 + 16
+    # the saved (best) model scores exactly what the log says
+    gold = load_dataset('pku', 'test', tiny['data']).examples
+    words = read_word_list(os.path.join(tiny['data'], 'icwb2', 'pku_training_words.utf8'))
+    spans = Tagger.load(str(output / 'model')).predict([e.text for e in gold])
+    predicted = [[e.text[s:t] for s, t, _ in sent] for e, sent in zip(gold, spans)]
+    assert segmentation_scores([e.words for e in gold], predicted, words)['f1'] == pytest.approx(
+        results['best'], abs=1e-5)
+
+
+def test_resumed_run_equals_an_uninterrupted_one(cws_run, tiny):
+    """Stop after epoch 2, resume to epoch 3: the same losses as 3 epochs in one go (softmax head,
+    the cheapest to build; resuming does not depend on the head)."""
+    cws = cws_run[0]
+    args = ['--head', 'softmax']
+    output, straight = tiny['root'] / 'resumed', tiny['root'] / 'straight'
+    cws.main(_common(tiny, output, epochs=2) + args)
+    before = _records(output)
+    cws.main(_common(tiny, output, epochs=3) + args)
+    after = _records(output)
+    assert after[:2] == before and after[2]['epoch'] == 3
+    cws.main(_common(tiny, straight, epochs=3) + args)
+    assert [r['loss'] for r in after] == pytest.approx([r['loss'] for r in _records(straight)],
+                                                       rel=1e-4)
+    with pytest.raises(SystemExit, match='other arguments'):
+        cws.main(_common(tiny, output, epochs=3) + ['--head', 'crf'])
+
+
+def test_ner_span_head_on_nested_capable_data(tiny):
+    ner = load_script('task_ner')
+    output = tiny['root'] / 'egp'
+    results = ner.main(_common(tiny, output) + ['--dataset', 'cluener',
+                                                '--head', 'efficient_global_pointer',
+                                                '--head-size', '8'])
+    records = _records(output)
+    assert records[1]['loss'] < records[0]['loss']
+    assert len(records[-1]['per_type']) == 10 and records[-1]['per_type']['address']['support'] > 0
+    assert 0 <= records[-1]['relaxed_f1'] <= 1 and 'f1_constrained' not in records[-1]
+    assert os.path.isfile(output / 'confusion_epoch2.txt')
+    heads, d, hidden = 10, 8, 16                     # CLUENER types, head size, hidden
+    assert results['head_parameters'] == 2 * d * (hidden + 1) + heads * (4 * d + 2)
+
+
+def test_ner_softmax_on_word_pieces_scores_like_its_saved_model(tiny):
+    from crf_lr.datasets import load_dataset
+    from crf_lr.metrics import span_scores
+    from crf_lr.tagger import Tagger
+    ner = load_script('task_ner')
+    output = tiny['root'] / 'conll'
+    results = ner.main(_common(tiny, output) + ['--dataset', 'conll2003', '--head', 'softmax'])
+    records = _records(output)
+    assert records[1]['loss'] < records[0]['loss']
+    assert 'f1_constrained' in records[-1] and records[-1]['predict_sentences_per_second'] > 0
+    test = load_dataset('conll2003', 'test', tiny['data']).examples
+    predicted = Tagger.load(str(output / 'model')).predict([e.tokens for e in test])
+    assert span_scores([e.spans for e in test], predicted)['f1'] == pytest.approx(results['best'],
+                                                                                  abs=1e-5)
+
+
+def test_head_parameter_counts_follow_the_designs(tiny):
+    from crf_lr.tagger import build_model, head_parameters, load_encoder
+    hidden, d, types = 16, 8, 3
+    counts = {}
+    for head in ('global_pointer', 'efficient_global_pointer', 'crf', 'softmax'):
+        encoder, _, _ = load_encoder(tiny['config'])
+        model, _, _ = build_model(encoder, head, types if 'pointer' in head else 7, head_size=d)
+        counts[head] = head_parameters(model)
+    assert counts['global_pointer'] == types * 2 * d * (hidden + 1)
+    assert counts['efficient_global_pointer'] == 2 * d * (hidden + 1) + types * (4 * d + 2)
+    assert counts['crf'] == counts['softmax'] + 7 * 7 == (hidden + 1) * 7 + 49
+
+
+def test_unit_encoder_ids_are_vocabulary_lines(tiny):
+    from crf_lr.training import (UnitEncoder, piece_spans_to_unit_spans, unit_spans_to_piece_spans,
+                                 unit_tags_to_piece_tags)
+    vocab_path = os.path.join(os.path.dirname(tiny['config']), 'vocab.txt')
+    lines = open(vocab_path, encoding='utf-8').read().split('\n')
+    chars = UnitEncoder(vocab_path)
+    ids, starts = chars.encode('北１Ａ☃')          # full-width 1 and A are looked up as 1 and a
+    assert ids == [2, lines.index('北'), lines.index('1'), lines.index('a'), 1, 3]
+    assert starts == [0, 1, 2, 3, 4]
+    words = UnitEncoder(vocab_path, 'words')
+    ids, starts = words.encode(['Peter', 'runs'])
+    assert ids == [2, lines.index('peter'), lines.index('run'), lines.index('##s'), 3]
+    assert starts == [0, 1, 3]
+    assert unit_tags_to_piece_tags(['B-PER', 'B-ORG'], [0, 1, 3]) == ['B-PER', 'B-ORG', 'I-ORG']
+    assert unit_spans_to_piece_spans([(1, 2, 'X')], starts) == [(1, 3, 'X')]
+    assert piece_spans_to_unit_spans([(1, 3, 'X'), (1, 2, 'Y'), (2, 3, 'Z')], starts) == [(1, 2, 'X')]
+
+
+def test_bad_arguments_are_reported(tiny, tmp_path):
+    cws = load_script('task_cws_crf')
+    with pytest.raises(SystemExit) as exit_info:
+        cws.parse_args(['--epochs', '0'])
+    assert exit_info.value.code == 2
+    with pytest.raises(ValueError, match='random:LAYERS:HIDDEN'):
+        cws.main(_common(tiny, tmp_path / 'x') + ['--encoder', 'random:one:16'])
+    with pytest.raises(FileNotFoundError, match='not a folder'):
+        cws.main(['--data-dir', str(tmp_path / 'missing'), '--output', str(tmp_path / 'y')])
