@@ -248,7 +248,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--quick', action='store_true', help='a subset, under 2 minutes')
     parser.add_argument('--out', default=None, help='results JSON (default benchmarks/results.json; '
-                        'benchmarks/results-quick.json with --quick)')
+                        'benchmarks/results.quick.json with --quick)')
     parser.add_argument('--plots', default=None, help='folder for the PNG plots (default docs/ for '
                         'a full run, none with --quick)')
     parser.add_argument('--report', metavar='JSON', help='print the tables of a saved run and exit')
@@ -258,7 +258,7 @@ def main():
             print(report(json.load(f)))
         return
     results = run(args.quick)
-    out = args.out or os.path.join(HERE, 'results-quick.json' if args.quick else 'results.json')
+    out = args.out or os.path.join(HERE, 'results.quick.json' if args.quick else 'results.json')
     with open(out, 'w', encoding='utf-8') as f:
         json.dump(results, f, indent=1)
     print(report(results))

@@ -1,0 +1,109 @@
+"""The benchmark harness's correctness checks and bookkeeping, on tiny cases (no timing here).
+
+Oracles: bert4keras's CRF loss and ViterbiDecoder, brute-force path enumeration, and the kernels
+of a real bert4keras ALBERT model for the FLOP count.
+"""
+import os
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', 'benchmarks'))
+
+import cases  # noqa: E402
+import models  # noqa: E402
+import peers  # noqa: E402
+from crf_lr.compat import keras, tf  # noqa: E402
+
+
+@pytest.fixture(scope='module')
+def crf_results():
+    """(results by implementation, lengths) of every exact CRF loss on a tiny padded batch."""
+    emissions, tags, lengths, transitions = cases.crf_inputs(np.random.default_rng(3), 4, 6, 3)
+    implementations = cases.crf_loss_implementations(tf, None, transitions)
+    args = (tf.constant(emissions), tf.constant(tags), tf.constant(lengths))
+    results = {}
+    for name, implementation in implementations.items():
+        if implementation.exact:
+            loss, grads = cases.loss_and_gradient(tf, implementation)(*args)
+            results[name] = (loss.numpy(), [g.numpy() for g in grads])
+    return results, lengths
+
+
+def test_crf_check_passes_on_crf_lr_and_bert4keras(crf_results):
+    results, lengths = crf_results
+    assert {'crf_lr sparse_loss', 'bert4keras sparse_loss', 'bert4keras dense_loss'} <= set(results)
+    errors = cases.check_crf_losses(results, lengths)
+    assert set(errors) == set(results) - {'crf_lr sparse_loss'}
+    assert max(e['loss_rel_err'] for e in errors.values()) < 1e-5
+
+
+@pytest.mark.parametrize('part', ['loss', 'transition gradient', 'emission gradient'])
+def test_crf_check_rejects_a_wrong_implementation(crf_results, part):
+    results, lengths = crf_results
+    loss, grads = results['bert4keras sparse_loss']
+    grads = [g.copy() for g in grads]
+    if part == 'loss':
+        loss = loss + 0.01 * max(1.0, abs(loss))
+    elif part == 'transition gradient':
+        grads[1][0, 0] += 0.01
+    else:
+        grads[0][0, 0, 0] += 0.01         # a real position (the first sequence has full length)
+    with pytest.raises(AssertionError, match='bert4keras sparse_loss'):
+        cases.check_crf_losses(dict(results, **{'bert4keras sparse_loss': (loss, grads)}), lengths)
+
+
+def test_crf_check_ignores_emission_gradients_at_padding(crf_results):
+    results, lengths = crf_results
+    assert lengths.min() < 6, 'the fixture must contain padding'
+    loss, grads = results['bert4keras sparse_loss']
+    grads = [g.copy() for g in grads]
+    row = int(np.argmin(lengths))
+    grads[0][row, lengths[row]:] += 5.0
+    cases.check_crf_losses(dict(results, **{'bert4keras sparse_loss': (loss, grads)}), lengths)
+
+
+def test_viterbi_check_against_brute_force_and_a_wrong_decoder():
+    rng = np.random.default_rng(4)
+    emissions = rng.normal(size=(6, 4, 3)).astype(np.float32)
+    lengths = np.array([4, 1, 2, 3, 4, 2], dtype=np.int32)
+    transitions = rng.normal(size=(3, 3)).astype(np.float32)
+    decoders = cases.viterbi_decoders(tf, None, transitions)
+    oracle = peers.brute_force_paths(emissions, transitions, lengths)
+    assert cases.check_viterbi(decoders, emissions, lengths, oracle=oracle) == 6
+    decoders['reversed'] = lambda e, l: [p[::-1] for p in decoders['crf_lr NumPy'](e, l)]
+    with pytest.raises(AssertionError, match='reversed'):
+        cases.check_viterbi(decoders, emissions, lengths, oracle=oracle)
+
+
+def test_encoder_flops_count_the_kernels_of_a_real_albert():
+    from bert4keras.models import build_transformer_model
+    size = dict(hidden=16, intermediate=40, embedding=8)
+    encoder = build_transformer_model(model='albert', **dict(
+        models.ALBERT_TINY, vocab_size=50, hidden_size=16, intermediate_size=40, embedding_size=8,
+        num_attention_heads=2, num_hidden_layers=3, max_position_embeddings=32))
+    kernels = {w.name.split('/')[0]: 0 for w in encoder.trainable_weights}
+    for w in encoder.trainable_weights:
+        if w.name.endswith('kernel:0'):
+            kernels[w.name.split('/')[0]] += int(np.prod(w.shape))
+    # ALBERT shares one layer's weights across depth; each of the 3 layers computes with them
+    layer = kernels['Transformer-MultiHeadSelfAttention'] + kernels['Transformer-FeedForward']
+    params = 3 * layer + kernels['Embedding-Mapping'] + 16 * models.NUM_TAGS
+    batch, n = 2, 5
+    expected = 6 * params * batch * n + 12 * 3 * 16 * n * batch * n
+    assert models.encoder_flops(3, batch, n, **size) == expected
+
+
+def test_random_batch_targets_describe_the_same_entities():
+    data = models.random_batch(np.random.default_rng(5), 3, 40)
+    lengths = (data['token_ids'] > 0).sum(1)
+    assert lengths[0] == 40 and lengths.min() >= 20
+    for b in range(3):
+        pairs = {(t, int(i), int(j)) for t in range(models.NUM_TYPES)
+                 for i, j in data['sparse'][b, t] if i >= 0}
+        assert pairs == {tuple(int(x) for x in cell) for cell in np.argwhere(data['dense'][b])}
+        for kind, i, j in pairs:
+            assert j < lengths[b]
+            assert list(data['tags'][b, i:j + 1]) == [1 + 2 * kind] + [2 + 2 * kind] * (j - i)
+        assert (data['tags'][b] > 0).sum() == sum(j - i + 1 for _, i, j in pairs)
