@@ -146,3 +146,95 @@ def viterbi_decode(emissions, transitions, lengths=None, mask=None, start=None, 
         state = backpointers[t, rows, state]
         path[:, t - 1] = state
     return [path[b, :lengths[b]] for b in range(batch)]
+
+
+def viterbi_decode_tf(emissions, transitions, lengths=None, mask=None, start=None, end=None,
+                      allowed_transitions=None, allowed_starts=None, allowed_ends=None):
+    """Best label paths in the TensorFlow graph (works in ``tf.function`` and SavedModels).
+
+    Same scoring and constraints as ``viterbi_decode``; the time loop runs compiled with XLA.
+
+    Args:
+        emissions: float tensor (batch, n, L).
+        transitions: float tensor (L, L) (e.g. ``crf.trans``); start, end: optional (L,).
+        lengths: optional int tensor (batch,); or mask: optional bool/0-1 tensor (batch, n),
+            left-aligned (its row sums are used as lengths). Neither: every position counts.
+        allowed_transitions: optional bool (L, L); allowed_starts, allowed_ends: optional bool (L,).
+    Returns:
+        int32 tensor (batch, n): the best label at each position, -1 at padding.
+
+        >>> tags = viterbi_decode_tf(model.output, crf.trans, mask=token_ids > 0)
+        >>> serving = keras.Model(model.input, tags)
+    """
+    from crf_lr.compat import tf
+    emissions = tf.convert_to_tensor(emissions)
+    if emissions.shape.rank != 3:
+        raise ValueError(f'emissions must have shape (batch, n, num_labels), got {emissions.shape}')
+    emissions = tf.cast(emissions, tf.float32)
+    num_labels = emissions.shape[-1]
+    batch, n = tf.shape(emissions)[0], tf.shape(emissions)[1]
+    parameters = []
+    for name, value, allowed, shape in (
+            ('transitions', transitions, allowed_transitions, (num_labels, num_labels)),
+            ('start', start, allowed_starts, (num_labels,)),
+            ('end', end, allowed_ends, (num_labels,))):
+        value = tf.zeros(shape) if value is None else tf.cast(value, tf.float32)
+        if not value.shape.is_compatible_with(shape):
+            raise ValueError(f'{name} must have shape {shape}, got {value.shape}')
+        allowed = _check_mask_array(allowed, shape, 'allowed_' + name.replace('start', 'starts')
+                                    .replace('end', 'ends'))
+        if allowed is not None:
+            value = tf.where(allowed, value, DISALLOWED_SCORE)
+        parameters.append(value)
+    if lengths is not None and mask is not None:
+        raise ValueError('give lengths or mask, not both')
+    if mask is not None:
+        lengths = tf.reduce_sum(tf.cast(tf.cast(mask, tf.bool), tf.int32), axis=1)
+    elif lengths is None:
+        lengths = tf.fill([batch], n)
+    return _viterbi_graph(emissions, tf.cast(lengths, tf.int32), *parameters)
+
+
+def _viterbi_steps(emissions, lengths, transitions, start, end):
+    """The Viterbi recursion and backtrace on tensors (see ``viterbi_decode_tf``)."""
+    from crf_lr.compat import tf
+    batch, n, num_labels = tf.shape(emissions)[0], tf.shape(emissions)[1], emissions.shape[-1]
+    labels = tf.range(num_labels)[None]
+
+    def forward(t, score, pointers):
+        candidates = score[:, :, None] + transitions                        # (B, from, to)
+        best = tf.argmax(candidates, axis=1, output_type=tf.int32)
+        live = (t < lengths)[:, None]
+        pointers = pointers.write(t, tf.where(live, best, labels))
+        moved = tf.reduce_max(candidates, axis=1) + emissions[:, t]
+        return t + 1, tf.where(live, moved, score), pointers
+
+    pointers = tf.TensorArray(tf.int32, size=n, element_shape=[None, num_labels])
+    pointers = pointers.write(0, tf.zeros([batch, num_labels], tf.int32))
+    _, score, pointers = tf.while_loop(lambda t, *_: t < n, forward,
+                                       [1, start + emissions[:, 0], pointers],
+                                       maximum_iterations=n - 1)
+    pointers = pointers.stack()                                             # (n, B, L)
+
+    def backward(t, state, path):
+        path = path.write(t, state)
+        return t - 1, tf.gather(pointers[t], state, batch_dims=1), path
+
+    state = tf.argmax(score + end, axis=1, output_type=tf.int32)
+    _, _, path = tf.while_loop(lambda t, *_: t >= 0, backward,
+                               [n - 1, state, tf.TensorArray(tf.int32, size=n)],
+                               maximum_iterations=n)
+    path = tf.transpose(path.stack())                                       # (B, n)
+    return tf.where(tf.range(n)[None] < lengths[:, None], path, -1)
+
+
+def _viterbi_graph(*args):
+    """``_viterbi_steps`` compiled with XLA (created on first use, so NumPy users skip TF)."""
+    global _VITERBI_COMPILED
+    if _VITERBI_COMPILED is None:
+        from crf_lr.compat import tf
+        _VITERBI_COMPILED = tf.function(_viterbi_steps, jit_compile=True)
+    return _VITERBI_COMPILED(*args)
+
+
+_VITERBI_COMPILED = None
