@@ -146,8 +146,10 @@ _LENGTH_BUCKET = 32
 
 @tf.custom_gradient
 def _objective_op(emissions, labels, mask, transitions, start, end):
-    objective, (d_emissions, d_trans, d_start, d_end) = _COMPILED[USE_XLA](
-        emissions, labels, mask, transitions, start, end)
+    # stop_gradient: an outer tape must not record the compiled call itself (its gradient is
+    # below), or TensorFlow asks the XLA program for its loop's intermediates and fails
+    inputs = [tf.stop_gradient(x) for x in (emissions, labels, mask, transitions, start, end)]
+    objective, (d_emissions, d_trans, d_start, d_end) = _COMPILED[USE_XLA](*inputs)
 
     def gradient(upstream):
         return (upstream[:, None, None] * d_emissions, None, None,
