@@ -7,10 +7,11 @@ A path ``y`` of a sequence of length ``l`` (its left-aligned mask has ``l`` ones
 and ``log p(y) = s(y) - log Z`` with ``log Z = logsumexp`` of ``s`` over all ``L**l`` paths.
 An empty sequence (``l = 0``) has ``s = log Z = 0``, hence log-likelihood 0 and no gradient.
 
-``log Z`` comes from the forward algorithm in exponent space, rescaled at every step, in float64
-(scores may differ by ~700 nats before anything underflows). The loop and its gradient (automatic
-differentiation inside) are compiled together with XLA and exposed as one custom-gradient op;
-see ``_log_partition_value`` for why this beats a parallel scan on CPU.
+``log Z`` and its gradients (the label marginals) come from one forward-backward pass in exponent
+space, rescaled at every step, in float64 (scores may differ by ~700 nats before anything
+underflows), compiled with XLA and exposed as a custom-gradient op (``_forward_backward``). On CPU
+this beats a parallel scan or chunked matrix products, which do L times more work: the loop is
+latency-bound, and XLA makes one step cost a few microseconds.
 
 Masks must be left-aligned (``mask[b] = [1] * l + [0] * (n - l)``); the functions check this and
 raise ``InvalidArgumentError`` otherwise. Disallowed transitions / starts / ends score
@@ -80,39 +81,75 @@ def _path_score(emissions, labels, mask, transitions, start, end):
     return score + tf.reduce_sum(tf.einsum('bn,bnl->bl', last, labels) * end, axis=-1)
 
 
-def _log_partition_value(emissions, mask, transitions, start, end):
-    """log Z (B,) by the forward algorithm in exponent space, rescaled at every step.
+def _forward_backward(emissions, labels, mask, transitions, start, end):
+    """``score(labels) - log Z`` (B,) and its gradients, by the forward-backward algorithm.
 
-    emissions (B, n, L), per-example transitions (B, L, L), start / end (B, L); mask (B, n).
-    ``alpha`` (B, L) is kept normalised to sum 1 and its log scale is accumulated in ``log_z``;
-    every exponent is taken relative to its maximum, so nothing overflows, and in float64 only
-    paths ~700 nats below the best one underflow. One step is a batched vector-matrix product
-    and an elementwise product; the loop is compiled with XLA (``USE_XLA``), where a step costs
-    a few microseconds (a parallel scan or chunked GEMMs did more work and ran slower here).
+    Args: emissions (B, n, L), labels (B, n, L), transitions (L, L), start / end (L,), all of
+        one float dtype; mask (B, n) bool, left-aligned.
+    Returns: ``(objective, [d_emissions (B, n, L), d_transitions (B, L, L), d_start (B, L),
+        d_end (B, L)])``: gradients per example, so that any upstream weighting applies.
+
+    Exponent space with rescaling: every exponent is taken relative to its maximum and the
+    forward / backward vectors ``alpha_t``, ``beta_t`` are normalised to sum 1 at every step (in
+    float64 only paths ~700 nats below the best one underflow). One loop computes ``alpha_i`` and
+    ``beta_{n-1-i}`` together, a vector-matrix product each; the marginals that form the
+    gradient are then computed for all positions at once:
+    ``p(y_t = j) ~ alpha_t(j) beta_t(j)`` and
+    ``p(y_{t-1} = i, y_t = j) ~ alpha_{t-1}(i) exp(transitions[i, j] + emissions[t, j]) beta_t(j)``.
     """
     n = tf.shape(emissions)[1]
-    emission_peak = tf.stop_gradient(tf.reduce_max(emissions, axis=2))      # (B, n)
+    dtype = emissions.dtype
+    labels = labels * tf.cast(mask, dtype)[..., None]
+    emission_peak = tf.reduce_max(emissions, axis=2)                        # (B, n)
     weights = tf.exp(emissions - emission_peak[..., None])
-    trans_peak = tf.stop_gradient(tf.reduce_max(transitions, axis=[1, 2]))  # (B,)
-    exp_trans = tf.exp(transitions - trans_peak[:, None, None])
-    start_peak = tf.stop_gradient(tf.reduce_max(start, axis=1))
-    end_peak = tf.stop_gradient(tf.reduce_max(end, axis=1))
-    live_peaks = tf.where(mask[:, 1:], emission_peak[:, 1:] + trans_peak[:, None], 0)
-    log_z = emission_peak[:, 0] + start_peak + end_peak + tf.reduce_sum(live_peaks, axis=1)
+    exp_trans = tf.exp(transitions - tf.reduce_max(transitions))
+    peaks = [tf.reduce_max(transitions), tf.reduce_max(start), tf.reduce_max(end)]
+    exp_start, exp_end = tf.exp(start - peaks[1]), tf.exp(end - peaks[2])
+    # log Z = these peaks + log of the rescaled sum over paths
+    log_z = (tf.reduce_sum(tf.where(mask[:, 1:], emission_peak[:, 1:] + peaks[0], 0), axis=1)
+             + emission_peak[:, 0] + peaks[1] + peaks[2])
 
-    def step(t, alpha, log_z):
-        moved = tf.linalg.matvec(exp_trans, alpha, transpose_a=True) * weights[:, t]
+    def step(i, alpha, beta, log_z, alphas, betas, totals):
+        moved = tf.matmul(alpha, exp_trans) * weights[:, i]                 # forward to i
         total = _safe_divisor(tf.reduce_sum(moved, axis=1))
-        alpha = tf.where(mask[:, t, None], moved / total[:, None], alpha)
-        return t + 1, alpha, log_z + tf.where(mask[:, t], tf.math.log(total), 0)
+        live = mask[:, i]
+        alpha = tf.where(live[:, None], moved / total[:, None], alpha)
+        total = tf.where(live, total, 1)
+        t = n - 1 - i                                                       # backward to t
+        back = tf.matmul(weights[:, t + 1] * beta, exp_trans, transpose_b=True)
+        beta = tf.where(mask[:, t + 1, None],
+                        back / _safe_divisor(tf.reduce_sum(back, axis=1))[:, None], beta)
+        return (i + 1, alpha, beta, log_z + tf.math.log(total), alphas.write(i, alpha),
+                betas.write(t, beta), totals.write(i, total))
 
-    alpha = weights[:, 0] * tf.exp(start - start_peak[:, None])
+    alpha = exp_start * weights[:, 0]
     total = _safe_divisor(tf.reduce_sum(alpha, axis=1))
-    _, alpha, log_z = tf.while_loop(lambda t, *_: t < n, step,
-                                    [1, alpha / total[:, None], log_z + tf.math.log(total)],
-                                    maximum_iterations=n - 1)
-    final = tf.reduce_sum(alpha * tf.exp(end - end_peak[:, None]), axis=1)
-    return tf.where(mask[:, 0], log_z + tf.math.log(tf.maximum(final, _TINY)), 0)
+    alpha = alpha / total[:, None]
+    beta = tf.tile((exp_end / tf.reduce_sum(exp_end))[None], [tf.shape(emissions)[0], 1])
+    alphas, betas, totals = (tf.TensorArray(dtype, size=n, element_shape=x.shape)
+                             for x in (alpha, beta, total))
+    _, alpha, _, log_z, alphas, betas, totals = tf.while_loop(
+        lambda i, *_: i < n, step,
+        [1, alpha, beta, log_z + tf.math.log(total), alphas.write(0, alpha),
+         betas.write(n - 1, beta), totals.write(0, total)],
+        maximum_iterations=n - 1)
+    log_z += tf.math.log(tf.maximum(tf.reduce_sum(alpha * exp_end, axis=1), _TINY))
+    alphas, betas = (tf.transpose(a.stack(), [1, 0, 2]) for a in (alphas, betas))  # (B, n, L)
+    totals = tf.transpose(totals.stack())                                   # (B, n)
+    live = tf.cast(mask, dtype)
+    overlap = _safe_divisor(tf.reduce_sum(alphas * betas, axis=2))          # (B, n)
+    marginals = alphas * betas / overlap[..., None] * live[..., None]       # p(y_t = j)
+    following = weights * betas / (totals * overlap)[..., None] * live[..., None]
+    pair_marginals = tf.matmul(alphas[:, :-1], following[:, 1:], transpose_a=True) * exp_trans
+    pair_labels = tf.matmul(labels[:, :-1], labels[:, 1:], transpose_a=True)
+    after = tf.concat([mask[:, 1:], tf.zeros_like(mask[:, :1])], axis=1)
+    last = tf.cast(tf.logical_and(mask, tf.logical_not(after)), dtype)[..., None]
+    nonempty = mask[:, 0]
+    objective = tf.where(nonempty, _path_score(emissions, labels, mask, transitions, start, end)
+                         - log_z, 0)
+    return objective, [labels - marginals, pair_labels - pair_marginals,
+                       labels[:, 0] - marginals[:, 0],
+                       tf.reduce_sum(last * (labels - marginals), axis=1)]
 
 
 def _safe_divisor(x):
@@ -120,23 +157,10 @@ def _safe_divisor(x):
     return tf.where(x > 0, x, tf.ones_like(x))
 
 
-def _objective_and_gradients(emissions, labels, mask, transitions, start, end):
-    """``score(labels) - log Z`` (B,) and its gradients w.r.t. emissions (B, n, L) and, per
-    example, transitions (B, L, L), start (B, L) and end (B, L)."""
-    batch = tf.shape(emissions)[0]
-    per_example = [tf.tile(transitions[None], [batch, 1, 1]), tf.tile(start[None], [batch, 1]),
-                   tf.tile(end[None], [batch, 1])]
-    with tf.GradientTape() as tape:
-        tape.watch([emissions] + per_example)
-        objective = (_path_score(emissions, labels, mask, *per_example)
-                     - _log_partition_value(emissions, mask, *per_example))
-    return objective, tape.gradient(objective, [emissions] + per_example)
+_COMPILED = {True: tf.function(_forward_backward, jit_compile=True),
+             False: tf.function(_forward_backward)}
 
-
-_COMPILED = {True: tf.function(_objective_and_gradients, jit_compile=True),
-             False: tf.function(_objective_and_gradients)}
-
-# Compile the objective with XLA (about 5x faster on CPU than the same graph without XLA). The
+# Compile the forward-backward pass with XLA (several times faster on CPU than without). The
 # sequence axis is padded to a multiple of _LENGTH_BUCKET so that batches of varying length share
 # a few compiled programs. Set USE_XLA = False where XLA is unavailable.
 USE_XLA = True
@@ -163,8 +187,8 @@ def _objective(emissions, labels, mask, transitions, start, end):
     """``score(labels) - log Z`` (B,) of validated inputs, in their dtype (computed in float64).
 
     ``labels`` (B, n, L) one-hot or soft; all zeros gives ``-log Z``. The value and all its
-    gradients come from one compiled function (automatic differentiation inside it) wrapped as
-    a custom gradient, so an outer tape never walks the loop. Gradients w.r.t. labels: none."""
+    gradients come from one compiled forward-backward pass wrapped as a custom gradient, so an
+    outer tape never walks the loop. Gradients w.r.t. labels: none."""
     dtype = emissions.dtype
     padding = (-tf.shape(emissions)[1]) % _LENGTH_BUCKET
     zeros = tf.zeros([emissions.shape[-1]], _LOOP_DTYPE)
