@@ -155,18 +155,15 @@ def crf_loss_ratios(median):
 
 def crf_lr_viterbi_decoders(tf, transitions):
     """crf_lr's NumPy ``viterbi_decode`` and in-graph ``viterbi_decode_tf`` (in a tf.function)."""
-    from crf_lr import viterbi
+    from crf_lr.viterbi import viterbi_decode, viterbi_decode_tf
     trans = tf.constant(transitions)
-    def numpy_decode(emissions, lengths):
-        return viterbi.viterbi_decode(emissions, transitions, lengths=lengths)
+    graph = tf.function(lambda e, l: viterbi_decode_tf(e, trans, lengths=l))
 
-    if not hasattr(viterbi, 'viterbi_decode_tf'):  # TEMPORARY until helper A commits it
-        return {'crf_lr NumPy': numpy_decode}
-    graph = tf.function(lambda e, m: viterbi.viterbi_decode_tf(e, trans, mask=m))
+    def numpy_decode(emissions, lengths):
+        return viterbi_decode(emissions, transitions, lengths=lengths)
 
     def graph_decode(emissions, lengths):
-        mask = np.arange(emissions.shape[1])[None, :] < np.asarray(lengths)[:, None]
-        tags = graph(tf.constant(emissions), tf.constant(mask)).numpy()
+        tags = graph(tf.constant(emissions), tf.constant(lengths)).numpy()
         return [tags[i, :length] for i, length in enumerate(lengths)]
 
     return {'crf_lr NumPy': numpy_decode, 'crf_lr in-graph': graph_decode}
