@@ -24,7 +24,7 @@ that breaks a constraint costs about 1e4 per violation), and negligible next to 
 import numpy as np
 
 from crf_lr.compat import keras, tf
-from crf_lr.viterbi import DISALLOWED_SCORE, _check_mask_array, viterbi_decode
+from crf_lr.viterbi import DISALLOWED_SCORE, _check_mask_array, viterbi_decode, viterbi_decode_tf
 
 _TINY = 1e-300    # floor of float64 sums before log: log(_TINY) ~ -690, never -inf
 
@@ -35,7 +35,8 @@ def _compute_dtype(emissions):
 
 
 def _validated(emissions, mask, transitions, start, end):
-    """Cast the inputs to the compute dtype, check their shapes, and check the mask is a prefix."""
+    """Cast the inputs to the compute dtype (start / end: zeros if None), check their shapes,
+    and check that the mask is left-aligned."""
     emissions = tf.convert_to_tensor(emissions)
     if emissions.shape.rank != 3:
         raise ValueError(f'emissions must have shape (batch, n, num_labels), got {emissions.shape}')
@@ -49,10 +50,9 @@ def _validated(emissions, mask, transitions, start, end):
                          f'got {transitions.shape}')
     vectors = []
     for name, vector in (('start', start), ('end', end)):
-        if vector is not None:
-            vector = tf.cast(tf.convert_to_tensor(vector), dtype)
-            if not vector.shape.is_compatible_with([num_labels]):
-                raise ValueError(f'{name} must have shape ({num_labels},), got {vector.shape}')
+        vector = tf.zeros([num_labels], dtype) if vector is None else tf.cast(vector, dtype)
+        if not vector.shape.is_compatible_with([num_labels]):
+            raise ValueError(f'{name} must have shape ({num_labels},), got {vector.shape}')
         vectors.append(vector)
     mask = tf.convert_to_tensor(mask)
     if mask.shape.rank != 2:
@@ -67,9 +67,9 @@ def _validated(emissions, mask, transitions, start, end):
 
 
 def _path_score(emissions, labels, mask, transitions, start, end):
-    """Score (B,) of the one-hot (or soft) label paths ``labels`` (B, n, L); padding scores 0.
+    """Score (B,) of one-hot (or soft) label paths ``labels`` (B, n, L); padding scores 0.
 
-    ``transitions`` is (L, L) or per example (B, L, L); ``start`` / ``end`` (L,) or (B, L)."""
+    ``transitions`` (L, L), ``start`` / ``end`` (L,), ``mask`` (B, n) bool, left-aligned."""
     labels = labels * tf.cast(mask, labels.dtype)[..., None]
     score = tf.reduce_sum(labels * emissions, axis=[1, 2])
     following = tf.matmul(labels[:, :-1], transitions)                  # (B, n-1, L)
@@ -189,18 +189,14 @@ def _objective(emissions, labels, mask, transitions, start, end):
     ``labels`` (B, n, L) one-hot or soft; all zeros gives ``-log Z``. The value and all its
     gradients come from one compiled forward-backward pass wrapped as a custom gradient, so an
     outer tape never walks the loop. Gradients w.r.t. labels: none."""
-    dtype = emissions.dtype
     padding = (-tf.shape(emissions)[1]) % _LENGTH_BUCKET
-    zeros = tf.zeros([emissions.shape[-1]], _LOOP_DTYPE)
 
     def prepared(x, rank=3):
         return tf.pad(tf.cast(x, _LOOP_DTYPE), [[0, 0], [0, padding], [0, 0]][:rank])
     objective = _objective_op(
         prepared(emissions), tf.stop_gradient(prepared(labels)), prepared(mask, 2) > 0,
-        tf.cast(transitions, _LOOP_DTYPE),
-        zeros if start is None else tf.cast(start, _LOOP_DTYPE),
-        zeros if end is None else tf.cast(end, _LOOP_DTYPE))
-    return tf.cast(objective, dtype)
+        *(tf.cast(x, _LOOP_DTYPE) for x in (transitions, start, end)))
+    return tf.cast(objective, emissions.dtype)
 
 
 def crf_log_partition(emissions, mask, transitions, start=None, end=None):
@@ -234,9 +230,7 @@ def crf_sequence_score(emissions, tags, mask, transitions, start=None, end=None)
         >>> s.shape                         # (batch,)
     """
     emissions, mask, transitions, start, end = _validated(emissions, mask, transitions, start, end)
-    zeros = tf.zeros_like(emissions[0, 0])
-    return _path_score(emissions, _one_hot(tags, emissions, mask), mask, transitions,
-                       zeros if start is None else start, zeros if end is None else end)
+    return _path_score(emissions, _one_hot(tags, emissions, mask), mask, transitions, start, end)
 
 
 def _one_hot(tags, emissions, mask):
@@ -348,9 +342,9 @@ class ConditionalRandomField(keras.layers.Layer):
         ``start`` / ``end`` are None when there are neither boundary scores nor constraints on them.
         """
         result = []
-        for learned, allowed, size in ((self.trans, self.allowed_transitions, None),
-                                       (self.starts, self.allowed_starts, 1),
-                                       (self.ends, self.allowed_ends, 1)):
+        for learned, allowed in ((self.trans, self.allowed_transitions),
+                                 (self.starts, self.allowed_starts),
+                                 (self.ends, self.allowed_ends)):
             if learned is not None:
                 learned = tf.cast(learned, dtype)
             if allowed is not None:
@@ -380,18 +374,18 @@ class ConditionalRandomField(keras.layers.Layer):
         """Negative log-likelihood (batch,) of one-hot (or soft) labels ``y_true`` (batch, n, L)."""
         emissions, mask = self._unpack(y_pred)
         labels = tf.cast(tf.reshape(y_true, tf.shape(emissions)), emissions.dtype)
-        return -self._log_likelihood(emissions, labels, mask)
+        return self._negative_log_likelihood(emissions, labels, mask)
 
     def sparse_loss(self, y_true, y_pred):
         """Negative log-likelihood (batch,) of integer labels ``y_true`` (batch, n) or (batch, n, 1)."""
         emissions, mask = self._unpack(y_pred)
-        return -self._log_likelihood(emissions, _one_hot(y_true, emissions, mask), mask)
+        return self._negative_log_likelihood(emissions, _one_hot(y_true, emissions, mask), mask)
 
-    def _log_likelihood(self, emissions, labels, mask):
+    def _negative_log_likelihood(self, emissions, labels, mask):
         transitions, start, end = self.effective_parameters(emissions.dtype)
         emissions, mask, transitions, start, end = _validated(emissions, mask, transitions,
                                                               start, end)
-        return _log_likelihood(emissions, labels, mask, transitions, start, end)
+        return -_log_likelihood(emissions, labels, mask, transitions, start, end)
 
     def dense_accuracy(self, y_true, y_pred):
         """Per-position accuracy of the emission argmax against one-hot ``y_true``, padding excluded."""
@@ -426,6 +420,20 @@ class ConditionalRandomField(keras.layers.Layer):
                                    for p in self.effective_parameters('float64'))
         return viterbi_decode(np.maximum(emissions, DISALLOWED_SCORE), transitions,
                               lengths=lengths, mask=mask, start=start, end=end)
+
+    def decode_tf(self, y_pred):
+        """In-graph Viterbi paths of the layer's output (for a serving model or SavedModel).
+
+        Args:
+            y_pred: float tensor (batch, n, L), the output of this layer (``-inf`` rows = padding).
+        Returns:
+            int32 tensor (batch, n), -1 at padding.
+
+            >>> serving = keras.Model(model.input, crf.decode_tf(model.output))
+        """
+        emissions, mask = self._unpack(y_pred)
+        transitions, start, end = self.effective_parameters()
+        return viterbi_decode_tf(emissions, transitions, mask=mask, start=start, end=end)
 
     def get_config(self):
         def listed(array):

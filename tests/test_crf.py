@@ -254,6 +254,8 @@ def test_decode_uses_the_effective_parameters_and_constraints(tagger):
                                                           if k != 'allowed_transitions'},
                             allowed=case['allowed_transitions'])
         assert tuple(path) == max(table, key=table.get) == tuple(expected[b])
+    in_graph = crf.decode_tf(tf.constant(emissions)).numpy()
+    assert [row[row >= 0].tolist() for row in in_graph] == [p.tolist() for p in paths]
 
 
 def test_tiny_bert_with_crf_trains_and_the_loss_falls(tiny_bert_config_path):
