@@ -502,7 +502,7 @@ def train(model, run, batches_for_epoch, evaluate, epochs, metric, tagger, extra
     results = run.write_results(metric, **(extra or {}))
     for epoch in range(run.finished_epochs, epochs):
         batches = batches_for_epoch(epoch)
-        sentences = sum(len(targets) for _, targets in batches)
+        windows = sum(len(targets) for _, targets in batches)
         losses, started = [], time.time()
         bar = tqdm(batches, desc=f'epoch {epoch + 1}/{epochs}', disable=not progress,
                    mininterval=2, leave=False)
@@ -518,7 +518,7 @@ def train(model, run, batches_for_epoch, evaluate, epochs, metric, tagger, extra
         scores = evaluate(epoch + 1)
         record = dict(epoch=epoch + 1, loss=float(np.mean(losses)), steps=len(losses),
                       train_seconds=round(train_seconds, 2),
-                      train_windows_per_second=round(sentences / max(train_seconds, 1e-9), 2),
+                      train_windows_per_second=round(windows / max(train_seconds, 1e-9), 2),
                       eval_seconds=round(time.time() - started, 2), **scores,
                       step_losses=[round(x, 5) for x in losses])
         best = run.best(metric)

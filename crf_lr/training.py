@@ -267,10 +267,14 @@ def piece_spans_to_unit_spans(spans, starts):
 # The run folder: arguments, per-epoch log, resume
 
 
-def command_line(argv=None):
-    """The command that started this process (or the given argv), shell-quoted."""
+def command_line(argv=None, program=None):
+    """The command line of a run, shell-quoted: ``python <program> <argv>`` (default: this
+    process's own), the program path relative to the working folder."""
     argv = sys.argv[1:] if argv is None else argv
-    return ' '.join(shlex.quote(a) for a in [os.path.basename(sys.argv[0]) or 'python', *argv])
+    program = program or sys.argv[0]
+    if program.endswith('.py'):
+        program = 'python ' + shlex.quote(os.path.relpath(program))
+    return ' '.join([program] + [shlex.quote(a) for a in argv])
 
 
 def machine():
@@ -296,6 +300,8 @@ class RunLog:
         config: dict of the run's arguments (JSON-serialisable).
         overwrite: True discards a previous run in ``output``; False resumes it, which requires
             the same arguments except those in ``RESUMABLE_CHANGES``.
+        argv, program: the run's arguments and script path, for the recorded command (default:
+            this process's command line).
     Raises:
         SystemExit with a message naming the differing arguments.
 
@@ -303,7 +309,7 @@ class RunLog:
         >>> start_epoch = run.finished_epochs
     """
 
-    def __init__(self, output, config, overwrite=False, argv=None):
+    def __init__(self, output, config, overwrite=False, argv=None, program=None):
         self.output = output
         self.config = dict(config)
         self.log_path = os.path.join(output, 'log.jsonl')
@@ -333,7 +339,7 @@ class RunLog:
         if self.records and not os.path.exists(self.checkpoint_prefix + '.index'):
             self.records = []     # a log without its checkpoint cannot be resumed: start afresh
         self.started = time.time()
-        self.command = command_line(argv)
+        self.command = command_line(argv, program)
         with open(self.run_path, 'w', encoding='utf-8') as f:
             json.dump(dict(config=self.config, command=self.command, machine=machine()), f,
                       ensure_ascii=False, indent=1)

@@ -41,7 +41,8 @@ def main(argv=None):
     from crf_lr.training import RunLog, UnitEncoder, choose_examples
 
     # ---- data: PFR 1998-01 for training, the PKU test gold (or a PFR hold-out) for scoring ----
-    run = RunLog(args.output, dict(vars(args), script='task_cws_crf'), args.overwrite, argv)
+    run = RunLog(args.output, dict(vars(args), script='task_cws_crf'), args.overwrite, argv,
+                 program=__file__)
     data_dir = resolve_data_dir(args.data_dir)
     gold_file = data_dir and os.path.join(data_dir, 'icwb2', 'pku_test_gold.utf8')
     test_data, train_words = None, None

@@ -60,7 +60,8 @@ def main(argv=None):
     from crf_lr.training import RunLog, UnitEncoder, choose_examples
 
     # ---- data ----
-    run = RunLog(args.output, dict(vars(args), script='task_ner'), args.overwrite, argv)
+    run = RunLog(args.output, dict(vars(args), script='task_ner'), args.overwrite, argv,
+                 program=__file__)
     train_split, eval_split, unit_kind = DATASETS[args.dataset]
     train_split, eval_split = args.train_split or train_split, args.eval_split or eval_split
     training = load_dataset(args.dataset, train_split, args.data_dir)
@@ -68,6 +69,8 @@ def main(argv=None):
         evaluation = load_dataset(args.dataset, eval_split, args.data_dir).examples
     except FileNotFoundError:
         evaluation = None
+    if evaluation is not None and any(e.tags is None for e in evaluation):
+        raise SystemExit(f'{args.dataset}/{eval_split} is unlabelled: choose another --eval-split')
     train_data, test_data, test_name = choose_examples(
         training.examples, evaluation, args, f'{args.dataset}/{eval_split}')
     types = list(training.types)

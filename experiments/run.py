@@ -1,0 +1,151 @@
+"""Run the configurations of an experiment one after another, resumably.
+
+    python experiments/run.py exp1 --data-dir /work/shared/data          # in the foreground
+    nohup python experiments/run.py exp1 > runs/exp1.log 2>&1 &          # in the background
+    python experiments/run.py exp1 --list                                # what would run
+
+Each configuration is one task-script run in its own folder ``runs/<experiment>/<name>``; a
+finished run is skipped, an interrupted one resumes from its last finished epoch (the scripts do
+that themselves), so rerunning the same command continues where it stopped. As each run finishes,
+its summary is appended to ``runs/<experiment>/summary.jsonl``; ``experiments/report.py`` turns
+the summaries into the tables of ``docs/results.md``.
+
+The configurations are ordered so that a run cut short still leaves a complete comparison: all
+settings for the first seed, then the next seed, and so on (``--seeds`` and ``--only`` narrow it).
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Experiment 1: the CRF learning rate, PKU segmentation. Same seeded PFR sample, same epochs.
+EXP1_SCALE = ['--train-limit', '2000', '--epochs', '2', '--maxlen', '128', '--batch-size', '16']
+EXP1_SETTINGS = [  # name, main lr, CRF multiplier, head
+    ('CRF-1', 1e-3, 1, 'crf'), ('CRF-2', 1e-3, 10, 'crf'), ('CRF-3', 1e-2, 1, 'crf'),
+    ('Softmax', 1e-3, 1, 'softmax'), ('CRF-x100', 1e-3, 100, 'crf'),
+    ('CRF-x1000', 1e-3, 1000, 'crf')]
+EXP1_FINETUNE = [('FT-1e-4-x1', 1e-4, 1), ('FT-1e-4-x1000', 1e-4, 1000), ('FT-1e-5-x1', 1e-5, 1),
+                 ('FT-1e-5-x1000', 1e-5, 1000)]
+
+# Experiment 2: CRF vs GlobalPointer vs Efficient GlobalPointer, ALBERT-tiny (4 layers).
+EXP2_SCALE = ['--train-limit', '3000', '--eval-limit', '1000', '--epochs', '2', '--lr', '1e-4']
+EXP2_DATASETS = ('cluener', 'cmeee', 'msra')
+EXP2_HEADS = ('crf', 'global_pointer', 'efficient_global_pointer')
+
+# Experiment 3: few-sample fine-tuning, 400 seeded training sentences.
+EXP3_SCALE = ['--train-limit', '400', '--eval-limit', '1000', '--epochs', '5', '--batch-size', '16']
+EXP3_RATES = (1e-5, 3e-5, 1e-4)
+EXP3_MODELS = (('msra', 'albert-tiny-zh', (0,)),          # ALBERT shares its layers: no re-init
+               ('conll2003', 'minilm-en', (0, 1, 2)))
+
+
+def experiment(name, seeds):
+    """The list of ``(run name, script, arguments)`` of an experiment, seed-major."""
+    runs = []
+    for seed in seeds:
+        s = ['--seed', str(seed)]
+        if name == 'exp1':
+            for encoder, label, layers in (('albert-tiny-zh', 'albert-L1', '1'),
+                                           ('random:1:312', 'random-L1', '1')):
+                for setting, lr, mult, head in EXP1_SETTINGS:
+                    runs.append((f'{label}/{setting}/seed{seed}', 'task_cws_crf.py',
+                                 EXP1_SCALE + s + ['--encoder', encoder, '--layers', layers,
+                                                   '--lr', str(lr), '--crf-lr-multiplier',
+                                                   str(mult), '--head', head]))
+            for setting, lr, mult in EXP1_FINETUNE:
+                runs.append((f'albert-L4/{setting}/seed{seed}', 'task_cws_crf.py',
+                             EXP1_SCALE + s + ['--encoder', 'albert-tiny-zh', '--lr', str(lr),
+                                               '--crf-lr-multiplier', str(mult)]))
+        elif name == 'exp2':
+            for dataset in EXP2_DATASETS:
+                for head in EXP2_HEADS:
+                    runs.append((f'{dataset}/{head}/seed{seed}', 'task_ner.py',
+                                 EXP2_SCALE + s + ['--dataset', dataset, '--head', head]))
+        elif name == 'exp3':
+            for dataset, encoder, reinits in EXP3_MODELS:
+                for lr in EXP3_RATES:
+                    for warmup in ('0', '0.1'):
+                        for reinit in reinits:
+                            for correction in (True, False):
+                                tag = (f'lr{lr:g}-wu{warmup}-reinit{reinit}-'
+                                       f'{"bc" if correction else "nobc"}')
+                                runs.append((f'{dataset}/{tag}/seed{seed}', 'task_ner.py',
+                                             EXP3_SCALE + s + [
+                                                 '--dataset', dataset, '--encoder', encoder,
+                                                 '--head', 'crf', '--lr', str(lr),
+                                                 '--warmup-proportion', warmup,
+                                                 '--reinit-top', str(reinit)]
+                                             + ([] if correction else ['--no-bias-correction'])))
+        else:
+            raise SystemExit(f'unknown experiment {name!r}: expected exp1, exp2 or exp3')
+    return runs
+
+
+def finished(output, epochs):
+    """True if the run folder holds ``epochs`` finished epochs."""
+    try:
+        with open(os.path.join(output, 'results.json'), encoding='utf-8') as f:
+            return len(json.load(f)['epochs']) >= epochs
+    except (OSError, ValueError, KeyError):
+        return False
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('experiment', choices=('exp1', 'exp2', 'exp3'))
+    parser.add_argument('--data-dir', default=os.environ.get('CRF_LR_DATA'),
+                        help='shared data folder (default: $CRF_LR_DATA)')
+    parser.add_argument('--seeds', default='0,1,2', help='comma-separated (default: %(default)s)')
+    parser.add_argument('--only', default='', help='run only names containing this string')
+    parser.add_argument('--output', default=os.path.join(ROOT, 'runs'),
+                        help='parent folder of the run folders (default: runs/)')
+    parser.add_argument('--list', action='store_true', help='print the runs and exit')
+    args = parser.parse_args(argv)
+    seeds = [int(s) for s in args.seeds.split(',')]
+    runs = [r for r in experiment(args.experiment, seeds) if args.only in r[0]]
+    folder = os.path.join(args.output, args.experiment)
+    if args.list:
+        for name, script, flags in runs:
+            print(name, script, ' '.join(flags))
+        return runs
+    if not args.data_dir:
+        parser.error('the experiments need the shared data: pass --data-dir or set CRF_LR_DATA')
+    os.makedirs(folder, exist_ok=True)
+    for k, (name, script, flags) in enumerate(runs, 1):
+        output = os.path.join(folder, name)
+        epochs = int(flags[flags.index('--epochs') + 1])
+        if finished(output, epochs):
+            continue
+        command = [sys.executable, os.path.join(ROOT, 'examples', script), *flags,
+                   '--data-dir', args.data_dir, '--output', output]
+        print(f'[{time.strftime("%H:%M:%S")}] {k}/{len(runs)} {name}', flush=True)
+        os.makedirs(output, exist_ok=True)
+        started = time.time()
+        with open(os.path.join(output, 'stdout.log'), 'a', encoding='utf-8') as log:
+            code = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT,
+                                   env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2'))
+        if code != 0 or not finished(output, epochs):
+            print(f'  failed (exit {code}); see {output}/stdout.log', flush=True)
+            continue
+        with open(os.path.join(output, 'results.json'), encoding='utf-8') as f:
+            results = json.load(f)
+        summary = dict(name=name, script=script, wall_seconds=round(time.time() - started, 1),
+                       **{k: results[k] for k in ('command', 'machine', 'config', 'best',
+                                                  'best_epoch', 'first_epoch')},
+                       epochs=results['epochs'],
+                       **{k: v for k, v in results.items() if k not in (
+                           'command', 'machine', 'config', 'best', 'best_epoch', 'first_epoch',
+                           'epochs', 'metric')})
+        with open(os.path.join(folder, 'summary.jsonl'), 'a', encoding='utf-8') as f:
+            f.write(json.dumps(summary, ensure_ascii=False) + '\n')
+        print(f'  done in {summary["wall_seconds"]:.0f}s: best {results["best"]:.4f} '
+              f'(epoch 1: {results["first_epoch"]:.4f})', flush=True)
+    return runs
+
+
+if __name__ == '__main__':
+    main()
