@@ -31,6 +31,7 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
+    import numpy as np
     from crf_lr.compat import keras
     from crf_lr.datasets import load_dataset, read_word_list, resolve_data_dir
     from crf_lr.diagnostics import count_violations, diagnose, format_sanity, format_transitions
@@ -68,6 +69,7 @@ def main(argv=None):
                            units, args.maxlen, args.head, labels)
     model.compile(optimizer=build_optimizer(args, len(samples)), loss=loss, metrics=metrics)
     tagger = Tagger(model, units, labels, args.head, 'SEG', args.maxlen, args.batch_size)
+    initial = tagger.crf.trans.numpy() if tagger.crf is not None else None   # before training
     print(f'encoder {encoder_info}; head {args.head}: {head_parameters(model)} parameters; '
           f'{len(samples)} training windows')
 
@@ -96,8 +98,9 @@ def main(argv=None):
             emissions = [w[3] for windows in outputs for w in windows]
             diagnosis = diagnose(trans, labels, emissions=emissions)
             table = format_transitions(trans, labels)
-            report = f'epoch {epoch} transitions (lr multiplier {args.crf_lr_multiplier}):\n' \
-                     f'{table}\n{format_sanity(diagnosis)}'
+            report = (f'epoch {epoch} transitions (lr multiplier {args.crf_lr_multiplier}):\n'
+                      f'{table}\n{format_sanity(diagnosis)}\nlargest change since '
+                      f'initialisation: {np.abs(trans - initial).max():.3f}')
             print(report)
             with open(os.path.join(args.output, f'transitions_epoch{epoch}.txt'), 'w') as f:
                 f.write(report + '\n')
@@ -110,6 +113,7 @@ def main(argv=None):
             except ImportError as error:
                 print(f'no heatmap: {error}')
             result.update(transitions=trans.round(4).tolist(),
+                          transition_change=round(float(np.abs(trans - initial).max()), 4),
                           sane_tags=diagnosis['sane_tags'],
                           emission_margin=round(diagnosis['emission_margin'], 4),
                           transition_spread=round(diagnosis['transition_spread'], 4),
@@ -123,7 +127,8 @@ def main(argv=None):
     # ---- fit ----
     extra = dict(task='cws', train_sentences=len(train_data), train_windows=len(samples),
                  test=test_name, test_sentences=len(test_data), encoder=encoder_info,
-                 head_parameters=head_parameters(model))
+                 head_parameters=head_parameters(model),
+                 initial_transitions=None if initial is None else initial.round(4).tolist())
     return train(model, run,
                  lambda epoch: epoch_batches(samples, args.batch_size, args.seed, epoch,
                                              args.head, labels),

@@ -57,7 +57,8 @@ def scale_line(runs):
 def report_exp1(runs, figures, folder):
     lines = ['| encoder | setting | main lr | CRF lr | F1 after epoch 1 | best F1 | '
              'best F1, constrained decoding | sane tags (seed 0) | emission margin / '
-             'transition spread (seed 0) | seeds |', '|' + '---|' * 10]
+             'transition spread (seed 0) | largest transition change from init (seed 0) | seeds |',
+             '|' + '---|' * 11]
     groups = grouped(runs)
     for name, members in groups.items():
         encoder, setting = name.split('/')
@@ -72,7 +73,8 @@ def report_exp1(runs, figures, folder):
             f'| {mean_std([r["best"] for r in members])} '
             f'| {mean_std([b["f1_constrained"] for b in best])} '
             f'| {seed0.get("sane_tags", "—")}{"/4" if crf else ""} '
-            f'| {seed0["margin_to_spread"] if crf else "—"} | {len(members)} |')
+            f'| {seed0["margin_to_spread"] if crf else "—"} '
+            f'| {seed0.get("transition_change", "—") if crf else "—"} | {len(members)} |')
     lines.append('')
     for name in [n for n in groups if n.endswith(('CRF-1', 'CRF-x1000', 'CRF-x100'))
                  and n.startswith('albert-L1')]:

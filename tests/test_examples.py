@@ -119,7 +119,7 @@ def test_cws_script_writes_scores_tables_and_model_and_the_loss_falls(cws_run, t
         assert os.path.isfile(output / name), name
     assert 'from\\to' in (output / 'transitions_epoch2.txt').read_text()
     assert np.shape(records[-1]['transitions']) == (4, 4)
-    assert 0 <= records[-1]['sane_tags'] <= 4
+    assert 0 <= records[-1]['sane_tags'] <= 4 and records[-1]['transition_change'] > 0
     assert results['best'] == max(r['f1'] for r in records) and results['head_parameters'] == 16 * 4 + 4 + 16
     # the saved (best) model scores exactly what the log says
     gold = load_dataset('pku', 'test', tiny['data']).examples
