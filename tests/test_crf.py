@@ -60,6 +60,20 @@ def test_log_likelihood_equals_brute_force(shape, boundary, constrained):
     assert (ll <= 0).all() and (ll[case['lengths'] == 0] == 0).all()
 
 
+def test_scores_hundreds_of_nats_apart_stay_exact():
+    rng = np.random.default_rng(12)
+    case = random_case(rng, 6, 6, 3, boundary=True, constrained=True)
+    case['emissions'] *= 100                       # neighbouring labels differ by ~200 nats
+    case['transitions'] *= 50
+    tags = rng.integers(0, 3, size=(6, 6))
+    mask = np.arange(6) < case['lengths'][:, None]
+    score, log_z = brute_force(case, tags)
+    got = crf_log_partition(case['emissions'], mask, *effective(case)).numpy()
+    np.testing.assert_allclose(got, log_z, rtol=1e-12, atol=1e-9)
+    ll = crf_log_likelihood(case['emissions'].astype('float32'), tags, mask, *effective(case))
+    np.testing.assert_allclose(ll.numpy(), np.minimum(score - log_z, 0), rtol=1e-5, atol=1e-2)
+
+
 def test_without_xla_and_in_a_tf_function_with_unknown_length(monkeypatch):
     rng = np.random.default_rng(5)
     case = random_case(rng, 6, 5, 3, boundary=True, constrained=True)
