@@ -11,8 +11,10 @@ blank line; ``--format json`` prints one JSON object per input line instead.
 """
 import argparse
 import json
+import os
 import re
 import sys
+import warnings
 
 
 def parse_args(argv=None):
@@ -80,6 +82,8 @@ def main(argv=None):
             lines = sys.stdin.read().splitlines()
     except (OSError, UnicodeDecodeError) as error:
         parser.error(f'cannot read {args.file or "stdin"}: {error}')
+    os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')         # keep TensorFlow's log off stdout
+    warnings.filterwarnings('ignore', message='The initializer')  # bert4keras's unseeded inits
     from crf_lr.tagger import Tagger
     try:
         tagger = Tagger.load(args.model_dir, args.batch_size)

@@ -112,7 +112,7 @@ def main(argv=None):
                                        f'lr x{args.crf_lr_multiplier:g}')
             except ImportError as error:
                 print(f'no heatmap: {error}')
-            result.update(transitions=trans.round(4).tolist(),
+            result.update(transitions=trans.astype(float).round(4).tolist(),
                           transition_change=round(float(np.abs(trans - initial).max()), 4),
                           sane_tags=diagnosis['sane_tags'],
                           emission_margin=round(diagnosis['emission_margin'], 4),
@@ -128,7 +128,8 @@ def main(argv=None):
     extra = dict(task='cws', train_sentences=len(train_data), train_windows=len(samples),
                  test=test_name, test_sentences=len(test_data), encoder=encoder_info,
                  head_parameters=head_parameters(model),
-                 initial_transitions=None if initial is None else initial.round(4).tolist())
+                 initial_transitions=(None if initial is None
+                                      else initial.astype(float).round(4).tolist()))
     return train(model, run,
                  lambda epoch: epoch_batches(samples, args.batch_size, args.seed, epoch,
                                              args.head, labels),
