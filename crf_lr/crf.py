@@ -2,16 +2,19 @@
 
 A path ``y`` of a sequence of length ``l`` (its left-aligned mask has ``l`` ones) scores
 
-    s(y) = start[y_0] + sum_{t<l} emissions[t, y_t] + sum_{1<=t<l} transitions[y_{t-1}, y_t] + end[y_{l-1}]
+    s(y) = start[y_0] + sum_{t<l} emissions[t, y_t]
+           + sum_{1<=t<l} transitions[y_{t-1}, y_t] + end[y_{l-1}]
 
 and ``log p(y) = s(y) - log Z`` with ``log Z = logsumexp`` of ``s`` over all ``L**l`` paths.
 An empty sequence (``l = 0``) has ``s = log Z = 0``, hence log-likelihood 0 and no gradient.
 
 ``log Z`` and its gradients (the label marginals) come from one forward-backward pass in exponent
 space, rescaled at every step, in float64 (scores may differ by ~700 nats before anything
-underflows), compiled with XLA and exposed as a custom-gradient op (``_forward_backward``). On CPU
-this beats a parallel scan or chunked matrix products, which do L times more work: the loop is
-latency-bound, and XLA makes one step cost a few microseconds.
+underflows), compiled with XLA and exposed as a custom-gradient op (``_forward_backward``).
+Measured on 2 CPU cores (batch 32, n = 256, 7 labels, loss + gradient in a ``tf.function``): about
+10x faster than bert4keras's CRF and 3x the cost of a softmax cross-entropy. A parallel scan (tree
+of batched L x L products) and chunked GEMMs were slower here: they do L times more work, and
+tiny batched matmuls are slow on CPU, while XLA makes one step of the plain loop cost microseconds.
 
 Masks must be left-aligned (``mask[b] = [1] * l + [0] * (n - l)``); the functions check this and
 raise ``InvalidArgumentError`` otherwise. Disallowed transitions / starts / ends score
@@ -160,9 +163,10 @@ def _safe_divisor(x):
 _COMPILED = {True: tf.function(_forward_backward, jit_compile=True),
              False: tf.function(_forward_backward)}
 
-# Compile the forward-backward pass with XLA (several times faster on CPU than without). The
-# sequence axis is padded to a multiple of _LENGTH_BUCKET so that batches of varying length share
-# a few compiled programs. Set USE_XLA = False where XLA is unavailable.
+# Compile the forward-backward pass with XLA (several times faster on CPU than without). XLA
+# compiles one program per (batch size, padded length): about a second each on 2 CPU cores, so the
+# sequence axis is padded to a multiple of _LENGTH_BUCKET and batches of varying length share a
+# few programs. Set crf_lr.crf.USE_XLA = False where XLA is unavailable (same maths, slower loop).
 USE_XLA = True
 _LOOP_DTYPE = tf.float64     # float64: ~700 nats before anything underflows
 _LENGTH_BUCKET = 32
