@@ -219,3 +219,21 @@ def test_bad_arguments_are_reported(tiny, tmp_path):
         cws.main(_common(tiny, tmp_path / 'x') + ['--encoder', 'random:one:16'])
     with pytest.raises(FileNotFoundError, match='not a folder'):
         cws.main(['--data-dir', str(tmp_path / 'missing'), '--output', str(tmp_path / 'y')])
+
+
+@pytest.mark.parametrize('head', ['crf', 'softmax'])
+def test_padding_and_special_tokens_never_reach_the_loss(tiny, head):
+    """Labels under [SEP] and padding, and extra padding, leave the loss unchanged."""
+    from crf_lr.compat import keras
+    from crf_lr.tagger import build_model, load_encoder
+    keras.utils.set_random_seed(0)
+    model, loss, _ = build_model(load_encoder(tiny['config'])[0], head, 4)
+    model.compile('adam', loss=loss)
+    ids = np.array([[2, 5, 6, 3, 0, 0], [2, 5, 6, 7, 8, 3]])
+    labels = np.array([[1, 2, 0, 0, 0], [1, 2, 1, 2, 0]])
+    garbage = labels.copy()
+    garbage[0, 2:] = 3
+    reference = model.evaluate([ids, 0 * ids], labels, verbose=0)
+    assert model.evaluate([ids, 0 * ids], garbage, verbose=0) == pytest.approx(reference)
+    row = model.evaluate([ids[:1, :4], 0 * ids[:1, :4]], labels[:1, :3], verbose=0)
+    assert model.evaluate([ids[:1], 0 * ids[:1]], garbage[:1], verbose=0) == pytest.approx(row)
