@@ -124,11 +124,16 @@ def _smoothed(losses, width=10):
     return np.convolve(losses, kernel, mode='valid')
 
 
+def step_losses(folder, name):
+    """Every training step's loss of a run, in order (from its ``log.jsonl``)."""
+    with open(os.path.join(folder, name, 'log.jsonl'), encoding='utf-8') as f:
+        return np.concatenate([json.loads(line)['step_losses'] for line in f])
+
+
 def report_exp3(runs, figures, folder):
     groups = grouped(runs)
-    curves = {name: [np.concatenate([e['step_losses'] for e in r['epochs']]) for r in members]
-              for name, members in groups.items() if all('step_losses' in e for r in members
-                                                         for e in r['epochs'])}
+    curves = {name: [step_losses(folder, r['name']) for r in members]
+              for name, members in groups.items()}
     mean_curves = {name: np.mean([c[:min(map(len, cs))] for c in cs], axis=0)
                    for name, cs in curves.items()}
     # the training loss every setting reaches: the highest of the settings' lowest smoothed losses
