@@ -8,6 +8,7 @@ without a finished run are listed as missing, never filled in.
 import argparse
 import json
 import os
+import re
 import shutil
 from collections import defaultdict
 
@@ -176,9 +177,11 @@ def main(argv=None):
     body = {'exp1': report_exp1, 'exp2': report_exp2, 'exp3': report_exp3}[args.experiment](
         runs, args.figures, folder)
     print(scale_line(runs) + '\n')
-    print('Commands (one per run, as `experiments/run.py` started them):\n')
-    for run in runs:
-        print(f'    {run["command"]}')
+    print('Commands (one per setting, as `experiments/run.py` started them; {s} = the seed):\n')
+    for name, members in grouped(runs).items():
+        command = re.sub(r'(--seed |/seed)\d+', r'\1{s}', members[0]['command'])
+        seeds = ', '.join(str(r['config']['seed']) for r in members)
+        print(f'    {command}    # seeds {seeds}')
     print('\n' + '\n'.join(body))
 
 
