@@ -43,6 +43,9 @@ EXP3_MODELS = (('msra', 'albert-tiny-zh', (0,)),          # ALBERT shares its la
                ('conll2003', 'minilm-en', (0, 1, 2)))
 
 
+DEFAULT_SEEDS = {'exp1': '0,1,2', 'exp2': '0,1', 'exp3': '0,1,2,3,4'}
+
+
 def experiment(name, seeds):
     """The list of ``(run name, script, arguments)`` of an experiment, seed-major."""
     runs = []
@@ -99,13 +102,15 @@ def main(argv=None):
     parser.add_argument('experiment', choices=('exp1', 'exp2', 'exp3'))
     parser.add_argument('--data-dir', default=os.environ.get('CRF_LR_DATA'),
                         help='shared data folder (default: $CRF_LR_DATA)')
-    parser.add_argument('--seeds', default='0,1,2', help='comma-separated (default: %(default)s)')
+    parser.add_argument('--seeds', default=None,
+                        help='comma-separated (default: what the issue asks: exp1 0,1,2; exp2 0,1; '
+                             'exp3 0,1,2,3,4)')
     parser.add_argument('--only', default='', help='run only names containing this string')
     parser.add_argument('--output', default=os.path.join(ROOT, 'runs'),
                         help='parent folder of the run folders (default: runs/)')
     parser.add_argument('--list', action='store_true', help='print the runs and exit')
     args = parser.parse_args(argv)
-    seeds = [int(s) for s in args.seeds.split(',')]
+    seeds = [int(s) for s in (args.seeds or DEFAULT_SEEDS[args.experiment]).split(',')]
     runs = [r for r in experiment(args.experiment, seeds) if args.only in r[0]]
     folder = os.path.join(args.output, args.experiment)
     if args.list:
