@@ -126,25 +126,36 @@ def viterbi_decode(emissions, transitions, lengths=None, mask=None, start=None, 
     lengths = _lengths_array(batch, n, lengths, mask)
     if n == 0:
         return [np.zeros(0, dtype=np.int64) for _ in range(batch)]
-    rows = np.arange(batch)
+    emissions = emissions.transpose(1, 0, 2).copy()                       # (n, batch, L)
+    incoming = np.ascontiguousarray(trans.T)                                # [to, from]
     labels = np.arange(num_labels)
-    score = start + emissions[:, 0]                                         # (batch, L)
-    backpointers = np.empty((n, batch, num_labels), dtype=np.int64)         # [t] -> label at t-1
+    score = start + emissions[0]                                            # (batch, L)
+    backpointers = np.empty((n, batch, num_labels), dtype=np.intp)          # [t] -> label at t-1
+    candidates = np.empty((batch, num_labels, num_labels))                  # (batch, to, from)
+    row_starts = np.arange(batch * num_labels) * num_labels
     for t in range(1, n):
-        candidates = score[:, :, None] + trans                              # (batch, from, to)
-        best = candidates.argmax(axis=1)                                    # (batch, L)
-        live = (t < lengths)[:, None]
-        # Past its end a sequence keeps its scores and points each label at itself, so the
-        # backtrace walks through the padding unchanged to the last real position.
-        backpointers[t] = np.where(live, best, labels)
-        score = np.where(live, np.take_along_axis(candidates, best[:, None], 1)[:, 0]
-                         + emissions[:, t], score)
+        np.add(score[:, None, :], incoming, out=candidates)
+        # argmax over the last axis, then a flat gather: the fastest NumPy pair here (a max
+        # reduction or take_along_axis over a 7-wide axis costs several times more)
+        best = candidates.argmax(axis=2)
+        moved = candidates.reshape(-1)[row_starts + best.reshape(-1)].reshape(batch, num_labels)
+        moved += emissions[t]
+        live = t < lengths
+        if live.all():
+            backpointers[t], score = best, moved
+        else:
+            # past its end a sequence keeps its scores and points each label at itself, so the
+            # backtrace walks through the padding unchanged to the last real position
+            backpointers[t] = np.where(live[:, None], best, labels)
+            score = np.where(live[:, None], moved, score)
     state = (score + end).argmax(axis=1)
-    path = np.empty((batch, n), dtype=np.int64)
-    path[:, n - 1] = state
+    rows = np.arange(batch)
+    path = np.empty((n, batch), dtype=np.int64)
+    path[n - 1] = state
     for t in range(n - 1, 0, -1):
         state = backpointers[t, rows, state]
-        path[:, t - 1] = state
+        path[t - 1] = state
+    path = path.T
     return [path[b, :lengths[b]] for b in range(batch)]
 
 
