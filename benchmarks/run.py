@@ -34,7 +34,7 @@ from timing import interleaved, load_average, machine, matmul_gflops  # noqa: E4
 FULL = dict(crf_shapes=[(n, labels) for n in (64, 128, 256, 512) for labels in (4, 7, 21)],
             crf_rounds=20, viterbi_rounds=15, matmul_rounds=10,
             # (layers, n, rounds): the four target cases, then the rest of the scaling series
-            steps=[(4, 128, 15), (4, 256, 15), (1, 128, 15), (1, 256, 15), (4, 64, 10), (4, 512, 6)],
+            steps=[(4, 128, 15), (4, 256, 15), (1, 128, 15), (1, 256, 15), (4, 64, 10), (4, 512, 5)],
             heads=models.HEADS)
 QUICK = dict(crf_shapes=[(256, 7)], crf_rounds=10, viterbi_rounds=5, matmul_rounds=5,
              steps=[(1, 64, 4)],
@@ -102,8 +102,9 @@ def versions(tf, tfa):
             'numpy': np.__version__}
 
 
-def run(quick):
-    """Every comparison of the plan; returns the results dict written to results.json."""
+def run(quick, out):
+    """Every comparison of the plan; returns the results dict. After each comparison, the
+    results so far are written to ``out`` (JSON), so a failure late in a run keeps the rest."""
     plan = QUICK if quick else FULL
     started = datetime.datetime.now(datetime.timezone.utc)
     tf, tfa = cases.load_tensorflow()
@@ -112,9 +113,11 @@ def run(quick):
     results = {'command': ' '.join(['python', 'benchmarks/run.py'] + (['--quick'] if quick else [])),
                'date_utc': started.strftime('%Y-%m-%d %H:%M'), 'machine': machine(),
                'versions': versions(tf, tfa), 'load_average_start': list(os.getloadavg())}
+
     def progress(message):
         elapsed = (datetime.datetime.now(datetime.timezone.utc) - started).total_seconds()
         print(f'[{elapsed:6.0f} s, load {load_average()}] {message}', flush=True)
+        save(results, out)
 
     def measure_matmul():
         results['matmul'].append(matmul_gflops(tf, rounds=plan['matmul_rounds']))
@@ -138,7 +141,13 @@ def run(quick):
     results['load_average_end'] = list(os.getloadavg())
     results['minutes'] = round((datetime.datetime.now(datetime.timezone.utc) - started)
                                .total_seconds() / 60, 1)
+    save(results, out)
     return results
+
+
+def save(results, path):
+    with open(path, 'w', encoding='utf-8') as f:
+        json.dump(results, f, indent=1)
 
 
 def targets(results):
@@ -186,9 +195,14 @@ def markdown_table(header, rows):
     return '\n'.join(lines)
 
 
+def milliseconds(ms):
+    """Three significant digits without exponent: 1460, 383, 15.4, 0.805."""
+    return f'{ms:.0f}' if ms >= 100 else f'{ms:.3g}'
+
+
 def timing_cell(timing):
     """'12.3 (±8%)': median ms and the interquartile range relative to it."""
-    return f"{timing['median_ms']:.3g} (±{timing['iqr_pct'] / 2:.0f}%)"
+    return f"{milliseconds(timing['median_ms'])} (±{timing['iqr_pct'] / 2:.0f}%)"
 
 
 def report(results):
@@ -227,7 +241,7 @@ def report(results):
                            [[name, timing_cell(t), f"{t['sequences_per_s']:,.0f}", t['load_before']]
                             for name, t in viterbi['timings'].items()]), '',
             'Ratios: ' + ', '.join(f'{k} = **{v:.2f}**' for k, v in viterbi['ratios'].items()), '']
-    steps = results['train_step']
+    steps = sorted(results['train_step'], key=lambda c: (-c['shape']['layers'], c['shape']['n']))
     heads = list(steps[0]['timings'])
     out += ['### Whole training step (forward + backward + Adam), batch 16', '',
             markdown_table(['layers', 'n'] + heads + ['load before/after'],
@@ -271,44 +285,53 @@ def scaling_series(results):
 
 
 def plot(results, directory):
-    """docs/perf_crf_loss.png (CRF loss time vs n) and docs/perf_scaling.png (step time and
-    memory vs n per head, 4 layers). Returns the paths written."""
+    """docs/perf_crf_loss.png (CRF loss time vs n, one panel per label count) and
+    docs/perf_scaling.png (step time and memory vs n per head, deepest encoder).
+    Returns the paths written."""
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullLocator
+
+    def log_axes(ax, lengths, ylabel):
+        ax.set(xscale='log', yscale='log', xlabel='sequence length n', ylabel=ylabel)
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.set_xticks(lengths, [str(n) for n in lengths])
+
     paths = []
-    crf = [c for c in results['crf_loss'] if c['shape']['labels'] == 7]
-    if len(crf) > 1:
-        fig, ax = plt.subplots(figsize=(6, 4))
-        for name in crf[0]['timings']:
-            ax.plot([c['shape']['n'] for c in crf], [c['timings'][name]['median_ms'] for c in crf],
-                    marker='o', label=name)
-        ax.set(xscale='log', yscale='log', xlabel='sequence length n', ylabel='ms per call',
-               title='CRF NLL + gradient, batch 32, 7 labels')
-        ax.set_xticks([c['shape']['n'] for c in crf], [str(c['shape']['n']) for c in crf])
-        ax.legend(fontsize=7)
+    labels = sorted({c['shape']['labels'] for c in results['crf_loss']})
+    by_labels = [[c for c in results['crf_loss'] if c['shape']['labels'] == k] for k in labels]
+    if max(len(cases_) for cases_ in by_labels) > 1:
+        fig, axes = plt.subplots(1, len(labels), figsize=(4.5 * len(labels), 4), squeeze=False)
+        for ax, k, crf in zip(axes[0], labels, by_labels):
+            lengths = [c['shape']['n'] for c in crf]
+            for name in crf[0]['timings']:
+                ax.plot(lengths, [c['timings'][name]['median_ms'] for c in crf], marker='o',
+                        label=name)
+            log_axes(ax, lengths, 'ms per call (median)')
+            ax.set_title(f'CRF NLL + gradient, batch 32, {k} labels')
+        axes[0][0].legend(fontsize=7)
         fig.tight_layout()
         paths.append(os.path.join(directory, 'perf_crf_loss.png'))
-        fig.savefig(paths[-1], dpi=120)
+        fig.savefig(paths[-1], dpi=110)
     series = scaling_series(results)
-    depth = series[0]['shape']['layers']
     if len(series) > 1:
         fig, axes = plt.subplots(1, 2, figsize=(11, 4))
         lengths = [c['shape']['n'] for c in series]
         for head in series[0]['timings']:
             for ax, key in zip(axes, ('median_ms', 'step_peak_mb')):
                 ax.plot(lengths, [c['timings'][head][key] for c in series], marker='o', label=head)
-        limit = [c['limit']['limit_ms'] for c in series]
-        axes[0].plot(lengths, limit, 'k--', label='arithmetic limit (encoder)')
-        for ax, ylabel in zip(axes, ('ms per training step', 'MB peak step memory')):
-            ax.set(xscale='log', yscale='log', xlabel='sequence length n', ylabel=ylabel)
-            ax.set_xticks(lengths, [str(n) for n in lengths])
-        axes[0].set_title(f'{depth}-layer ALBERT-tiny, batch {STEP_BATCH}: time')
-        axes[1].set_title('peak memory of one step')
+        axes[0].plot(lengths, [c['limit']['limit_ms'] for c in series], 'k--',
+                     label='arithmetic limit (encoder FLOPs / matmul rate)')
+        log_axes(axes[0], lengths, 'ms per training step (median)')
+        log_axes(axes[1], lengths, 'MB, peak memory of one step')
+        axes[0].set_title(f"{series[0]['shape']['layers']}-layer ALBERT-tiny, batch "
+                          f"{series[0]['shape']['batch']}: step time")
+        axes[1].set_title('peak memory of one step (above weights)')
         axes[0].legend(fontsize=7)
         fig.tight_layout()
         paths.append(os.path.join(directory, 'perf_scaling.png'))
-        fig.savefig(paths[-1], dpi=120)
+        fig.savefig(paths[-1], dpi=110)
     return paths
 
 
@@ -325,10 +348,8 @@ def main():
         with open(args.report, encoding='utf-8') as f:
             print(report(json.load(f)))
         return
-    results = run(args.quick)
     out = args.out or os.path.join(HERE, 'results.quick.json' if args.quick else 'results.json')
-    with open(out, 'w', encoding='utf-8') as f:
-        json.dump(results, f, indent=1)
+    results = run(args.quick, out)
     print(report(results))
     plots = args.plots or (None if args.quick else os.path.join(HERE, '..', 'docs'))
     written = plot(results, plots) if plots else []

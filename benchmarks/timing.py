@@ -1,6 +1,6 @@
 """Timing primitives of the benchmark suite: interleaved rounds, spread, machine load, matmul rate.
 
-Every comparison times its competitors in rounds (A, B, C, A, B, C, ...) after a warm-up, so a burst
+Every comparison times its competitors in rounds (A, B, C, B, C, A, ...) after a warm-up, so a burst
 of load from other processes hits all of them alike; the median and the interquartile range of the
 per-call times are reported, with the load average read before and after.
 
@@ -36,7 +36,7 @@ def summarise(times_s):
             'iqr_pct': round(float((q3 - q1) / median * 100), 1), 'calls': int(ms.size)}
 
 
-def interleaved(functions, rounds, warmup=2, min_round_s=0.0):
+def interleaved(functions, rounds, warmup=2):
     """Time zero-argument callables in interleaved rounds.
 
     Args:
@@ -44,8 +44,6 @@ def interleaved(functions, rounds, warmup=2, min_round_s=0.0):
             ready, e.g. by calling ``.numpy()``).
         rounds: int >= 3, timed calls per function.
         warmup: int, untimed calls per function first (tracing, caches, thread pools).
-        min_round_s: float; if a call is shorter, it is repeated within its slot until the slot
-            lasts this long and the mean per call is recorded (keeps timer noise out of µs calls).
 
     Returns:
         dict name -> ``summarise(...)`` of that function's calls, with ``load_before`` and
@@ -56,20 +54,14 @@ def interleaved(functions, rounds, warmup=2, min_round_s=0.0):
     for fn in functions.values():
         for _ in range(warmup):
             fn()
-    repeats = {}
-    for name, fn in functions.items():
-        start = time.perf_counter()
-        fn()
-        once = time.perf_counter() - start
-        repeats[name] = max(1, int(min_round_s / max(once, 1e-9)))
     load_before = load_average()
-    times = {name: [] for name in functions}
-    for _ in range(rounds):
-        for name, fn in functions.items():
+    names = list(functions)
+    times = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:   # rotate who goes first
             start = time.perf_counter()
-            for _ in range(repeats[name]):
-                fn()
-            times[name].append((time.perf_counter() - start) / repeats[name])
+            functions[name]()
+            times[name].append(time.perf_counter() - start)
     load_after = load_average()
     return {name: dict(summarise(t), load_before=load_before, load_after=load_after)
             for name, t in times.items()}
