@@ -38,8 +38,7 @@ def _compute_dtype(emissions):
 
 
 def _validated(emissions, mask, transitions, start, end):
-    """Cast the inputs to the compute dtype (start / end: zeros if None), check their shapes,
-    and check that the mask is left-aligned."""
+    """Cast inputs to the compute dtype; check their shapes and that the mask is left-aligned."""
     emissions = tf.convert_to_tensor(emissions)
     if emissions.shape.rank != 3:
         raise ValueError(f'emissions must have shape (batch, n, num_labels), got {emissions.shape}')
@@ -53,9 +52,10 @@ def _validated(emissions, mask, transitions, start, end):
                          f'got {transitions.shape}')
     vectors = []
     for name, vector in (('start', start), ('end', end)):
-        vector = tf.zeros([num_labels], dtype) if vector is None else tf.cast(vector, dtype)
-        if not vector.shape.is_compatible_with([num_labels]):
-            raise ValueError(f'{name} must have shape ({num_labels},), got {vector.shape}')
+        if vector is not None:
+            vector = tf.cast(vector, dtype)
+            if not vector.shape.is_compatible_with([num_labels]):
+                raise ValueError(f'{name} must have shape ({num_labels},), got {vector.shape}')
         vectors.append(vector)
     mask = tf.convert_to_tensor(mask)
     if mask.shape.rank != 2:
@@ -63,10 +63,15 @@ def _validated(emissions, mask, transitions, start, end):
     mask = tf.cast(mask, tf.bool)
     tf.debugging.assert_equal(tf.shape(mask), tf.shape(emissions)[:2],
                               message='mask must have shape (batch, n) of emissions')
+    _assert_left_aligned(mask)
+    return emissions, mask, transitions, vectors[0], vectors[1]
+
+
+def _assert_left_aligned(mask):
+    """Raise InvalidArgumentError unless every row of the bool ``mask`` is ones, then zeros."""
     grows = tf.logical_and(mask[:, 1:], tf.logical_not(mask[:, :-1]))
     tf.debugging.assert_equal(tf.reduce_any(grows), False,
                               message='mask must be left-aligned (ones, then zeros) in every row')
-    return emissions, mask, transitions, vectors[0], vectors[1]
 
 
 def _path_score(emissions, labels, mask, transitions, start, end):
@@ -88,9 +93,11 @@ def _forward_backward(emissions, labels, mask, transitions, start, end):
     """``score(labels) - log Z`` (B,) and its gradients, by the forward-backward algorithm.
 
     Args: emissions (B, n, L), labels (B, n, L), transitions (L, L), start / end (L,), all of
-        one float dtype; mask (B, n) bool, left-aligned.
+        one float dtype; mask (B, n) bool, left-aligned. Emissions are read where the mask is
+        set only, floored at ``DISALLOWED_SCORE`` (so ``-inf`` is allowed).
     Returns: ``(objective, [d_emissions (B, n, L), d_transitions (B, L, L), d_start (B, L),
-        d_end (B, L)])``: gradients per example, so that any upstream weighting applies.
+        d_end (B, L)])`` in the input dtype (computed in float64): gradients per example, so
+        that any upstream weighting applies.
 
     Exponent space with rescaling: every exponent is taken relative to its maximum and the
     forward / backward vectors ``alpha_t``, ``beta_t`` are normalised to sum 1 at every step (in
@@ -101,7 +108,11 @@ def _forward_backward(emissions, labels, mask, transitions, start, end):
     ``p(y_{t-1} = i, y_t = j) ~ alpha_{t-1}(i) exp(transitions[i, j] + emissions[t, j]) beta_t(j)``.
     """
     n = tf.shape(emissions)[1]
-    dtype = emissions.dtype
+    input_dtype, dtype = emissions.dtype, tf.float64
+    floored = tf.logical_and(mask[..., None], emissions < DISALLOWED_SCORE)   # no gradient there
+    emissions = tf.where(mask[..., None],
+                         tf.maximum(tf.cast(emissions, dtype), DISALLOWED_SCORE), 0)
+    labels, transitions, start, end = (tf.cast(x, dtype) for x in (labels, transitions, start, end))
     labels = labels * tf.cast(mask, dtype)[..., None]
     emission_peak = tf.reduce_max(emissions, axis=2)                        # (B, n)
     weights = tf.exp(emissions - emission_peak[..., None])
@@ -150,9 +161,10 @@ def _forward_backward(emissions, labels, mask, transitions, start, end):
     nonempty = mask[:, 0]
     objective = tf.where(nonempty, _path_score(emissions, labels, mask, transitions, start, end)
                          - log_z, 0)
-    return objective, [labels - marginals, pair_labels - pair_marginals,
-                       labels[:, 0] - marginals[:, 0],
-                       tf.reduce_sum(last * (labels - marginals), axis=1)]
+    gradients = [tf.where(floored, tf.zeros_like(labels), labels - marginals),
+                 pair_labels - pair_marginals,
+                 labels[:, 0] - marginals[:, 0], tf.reduce_sum(last * (labels - marginals), axis=1)]
+    return tf.cast(objective, input_dtype), [tf.cast(g, input_dtype) for g in gradients]
 
 
 def _safe_divisor(x):
@@ -168,7 +180,6 @@ _COMPILED = {True: tf.function(_forward_backward, jit_compile=True),
 # sequence axis is padded to a multiple of _LENGTH_BUCKET and batches of varying length share a
 # few programs. Set crf_lr.crf.USE_XLA = False where XLA is unavailable (same maths, slower loop).
 USE_XLA = True
-_LOOP_DTYPE = tf.float64     # float64: ~700 nats before anything underflows
 _LENGTH_BUCKET = 32
 
 
@@ -188,19 +199,17 @@ def _objective_op(emissions, labels, mask, transitions, start, end):
 
 
 def _objective(emissions, labels, mask, transitions, start, end):
-    """``score(labels) - log Z`` (B,) of validated inputs, in their dtype (computed in float64).
+    """``score(labels) - log Z`` (B,) of validated inputs (start / end may be None), in their
+    dtype (computed in float64).
 
     ``labels`` (B, n, L) one-hot or soft; all zeros gives ``-log Z``. The value and all its
     gradients come from one compiled forward-backward pass wrapped as a custom gradient, so an
     outer tape never walks the loop. Gradients w.r.t. labels: none."""
-    padding = (-tf.shape(emissions)[1]) % _LENGTH_BUCKET
-
-    def prepared(x, rank=3):
-        return tf.pad(tf.cast(x, _LOOP_DTYPE), [[0, 0], [0, padding], [0, 0]][:rank])
-    objective = _objective_op(
-        prepared(emissions), tf.stop_gradient(prepared(labels)), prepared(mask, 2) > 0,
-        *(tf.cast(x, _LOOP_DTYPE) for x in (transitions, start, end)))
-    return tf.cast(objective, emissions.dtype)
+    padding = [[0, 0], [0, (-tf.shape(emissions)[1]) % _LENGTH_BUCKET], [0, 0]]
+    zeros = tf.zeros_like(transitions[0])
+    return _objective_op(tf.pad(emissions, padding), tf.stop_gradient(tf.pad(labels, padding)),
+                         tf.pad(mask, padding[:2]), transitions,
+                         zeros if start is None else start, zeros if end is None else end)
 
 
 def crf_log_partition(emissions, mask, transitions, start=None, end=None):
@@ -234,7 +243,9 @@ def crf_sequence_score(emissions, tags, mask, transitions, start=None, end=None)
         >>> s.shape                         # (batch,)
     """
     emissions, mask, transitions, start, end = _validated(emissions, mask, transitions, start, end)
-    return _path_score(emissions, _one_hot(tags, emissions, mask), mask, transitions, start, end)
+    zeros = tf.zeros_like(transitions[0])
+    return _path_score(emissions, _one_hot(tags, emissions, mask), mask, transitions,
+                       zeros if start is None else start, zeros if end is None else end)
 
 
 def _one_hot(tags, emissions, mask):
@@ -332,12 +343,12 @@ class ConditionalRandomField(keras.layers.Layer):
 
     @property
     def starts(self):
-        """Learned start scores (L,) (``lr_multiplier`` x stored), or None without boundary_scores."""
+        """Learned start scores (L,) (``lr_multiplier`` x stored); None without boundary scores."""
         return self.lr_multiplier * self._start if self.boundary_scores else None
 
     @property
     def ends(self):
-        """Learned end scores (L,) (``lr_multiplier`` x stored), or None without boundary_scores."""
+        """Learned end scores (L,) (``lr_multiplier`` x stored); None without boundary scores."""
         return self.lr_multiplier * self._end if self.boundary_scores else None
 
     def effective_parameters(self, dtype='float32'):
@@ -367,12 +378,10 @@ class ConditionalRandomField(keras.layers.Layer):
         return tf.where(mask, inputs, tf.constant(-np.inf, inputs.dtype))
 
     def _unpack(self, y_pred):
-        """Emissions (compute dtype, padding 0, -inf floored at -1e4) and mask from ``y_pred``."""
+        """Emissions (compute dtype, -inf kept: the maths floors them) and mask from ``y_pred``."""
         y_pred = tf.convert_to_tensor(y_pred)
         mask = tf.reduce_any(y_pred > -np.inf, axis=-1)                   # row all -inf = padding
-        emissions = tf.cast(y_pred, _compute_dtype(y_pred))
-        emissions = tf.where(mask[..., None], emissions, tf.zeros_like(emissions))
-        return tf.maximum(emissions, DISALLOWED_SCORE), mask
+        return tf.cast(y_pred, _compute_dtype(y_pred)), mask
 
     def dense_loss(self, y_true, y_pred):
         """Negative log-likelihood (batch,) of one-hot (or soft) labels ``y_true`` (batch, n, L)."""
@@ -381,22 +390,21 @@ class ConditionalRandomField(keras.layers.Layer):
         return self._negative_log_likelihood(emissions, labels, mask)
 
     def sparse_loss(self, y_true, y_pred):
-        """Negative log-likelihood (batch,) of integer labels ``y_true`` (batch, n) or (batch, n, 1)."""
+        """Negative log-likelihood (batch,) of int labels ``y_true`` (batch, n) or (batch, n, 1)."""
         emissions, mask = self._unpack(y_pred)
         return self._negative_log_likelihood(emissions, _one_hot(y_true, emissions, mask), mask)
 
     def _negative_log_likelihood(self, emissions, labels, mask):
-        transitions, start, end = self.effective_parameters(emissions.dtype)
-        emissions, mask, transitions, start, end = _validated(emissions, mask, transitions,
-                                                              start, end)
-        return -_log_likelihood(emissions, labels, mask, transitions, start, end)
+        _assert_left_aligned(mask)
+        parameters = self.effective_parameters(emissions.dtype)
+        return -_log_likelihood(emissions, labels, mask, *parameters)
 
     def dense_accuracy(self, y_true, y_pred):
-        """Per-position accuracy of the emission argmax against one-hot ``y_true``, padding excluded."""
+        """Per-position accuracy of the emission argmax against one-hot ``y_true`` (no padding)."""
         return self.sparse_accuracy(tf.argmax(y_true, axis=-1), y_pred)
 
     def sparse_accuracy(self, y_true, y_pred):
-        """Per-position accuracy of the emission argmax against integer ``y_true``, padding excluded.
+        """Per-position accuracy of the emission argmax against int ``y_true`` (padding excluded).
 
         Like bert4keras, this is a cheap training-time proxy; decode with ``decode`` to evaluate."""
         _, mask = self._unpack(y_pred)

@@ -169,6 +169,7 @@ def test_padding_length_one_float16_and_extreme_scores_give_no_nan():
                           [[5, 0, -5], [0, 0, 0]],               # length 1
                           [[0, 0, 0], [0, 0, 0]]], 'float16')    # all padding
     mask = np.array([[1, 1], [1, 1], [1, 0], [0, 0]], bool)
+    emissions[1, 0, 2] = -np.inf                    # a label ruled out by the model: allowed
     y_pred = tf.where(mask[..., None], tf.constant(emissions), -np.inf)   # as call() under
     assert y_pred.dtype == tf.float16                                        # mixed precision
     tags = np.array([[0, 2], [1, 1], [2, 0], [0, 0]])      # row 0 breaks 0 -> 2
@@ -181,6 +182,7 @@ def test_padding_length_one_float16_and_extreme_scores_give_no_nan():
     assert loss[0] > 0.9e4                      # a disallowed gold transition costs ~1e4, not inf
     assert all(np.isfinite(g.numpy()).all() for g in grads)
     assert (grads[0].numpy()[3] == 0).all() and (grads[0].numpy()[2, 1] == 0).all()
+    assert grads[0].numpy()[1, 0, 2] == 0
 
 
 def test_without_a_keras_mask_every_position_is_scored():
