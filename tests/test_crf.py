@@ -86,9 +86,18 @@ def test_without_xla_and_in_a_tf_function_with_unknown_length(monkeypatch):
     graph = tf.function(lambda e, y, m: crf_log_likelihood(e, y, m, trans, start, end),
                         input_signature=spec)
     np.testing.assert_allclose(graph(case['emissions'], tags, mask), score - log_z, atol=1e-10)
+
+    def value_and_gradient():
+        emissions = tf.constant(case['emissions'])
+        with tf.GradientTape() as tape:
+            tape.watch(emissions)
+            ll = crf_log_likelihood(emissions, tags, mask, trans, start, end)
+        return ll.numpy(), tape.gradient(ll, emissions).numpy()
+    compiled = value_and_gradient()
     monkeypatch.setattr(crf_module, 'USE_XLA', False)
-    np.testing.assert_allclose(crf_log_likelihood(case['emissions'], tags, mask, trans, start, end),
-                               score - log_z, atol=1e-10)
+    plain = value_and_gradient()
+    np.testing.assert_allclose(plain[0], score - log_z, atol=1e-10)
+    np.testing.assert_allclose(plain[1], compiled[1], atol=1e-10)
 
 
 def test_gradients_equal_finite_differences():
