@@ -133,10 +133,11 @@ def crf_loss_case(tf, tfa, n, labels, rounds, seed=0):
     check = check_crf_losses({name: (loss.numpy(), [g.numpy() for g in grads])
                               for name, (loss, grads) in outputs.items()
                               if implementations[name].exact}, lengths)
-    timings = interleaved({name: (lambda s=step: s(*args)[0].numpy()) for name, step in steps.items()},
-                          rounds=rounds)
+    timings = interleaved({name: (lambda s=step: s(*args)[0].numpy())
+                           for name, step in steps.items()}, rounds=rounds)
     median = {name: t['median_ms'] for name, t in timings.items()}
-    return {'name': 'crf_loss_and_gradient', 'shape': {'batch': CRF_BATCH, 'n': n, 'labels': labels},
+    return {'name': 'crf_loss_and_gradient',
+            'shape': {'batch': CRF_BATCH, 'n': n, 'labels': labels},
             'timings': timings, 'check': check, 'ratios': crf_loss_ratios(median)}
 
 
@@ -149,7 +150,8 @@ def crf_loss_ratios(median):
               'crf_lr sparse / softmax':
               median['crf_lr sparse_loss'] / median['softmax cross-entropy']}
     if 'TFA crf_log_likelihood' in median:
-        ratios['TFA / crf_lr sparse'] = median['TFA crf_log_likelihood'] / median['crf_lr sparse_loss']
+        ratios['TFA / crf_lr sparse'] = (median['TFA crf_log_likelihood']
+                                         / median['crf_lr sparse_loss'])
     return {k: round(v, 3) for k, v in ratios.items()}
 
 

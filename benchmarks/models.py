@@ -1,4 +1,4 @@
-"""Whole training steps: a randomly initialised ALBERT-tiny-sized bert4keras encoder under each head.
+"""Whole training steps: a randomly initialised ALBERT-tiny-sized bert4keras encoder, each head.
 
 The encoder is bert4keras's ``albert`` with the configuration of ALBERT-tiny (zh): hidden 312,
 12 attention heads, intermediate 1248, embedding 128, vocabulary 21,128, no dropout; 4 layers
@@ -15,10 +15,12 @@ Heads (7 tags = BIO over 3 entity types; the pointer heads score the 3 types):
 
 One step = forward + loss + backward + Adam update, in a ``tf.function`` traced for its input shape.
 
-    >>> models = build_heads(tf, layers=4)
-    >>> step = train_step(tf, models['softmax']); step(*batch_for(models['softmax'], 16, 128))
+    >>> heads = build_heads(tf, keras, layers=4); batch = random_batch(rng, 16, 128)
+    >>> train_step(tf, heads['softmax'])(*step_arguments(tf, heads['softmax'], batch))
 """
 import numpy as np
+
+import peers
 
 ALBERT_TINY = dict(vocab_size=21128, embedding_size=128, hidden_size=312, num_hidden_layers=4,
                    num_attention_heads=12, intermediate_size=1248, hidden_act='gelu',
@@ -42,13 +44,6 @@ class HeadModel:
         self.model, self.loss, self.targets, self.optimizer = model, loss, targets, optimizer
 
 
-def softmax_loss(tf):
-    def loss(tags, logits, mask):
-        xent = tf.nn.sparse_softmax_cross_entropy_with_logits(tags, logits)
-        return tf.reduce_sum(xent * tf.cast(mask, xent.dtype), axis=1)
-    return loss
-
-
 def build_head(tf, keras, head, layers):
     """One HeadModel: a fresh random encoder of ``layers`` layers under ``head`` (one of HEADS)."""
     from bert4keras.layers import ConditionalRandomField as Bert4kerasCRF
@@ -57,24 +52,30 @@ def build_head(tf, keras, head, layers):
     from crf_lr.global_pointer import EfficientGlobalPointer, GlobalPointer
     from crf_lr.losses import global_pointer_crossentropy, sparse_global_pointer_crossentropy
 
-    encoder = build_transformer_model(model='albert', **dict(ALBERT_TINY, num_hidden_layers=layers))
+    encoder = build_transformer_model(model='albert',
+                                      **dict(ALBERT_TINY, num_hidden_layers=layers))
     hidden = encoder.output
-    if head == 'softmax' or head.startswith('CRF'):
-        output = keras.layers.Dense(NUM_TAGS)(hidden)
-        if head == 'softmax':
-            loss, targets = softmax_loss(tf), 'tags'
-        else:
-            crf_class = ConditionalRandomField if head == 'CRF (crf_lr)' else Bert4kerasCRF
-            crf = crf_class(lr_multiplier=CRF_LR_MULTIPLIER)
-            output = crf(output)
-            loss, targets = (lambda y, out, mask: crf.sparse_loss(y, out)), 'tags'
+    if head == 'softmax':
+        output, targets = keras.layers.Dense(NUM_TAGS)(hidden), 'tags'
+
+        def loss(y, out, mask):
+            return peers.token_cross_entropy(tf, y, out, mask)
+    elif head.startswith('CRF'):
+        crf_class = ConditionalRandomField if head == 'CRF (crf_lr)' else Bert4kerasCRF
+        crf = crf_class(lr_multiplier=CRF_LR_MULTIPLIER)
+        output, targets = crf(keras.layers.Dense(NUM_TAGS)(hidden)), 'tags'
+
+        def loss(y, out, mask):
+            return crf.sparse_loss(y, out)
     else:
-        pointer_class = GlobalPointer if head.startswith('GlobalPointer') else EfficientGlobalPointer
-        output = pointer_class(heads=NUM_TYPES, head_size=HEAD_SIZE)(hidden)
-        if head.endswith('dense'):
-            loss, targets = (lambda y, out, mask: global_pointer_crossentropy(y, out)), 'dense'
-        else:
-            loss, targets = (lambda y, out, mask: sparse_global_pointer_crossentropy(y, out)), 'sparse'
+        pointer = GlobalPointer if head.startswith('GlobalPointer') else EfficientGlobalPointer
+        output = pointer(heads=NUM_TYPES, head_size=HEAD_SIZE)(hidden)
+        targets = 'dense' if head.endswith('dense') else 'sparse'
+        pointer_loss = {'dense': global_pointer_crossentropy,
+                        'sparse': sparse_global_pointer_crossentropy}[targets]
+
+        def loss(y, out, mask):
+            return pointer_loss(y, out)
     model = keras.Model(encoder.inputs, output)
     return HeadModel(model, loss, targets, keras.optimizers.Adam(1e-4))
 

@@ -100,13 +100,19 @@ def tfa_crf_loss(tf, tfa, transitions):
     return CrfLoss(loss, [variable])
 
 
+def token_cross_entropy(tf, tags, logits, mask):
+    """Softmax cross-entropy of int ``tags`` (batch, n) under ``logits`` (batch, n, labels),
+    summed over the positions where the bool ``mask`` (batch, n) is True: (batch,)."""
+    xent = tf.nn.sparse_softmax_cross_entropy_with_logits(tags, logits)
+    return tf.reduce_sum(xent * tf.cast(mask, xent.dtype), axis=1)
+
+
 def softmax_loss(tf):
     """Token-level softmax cross-entropy on the same emissions, summed over the valid positions
     of each sequence and averaged over the batch (the cost a CRF is compared with)."""
     def loss(emissions, tags, lengths):
-        mask = tf.cast(lengths_mask(tf, lengths, tf.shape(emissions)[1]), emissions.dtype)
-        xent = tf.nn.sparse_softmax_cross_entropy_with_logits(tags, emissions)
-        return tf.reduce_mean(tf.reduce_sum(xent * mask, axis=1))
+        mask = lengths_mask(tf, lengths, tf.shape(emissions)[1])
+        return tf.reduce_mean(token_cross_entropy(tf, tags, emissions, mask))
 
     return CrfLoss(loss, [], exact=False)
 

@@ -1,7 +1,7 @@
 """Benchmark suite: crf_lr's CRF loss, Viterbi and whole training steps against bert4keras and
 TensorFlow Addons (and softmax / GlobalPointer heads), in one process, after warm-up.
 
-    $ python benchmarks/run.py            # full run (~10-20 min on 2 cores), writes results.json + plots
+    $ python benchmarks/run.py            # full run (10-20 min on 2 cores): results.json, plots
     $ python benchmarks/run.py --quick    # a subset, under 2 minutes
     $ python benchmarks/run.py --report benchmarks/results.json   # tables of a saved run
 
@@ -34,7 +34,8 @@ from timing import interleaved, load_average, machine, matmul_gflops  # noqa: E4
 FULL = dict(crf_shapes=[(n, labels) for n in (64, 128, 256, 512) for labels in (4, 7, 21)],
             crf_rounds=20, viterbi_rounds=15, matmul_rounds=10,
             # (layers, n, rounds): the four target cases, then the rest of the scaling series
-            steps=[(4, 128, 15), (4, 256, 15), (1, 128, 15), (1, 256, 15), (4, 64, 10), (4, 512, 5)],
+            steps=[(4, 128, 15), (4, 256, 15), (1, 128, 15), (1, 256, 15),
+                   (4, 64, 10), (4, 512, 5)],
             heads=models.HEADS)
 QUICK = dict(crf_shapes=[(256, 7)], crf_rounds=10, viterbi_rounds=5, matmul_rounds=5,
              steps=[(1, 64, 4)],
@@ -58,11 +59,13 @@ def train_step_cases(tf, keras, plan, heads, progress=print, batch=STEP_BATCH):
                 calls[head] = lambda s=step, a=arguments: s(*a).numpy()
             timings = interleaved(calls, rounds=rounds, warmup=2)
             softmax = timings['softmax']['median_ms']
-            results.append({'name': 'train_step', 'shape': {'layers': layers, 'batch': batch, 'n': n},
+            shape = {'layers': layers, 'batch': batch, 'n': n}
+            results.append({'name': 'train_step', 'shape': shape,
                             'timings': timings,
                             'ratios': {f'{head} / softmax': round(t['median_ms'] / softmax, 3)
                                        for head, t in timings.items() if head != 'softmax'},
-                            'encoder_gflop': round(models.encoder_flops(layers, batch, n) / 1e9, 2)})
+                            'encoder_gflop': round(models.encoder_flops(layers, batch, n) / 1e9,
+                                                   2)})
             progress(f'training step, {layers} layers, n={n}: {results[-1]["ratios"]}')
     return results
 
@@ -110,7 +113,8 @@ def run(quick, out):
     tf, tfa = cases.load_tensorflow()
     tf.get_logger().setLevel('ERROR')
     from crf_lr.compat import keras
-    results = {'command': ' '.join(['python', 'benchmarks/run.py'] + (['--quick'] if quick else [])),
+    command = ['python', 'benchmarks/run.py'] + (['--quick'] if quick else [])
+    results = {'command': ' '.join(command),
                'date_utc': started.strftime('%Y-%m-%d %H:%M'), 'machine': machine(),
                'versions': versions(tf, tfa), 'load_average_start': list(os.getloadavg())}
 
@@ -179,7 +183,8 @@ def targets(results):
         keys = [k for k in viterbi if k.startswith(peer)]
         if keys:
             add(f'Viterbi: {peer} / crf_lr (' + ', '.join(k.split(' / ')[1] for k in keys) + ')',
-                f'≥ {required}', [viterbi[k] for k in keys], min(viterbi[k] for k in keys) >= required)
+                f'≥ {required}', [viterbi[k] for k in keys],
+                min(viterbi[k] for k in keys) >= required)
     steps = [c for c in results['train_step'] if c['shape']['n'] in (128, 256)]
     if steps:
         values = [c['ratios']['CRF (crf_lr) / softmax'] for c in steps]
@@ -208,8 +213,11 @@ def timing_cell(timing):
 def report(results):
     """The Markdown tables of a results dict."""
     out = [f"Command: `{results['command']}` — {results['date_utc']} UTC, "
-           f"{results['machine']['nproc']} × {results['machine']['cpu_model']}, "
-           f"TF {results['versions']['tensorflow']}, TFA {results['versions']['tensorflow_addons']}, "
+           f"{results['machine']['nproc']} cores {results['machine']['cpu_model']} (family "
+           f"{results['machine'].get('cpu_family')}, {results['machine'].get('cpu_mhz')} MHz"
+           f"{', VM' if results['machine'].get('hypervisor') else ''}), "
+           f"TF {results['versions']['tensorflow']}, "
+           f"TFA {results['versions']['tensorflow_addons']}, "
            f"bert4keras {results['versions']['bert4keras']}; load average (1/5/15 min) "
            f"{'/'.join(f'{x:.1f}' for x in results['load_average_start'])} at start, "
            f"{'/'.join(f'{x:.1f}' for x in results['load_average_end'])} at end; "
@@ -223,6 +231,14 @@ def report(results):
                           [[t['target'], t['required'], t['measured'], '✔' if t['met'] else '✘']
                            for t in results['targets']]), '']
     crf = results['crf_loss']
+    errors = [e for c in crf for e in c['check'].values()]
+    out += [f"Correctness, checked in this run before timing: over all {len(crf)} CRF shapes, "
+            f"every peer's mean loss is within a relative "
+            f"{max(e['loss_rel_err'] for e in errors):.1e} "
+            f"of crf_lr's and its gradients (emissions, transitions) within "
+            f"{max(e['grad_err'] for e in errors):.1e} (max abs difference / max(1, max abs)); "
+            f"every Viterbi decoder returned identical paths on "
+            f"{results['viterbi']['sequences_checked']} sequences.", '']
     names = list(crf[0]['timings'])
     ratio_names = list(crf[0]['ratios'])
     out += ['### CRF negative log-likelihood + gradient (batch 32, float32, tf.function)', '',
@@ -260,7 +276,8 @@ def report(results):
             markdown_table(['layers', 'n', 'encoder GFLOP per step', 'limit ms', 'softmax step ms',
                             'step / limit'],
                            [[c['shape']['layers'], c['shape']['n'], c['encoder_gflop'],
-                             f"{c['limit']['limit_ms']:.0f}", f"{c['timings']['softmax']['median_ms']:.0f}",
+                             f"{c['limit']['limit_ms']:.0f}",
+                             f"{c['timings']['softmax']['median_ms']:.0f}",
                              f"{c['limit']['softmax_step_over_limit']:.1f}×"] for c in steps])]
     series = scaling_series(results)
     if len(series) > 1:
@@ -271,10 +288,15 @@ def report(results):
                 markdown_table(['head'] + [f'n={n}' for n in lengths] + ['time ×', 'memory ×'],
                                [[h] + [f"{c['timings'][h]['median_ms']:.0f} / "
                                        f"{c['timings'][h]['step_peak_mb']:.0f}" for c in series]
-                                + [f"{series[-1]['timings'][h]['median_ms'] / series[0]['timings'][h]['median_ms']:.1f}",
-                                   f"{series[-1]['timings'][h]['step_peak_mb'] / series[0]['timings'][h]['step_peak_mb']:.1f}"]
+                                + [f"{growth(series, h, key):.1f}"
+                                   for key in ('median_ms', 'step_peak_mb')]
                                 for h in heads])]
     return '\n'.join(out)
+
+
+def growth(series, head, key):
+    """Last over first value of ``key`` of ``head`` along a scaling series."""
+    return series[-1]['timings'][head][key] / series[0]['timings'][head][key]
 
 
 def scaling_series(results):
@@ -338,8 +360,8 @@ def plot(results, directory):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--quick', action='store_true', help='a subset, under 2 minutes')
-    parser.add_argument('--out', default=None, help='results JSON (default benchmarks/results.json; '
-                        'benchmarks/results.quick.json with --quick)')
+    parser.add_argument('--out', default=None, help='results JSON (default '
+                        'benchmarks/results.json; benchmarks/results.quick.json with --quick)')
     parser.add_argument('--plots', default=None, help='folder for the PNG plots (default docs/ for '
                         'a full run, none with --quick)')
     parser.add_argument('--report', metavar='JSON', help='print the tables of a saved run and exit')

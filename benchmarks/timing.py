@@ -79,16 +79,23 @@ def matmul_gflops(tf, size=2048, rounds=10):
     product = tf.function(lambda x, y: tf.reduce_sum(tf.matmul(x, y)))
     stats = interleaved({'matmul': lambda: product(a, b).numpy()}, rounds=rounds)['matmul']
     rate = lambda ms: round(2 * size ** 3 / (ms * 1e-3) / 1e9, 1)  # noqa: E731
-    return dict(stats, size=size, gflops=rate(stats['min_ms']), gflops_median=rate(stats['median_ms']))
+    return dict(stats, size=size, gflops=rate(stats['min_ms']),
+                gflops_median=rate(stats['median_ms']))
 
 
 def machine():
-    """Facts about this machine for the results file: cores, CPU model, OS, Python."""
-    model = 'unknown'
+    """Facts about this machine for the results file: cores, CPU model / family / MHz (from
+    /proc/cpuinfo), whether it runs under a hypervisor, OS and Python."""
+    info = {}
     try:
         with open('/proc/cpuinfo', encoding='utf-8') as f:
-            model = next(line.split(':', 1)[1].strip() for line in f if line.startswith('model name'))
-    except (OSError, StopIteration):
+            for line in f:
+                key, _, value = line.partition(':')
+                info.setdefault(key.strip(), value.strip())
+    except OSError:
         pass
-    return {'nproc': os.cpu_count(), 'cpu_model': model, 'platform': platform.platform(),
-            'python': platform.python_version()}
+    return {'nproc': os.cpu_count(), 'cpu_model': info.get('model name', 'unknown'),
+            'cpu_family': info.get('cpu family'), 'cpu_mhz': info.get('cpu MHz'),
+            'avx512': 'avx512f' in info.get('flags', '').split(),
+            'hypervisor': 'hypervisor' in info.get('flags', '').split(),
+            'platform': platform.platform(), 'python': platform.python_version()}
