@@ -205,7 +205,9 @@ def _objective(emissions, labels, mask, transitions, start, end):
     ``labels`` (B, n, L) one-hot or soft; all zeros gives ``-log Z``. The value and all its
     gradients come from one compiled forward-backward pass wrapped as a custom gradient, so an
     outer tape never walks the loop. Gradients w.r.t. labels: none."""
-    padding = [[0, 0], [0, (-tf.shape(emissions)[1]) % _LENGTH_BUCKET], [0, 0]]
+    n = tf.shape(emissions)[1]
+    padded = tf.maximum(n + (-n) % _LENGTH_BUCKET, _LENGTH_BUCKET)       # n = 0 included
+    padding = [[0, 0], [0, padded - n], [0, 0]]
     zeros = tf.zeros_like(transitions[0])
     return _objective_op(tf.pad(emissions, padding), tf.stop_gradient(tf.pad(labels, padding)),
                          tf.pad(mask, padding[:2]), transitions,

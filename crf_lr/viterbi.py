@@ -1,4 +1,4 @@
-"""Viterbi decoding of a linear-chain CRF: NumPy (vectorised over the batch) and in-graph TensorFlow.
+"""Viterbi decoding of a linear-chain CRF: NumPy (vectorised over the batch) and in-graph TF.
 
 Both decoders score a path ``y`` of a sequence of length ``l`` as
 
@@ -163,7 +163,8 @@ def viterbi_decode_tf(emissions, transitions, lengths=None, mask=None, start=Non
                       allowed_transitions=None, allowed_starts=None, allowed_ends=None):
     """Best label paths in the TensorFlow graph (works in ``tf.function`` and SavedModels).
 
-    Same scoring and constraints as ``viterbi_decode``; the time loop runs compiled with XLA.
+    Same scoring and constraints as ``viterbi_decode``, in float32; the time loop runs compiled
+    with XLA.
 
     Args:
         emissions: float tensor (batch, n, L).
@@ -203,7 +204,9 @@ def viterbi_decode_tf(emissions, transitions, lengths=None, mask=None, start=Non
         lengths = tf.reduce_sum(tf.cast(tf.cast(mask, tf.bool), tf.int32), axis=1)
     elif lengths is None:
         lengths = tf.fill([batch], n)
-    return _viterbi_graph(emissions, tf.cast(lengths, tf.int32), *parameters)
+    # one padding position at the end, beyond every length, so that n = 0 needs no special case
+    padded = tf.pad(emissions, [[0, 0], [0, 1], [0, 0]])
+    return _viterbi_graph(padded, tf.cast(lengths, tf.int32), *parameters)[:, :n]
 
 
 def _viterbi_steps(emissions, lengths, transitions, start, end):

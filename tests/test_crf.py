@@ -194,6 +194,13 @@ def test_padding_length_one_float16_and_extreme_scores_give_no_nan():
     assert grads[0].numpy()[1, 0, 2] == 0
 
 
+def test_empty_batches_and_zero_length_sequences():
+    for batch, n in [(2, 0), (0, 5)]:
+        ll = crf_log_likelihood(np.zeros((batch, n, 3)), np.zeros((batch, n), int),
+                                np.zeros((batch, n)), np.zeros((3, 3)))
+        assert ll.shape == (batch,) and (ll.numpy() == 0).all()
+
+
 def test_without_a_keras_mask_every_position_is_scored():
     rng = np.random.default_rng(9)
     layer = ConditionalRandomField()

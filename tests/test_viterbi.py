@@ -157,3 +157,11 @@ def test_validation_messages():
         viterbi_decode(emissions, transitions, lengths=[1, 1], mask=np.ones((2, 3)))
     with pytest.raises(ValueError, match=r'start must have shape \(4,\)'):
         viterbi_decode_tf(emissions, transitions, start=np.zeros(3))
+
+
+def test_empty_batches_and_zero_length_sequences():
+    transitions = np.zeros((3, 3))
+    for shape in [(2, 0, 3), (0, 4, 3)]:
+        emissions = np.zeros(shape)
+        assert [len(p) for p in viterbi_decode(emissions, transitions)] == [shape[1]] * shape[0]
+        assert viterbi_decode_tf(emissions, transitions).shape == shape[:2]
