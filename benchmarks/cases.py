@@ -15,6 +15,10 @@ from timing import interleaved
 CRF_BATCH = 32
 LOSS_RTOL = 1e-4          # relative error allowed on a mean loss (float32 arithmetic)
 GRAD_TOL = 1e-3           # max |g - g_ref| / max(1, max |g_ref|) allowed on every gradient
+# Also timed with the whole loss + gradient compiled by XLA (TFA's crf_log_likelihood is not
+# compilable: XLA has no kernel for the FakeParam op of its tf.cond).
+XLA_COMPILED = ('crf_lr sparse_loss', 'bert4keras sparse_loss', 'softmax cross-entropy')
+XLA = ' [XLA]'
 
 
 def load_tensorflow():
@@ -74,10 +78,11 @@ def crf_loss_implementations(tf, tfa, transitions):
     return implementations
 
 
-def loss_and_gradient(tf, implementation):
+def loss_and_gradient(tf, implementation, jit_compile=False):
     """A ``tf.function`` (emissions, tags, lengths) -> (loss, [d loss / d emissions, d loss / d
-    each variable]): what one training step asks of the loss."""
-    @tf.function
+    each variable]): what one training step asks of the loss. ``jit_compile=True`` compiles the
+    whole function with XLA (as ``model.compile(jit_compile=True)`` would)."""
+    @tf.function(jit_compile=jit_compile)
     def step(emissions, tags, lengths):
         with tf.GradientTape() as tape:
             tape.watch(emissions)
@@ -128,6 +133,9 @@ def crf_loss_case(tf, tfa, n, labels, rounds, seed=0):
     emissions, tags, lengths, transitions = crf_inputs(rng, CRF_BATCH, n, labels)
     implementations = crf_loss_implementations(tf, tfa, transitions)
     steps = {name: loss_and_gradient(tf, impl) for name, impl in implementations.items()}
+    for name in XLA_COMPILED:
+        implementations[name + XLA] = implementations[name]
+        steps[name + XLA] = loss_and_gradient(tf, implementations[name], jit_compile=True)
     args = (tf.constant(emissions), tf.constant(tags), tf.constant(lengths))
     outputs = {name: steps[name](*args) for name in steps}
     check = check_crf_losses({name: (loss.numpy(), [g.numpy() for g in grads])
@@ -152,6 +160,10 @@ def crf_loss_ratios(median):
     if 'TFA crf_log_likelihood' in median:
         ratios['TFA / crf_lr sparse'] = (median['TFA crf_log_likelihood']
                                          / median['crf_lr sparse_loss'])
+    ratios['XLA: bert4keras sparse / crf_lr sparse'] = (median['bert4keras sparse_loss' + XLA]
+                                                        / median['crf_lr sparse_loss' + XLA])
+    ratios['XLA: crf_lr sparse / softmax'] = (median['crf_lr sparse_loss' + XLA]
+                                              / median['softmax cross-entropy' + XLA])
     return {k: round(v, 3) for k, v in ratios.items()}
 
 
