@@ -59,13 +59,12 @@ def train_step_cases(tf, keras, plan, heads, progress=print, batch=STEP_BATCH):
                 calls[head] = lambda s=step, a=arguments: s(*a).numpy()
             timings = interleaved(calls, rounds=rounds, warmup=2)
             softmax = timings['softmax']['median_ms']
+            gflop = models.encoder_flops(layers, batch, n) / 1e9
             shape = {'layers': layers, 'batch': batch, 'n': n}
             results.append({'name': 'train_step', 'shape': shape,
-                            'timings': timings,
+                            'timings': timings, 'encoder_gflop': round(gflop, 2),
                             'ratios': {f'{head} / softmax': round(t['median_ms'] / softmax, 3)
-                                       for head, t in timings.items() if head != 'softmax'},
-                            'encoder_gflop': round(models.encoder_flops(layers, batch, n) / 1e9,
-                                                   2)})
+                                       for head, t in timings.items() if head != 'softmax'}})
             progress(f'training step, {layers} layers, n={n}: {results[-1]["ratios"]}')
     return results
 
