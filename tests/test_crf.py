@@ -139,10 +139,19 @@ def test_losses_equal_bert4keras_on_the_same_weights(lr_multiplier):
     y_pred[np.arange(n) >= lengths[:, None]] = -np.inf                # what call() produces
     tags = rng.integers(0, num_labels, size=(batch, n))
     one_hot = np.eye(num_labels, dtype='float32')[tags]
-    for loss in ('sparse_loss', 'dense_loss'):
-        y_true = tags if loss == 'sparse_loss' else one_hot
-        np.testing.assert_allclose(getattr(ours, loss)(y_true, y_pred).numpy(),
-                                   getattr(peer, loss)(y_true, y_pred).numpy(), rtol=1e-5)
+    smoothed = 0.8 * one_hot + 0.2 / num_labels                         # soft labels, too
+    weights = tf.constant(rng.random(batch), tf.float32)               # uneven sample weights
+    for loss, y_true in (('sparse_loss', tags), ('dense_loss', one_hot), ('dense_loss', smoothed)):
+        results = []
+        for layer in (ours, peer):
+            y = tf.constant(y_pred)
+            with tf.GradientTape() as tape:
+                tape.watch(y)
+                value = getattr(layer, loss)(y_true, y)
+                weighted = tf.reduce_sum(weights * value)
+            results.append([value] + tape.gradient(weighted, [y, layer._trans]))
+        for mine, theirs in zip(*results):
+            np.testing.assert_allclose(mine.numpy(), theirs.numpy(), rtol=1e-4, atol=1e-5)
     for metric in ('sparse_accuracy', 'dense_accuracy'):
         y_true = tags if metric == 'sparse_accuracy' else one_hot
         np.testing.assert_allclose(getattr(ours, metric)(y_true, y_pred).numpy(),
