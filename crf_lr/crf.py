@@ -80,13 +80,13 @@ def _path_score(emissions, labels, mask, transitions, start, end):
     ``transitions`` (L, L), ``start`` / ``end`` (L,), ``mask`` (B, n) bool, left-aligned."""
     labels = labels * tf.cast(mask, labels.dtype)[..., None]
     score = tf.reduce_sum(labels * emissions, axis=[1, 2])
-    following = tf.matmul(labels[:, :-1], transitions)                  # (B, n-1, L)
+    following = tf.tensordot(labels[:, :-1], transitions, 1)            # (B, n-1, L), one GEMM
     score += tf.reduce_sum(following * labels[:, 1:], axis=[1, 2])
     # the last real position is where the mask drops from 1 to 0 (or the end of the row)
     after = tf.concat([mask[:, 1:], tf.zeros_like(mask[:, :1])], axis=1)
     last = tf.cast(tf.logical_and(mask, tf.logical_not(after)), labels.dtype)
     score += tf.reduce_sum(labels[:, 0] * start, axis=-1)
-    return score + tf.reduce_sum(tf.einsum('bn,bnl->bl', last, labels) * end, axis=-1)
+    return score + tf.reduce_sum(last[..., None] * labels * end, axis=[1, 2])
 
 
 def _forward_backward(emissions, labels, mask, transitions, start, end):
@@ -95,9 +95,11 @@ def _forward_backward(emissions, labels, mask, transitions, start, end):
     Args: emissions (B, n, L), labels (B, n, L), transitions (L, L), start / end (L,), all of
         one float dtype; mask (B, n) bool, left-aligned. Emissions are read where the mask is
         set only, floored at ``DISALLOWED_SCORE`` (so ``-inf`` is allowed).
-    Returns: ``(objective, [d_emissions (B, n, L), d_transitions (B, L, L), d_start (B, L),
-        d_end (B, L)])`` in the input dtype (computed in float64): gradients per example, so
-        that any upstream weighting applies.
+    Returns: ``(objective (B,), [d_emissions (B, n, L), d_start (B, L), d_end (B, L)],
+        [labels, alphas, following (B, n, L), exp_trans (L, L)])`` in the input dtype
+        (computed in float64). Gradients are per example, so that any upstream weighting
+        applies; the last four give the transition gradient (see ``_objective_op``), a product
+        summed over the batch that one GEMM computes best once the upstream weights are known.
 
     Exponent space with rescaling: every exponent is taken relative to its maximum and the
     forward / backward vectors ``alpha_t``, ``beta_t`` are normalised to sum 1 at every step (in
@@ -105,7 +107,7 @@ def _forward_backward(emissions, labels, mask, transitions, start, end):
     ``beta_{n-1-i}`` together, a vector-matrix product each; the marginals that form the
     gradient are then computed for all positions at once:
     ``p(y_t = j) ~ alpha_t(j) beta_t(j)`` and
-    ``p(y_{t-1} = i, y_t = j) ~ alpha_{t-1}(i) exp(transitions[i, j] + emissions[t, j]) beta_t(j)``.
+    ``p(y_{t-1} = i, y_t = j) ~ alpha_{t-1}(i) exp(transitions[i, j]) following_t(j)``.
     """
     n = tf.shape(emissions)[1]
     input_dtype, dtype = emissions.dtype, tf.float64
@@ -153,18 +155,18 @@ def _forward_backward(emissions, labels, mask, transitions, start, end):
     live = tf.cast(mask, dtype)
     overlap = _safe_divisor(tf.reduce_sum(alphas * betas, axis=2))          # (B, n)
     marginals = alphas * betas / overlap[..., None] * live[..., None]       # p(y_t = j)
+    # p(y_{t-1} = i, y_t = j) = alphas[t-1, i] * exp_trans[i, j] * following[t, j]
     following = weights * betas / (totals * overlap)[..., None] * live[..., None]
-    pair_marginals = tf.matmul(alphas[:, :-1], following[:, 1:], transpose_a=True) * exp_trans
-    pair_labels = tf.matmul(labels[:, :-1], labels[:, 1:], transpose_a=True)
     after = tf.concat([mask[:, 1:], tf.zeros_like(mask[:, :1])], axis=1)
     last = tf.cast(tf.logical_and(mask, tf.logical_not(after)), dtype)[..., None]
     nonempty = mask[:, 0]
     objective = tf.where(nonempty, _path_score(emissions, labels, mask, transitions, start, end)
                          - log_z, 0)
     gradients = [tf.where(floored, tf.zeros_like(labels), labels - marginals),
-                 pair_labels - pair_marginals,
                  labels[:, 0] - marginals[:, 0], tf.reduce_sum(last * (labels - marginals), axis=1)]
-    return tf.cast(objective, input_dtype), [tf.cast(g, input_dtype) for g in gradients]
+    pair_factors = [labels, alphas, following, exp_trans]
+    return (tf.cast(objective, input_dtype), [tf.cast(g, input_dtype) for g in gradients],
+            [tf.cast(x, input_dtype) for x in pair_factors])
 
 
 def _safe_divisor(x):
@@ -188,11 +190,20 @@ def _objective_op(emissions, labels, mask, transitions, start, end):
     # stop_gradient: an outer tape must not record the compiled call itself (its gradient is
     # below), or TensorFlow asks the XLA program for its loop's intermediates and fails
     inputs = [tf.stop_gradient(x) for x in (emissions, labels, mask, transitions, start, end)]
-    objective, (d_emissions, d_trans, d_start, d_end) = _COMPILED[USE_XLA](*inputs)
+    objective, (d_emissions, d_start, d_end), (labels, alphas, following, exp_trans) = \
+        _COMPILED[USE_XLA](*inputs)
+    num_labels = emissions.shape[-1]
+
+    def pair_sum(weights, left, right):
+        """sum_b weights_b sum_t left[b, t-1] (outer) right[b, t]: (L, L), one GEMM."""
+        left = tf.reshape(weights[:, None, None] * left[:, :-1], [-1, num_labels])
+        return tf.matmul(left, tf.reshape(right[:, 1:], [-1, num_labels]), transpose_a=True)
 
     def gradient(upstream):
-        return (upstream[:, None, None] * d_emissions, None, None,
-                tf.einsum('b,bij->ij', upstream, d_trans),
+        # d objective / d transitions = label pair counts - pair marginals
+        d_trans = (pair_sum(upstream, labels, labels)
+                   - exp_trans * pair_sum(upstream, alphas, following))
+        return (upstream[:, None, None] * d_emissions, None, None, d_trans,
                 tf.linalg.matvec(d_start, upstream, transpose_a=True),
                 tf.linalg.matvec(d_end, upstream, transpose_a=True))
     return objective, gradient
