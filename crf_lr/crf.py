@@ -96,7 +96,7 @@ def _forward_backward(emissions, labels, mask, transitions, start, end):
         one float dtype; mask (B, n) bool, left-aligned. Emissions are read where the mask is
         set only, floored at ``DISALLOWED_SCORE`` (so ``-inf`` is allowed).
     Returns: ``(objective (B,), [d_emissions (B, n, L), d_start (B, L), d_end (B, L)],
-        [labels, alphas, following (B, n, L), exp_trans (L, L)])`` in the input dtype
+        [labels, alphas, following (n, B, L) time-major, exp_trans (L, L)])`` in the input dtype
         (computed in float64). Gradients are per example, so that any upstream weighting
         applies; the last four give the transition gradient (see ``_objective_op``), a product
         summed over the batch that one GEMM computes best once the upstream weights are known.
@@ -116,32 +116,35 @@ def _forward_backward(emissions, labels, mask, transitions, start, end):
                          tf.maximum(tf.cast(emissions, dtype), DISALLOWED_SCORE), 0)
     labels, transitions, start, end = (tf.cast(x, dtype) for x in (labels, transitions, start, end))
     labels = labels * tf.cast(mask, dtype)[..., None]
-    emission_peak = tf.reduce_max(emissions, axis=2)                        # (B, n)
+    score = _path_score(emissions, labels, mask, transitions, start, end)
+    # time-major from here on: (n, B, L), so that a step reads contiguous rows
+    emissions, labels = (tf.transpose(x, [1, 0, 2]) for x in (emissions, labels))
+    mask = tf.transpose(mask)
+    emission_peak = tf.reduce_max(emissions, axis=2)                        # (n, B)
     weights = tf.exp(emissions - emission_peak[..., None])
     exp_trans = tf.exp(transitions - tf.reduce_max(transitions))
     peaks = [tf.reduce_max(transitions), tf.reduce_max(start), tf.reduce_max(end)]
     exp_start, exp_end = tf.exp(start - peaks[1]), tf.exp(end - peaks[2])
     # log Z = these peaks + log of the rescaled sum over paths
-    log_z = (tf.reduce_sum(tf.where(mask[:, 1:], emission_peak[:, 1:] + peaks[0], 0), axis=1)
-             + emission_peak[:, 0] + peaks[1] + peaks[2])
+    log_z = (tf.reduce_sum(tf.where(mask[1:], emission_peak[1:] + peaks[0], 0), axis=0)
+             + emission_peak[0] + peaks[1] + peaks[2])
 
     def step(i, alpha, beta, log_z, alphas, betas, totals):
-        moved = tf.matmul(alpha, exp_trans) * weights[:, i]                 # forward to i
+        moved = tf.matmul(alpha, exp_trans) * weights[i]                    # forward to i
         total = _safe_divisor(tf.reduce_sum(moved, axis=1))
-        live = mask[:, i]
-        alpha = tf.where(live[:, None], moved / total[:, None], alpha)
-        total = tf.where(live, total, 1)
+        alpha = tf.where(mask[i, :, None], moved / total[:, None], alpha)
+        total = tf.where(mask[i], total, 1)
         t = n - 1 - i                                                       # backward to t
-        back = tf.matmul(weights[:, t + 1] * beta, exp_trans, transpose_b=True)
-        beta = tf.where(mask[:, t + 1, None],
+        back = tf.matmul(weights[t + 1] * beta, exp_trans, transpose_b=True)
+        beta = tf.where(mask[t + 1, :, None],
                         back / _safe_divisor(tf.reduce_sum(back, axis=1))[:, None], beta)
         return (i + 1, alpha, beta, log_z + tf.math.log(total), alphas.write(i, alpha),
                 betas.write(t, beta), totals.write(i, total))
 
-    alpha = exp_start * weights[:, 0]
+    alpha = exp_start * weights[0]
     total = _safe_divisor(tf.reduce_sum(alpha, axis=1))
     alpha = alpha / total[:, None]
-    beta = tf.tile((exp_end / tf.reduce_sum(exp_end))[None], [tf.shape(emissions)[0], 1])
+    beta = tf.tile((exp_end / tf.reduce_sum(exp_end))[None], [tf.shape(alpha)[0], 1])
     alphas, betas, totals = (tf.TensorArray(dtype, size=n, element_shape=x.shape)
                              for x in (alpha, beta, total))
     _, alpha, _, log_z, alphas, betas, totals = tf.while_loop(
@@ -150,20 +153,18 @@ def _forward_backward(emissions, labels, mask, transitions, start, end):
          betas.write(n - 1, beta), totals.write(0, total)],
         maximum_iterations=n - 1)
     log_z += tf.math.log(tf.maximum(tf.reduce_sum(alpha * exp_end, axis=1), _TINY))
-    alphas, betas = (tf.transpose(a.stack(), [1, 0, 2]) for a in (alphas, betas))  # (B, n, L)
-    totals = tf.transpose(totals.stack())                                   # (B, n)
-    live = tf.cast(mask, dtype)
-    overlap = _safe_divisor(tf.reduce_sum(alphas * betas, axis=2))          # (B, n)
-    marginals = alphas * betas / overlap[..., None] * live[..., None]       # p(y_t = j)
+    alphas, betas, totals = alphas.stack(), betas.stack(), totals.stack()  # (n, B, L), (n, B)
+    live = tf.cast(mask, dtype)[..., None]
+    overlap = _safe_divisor(tf.reduce_sum(alphas * betas, axis=2))[..., None]
+    marginals = alphas * betas / overlap * live                             # p(y_t = j)
     # p(y_{t-1} = i, y_t = j) = alphas[t-1, i] * exp_trans[i, j] * following[t, j]
-    following = weights * betas / (totals * overlap)[..., None] * live[..., None]
-    after = tf.concat([mask[:, 1:], tf.zeros_like(mask[:, :1])], axis=1)
+    following = weights * betas / (totals[..., None] * overlap) * live
+    after = tf.concat([mask[1:], tf.zeros_like(mask[:1])], axis=0)
     last = tf.cast(tf.logical_and(mask, tf.logical_not(after)), dtype)[..., None]
-    nonempty = mask[:, 0]
-    objective = tf.where(nonempty, _path_score(emissions, labels, mask, transitions, start, end)
-                         - log_z, 0)
-    gradients = [tf.where(floored, tf.zeros_like(labels), labels - marginals),
-                 labels[:, 0] - marginals[:, 0], tf.reduce_sum(last * (labels - marginals), axis=1)]
+    objective = tf.where(mask[0], score - log_z, 0)
+    d_emissions = tf.transpose(labels - marginals, [1, 0, 2])
+    gradients = [tf.where(floored, tf.zeros_like(d_emissions), d_emissions),
+                 labels[0] - marginals[0], tf.reduce_sum(last * (labels - marginals), axis=0)]
     pair_factors = [labels, alphas, following, exp_trans]
     return (tf.cast(objective, input_dtype), [tf.cast(g, input_dtype) for g in gradients],
             [tf.cast(x, input_dtype) for x in pair_factors])
@@ -195,9 +196,9 @@ def _objective_op(emissions, labels, mask, transitions, start, end):
     num_labels = emissions.shape[-1]
 
     def pair_sum(weights, left, right):
-        """sum_b weights_b sum_t left[b, t-1] (outer) right[b, t]: (L, L), one GEMM."""
-        left = tf.reshape(weights[:, None, None] * left[:, :-1], [-1, num_labels])
-        return tf.matmul(left, tf.reshape(right[:, 1:], [-1, num_labels]), transpose_a=True)
+        """sum_b weights_b sum_t left[t-1, b] (outer) right[t, b]: (L, L), one GEMM."""
+        left = tf.reshape(weights[None, :, None] * left[:-1], [-1, num_labels])
+        return tf.matmul(left, tf.reshape(right[1:], [-1, num_labels]), transpose_a=True)
 
     def gradient(upstream):
         # d objective / d transitions = label pair counts - pair marginals
