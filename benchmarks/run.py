@@ -34,7 +34,7 @@ from timing import interleaved, load_average, machine, matmul_gflops  # noqa: E4
 FULL = dict(crf_shapes=[(n, labels) for n in (64, 128, 256, 512) for labels in (4, 7, 21)],
             crf_rounds=20, viterbi_rounds=15, matmul_rounds=10,
             # (layers, n, rounds): the four target cases, then the rest of the scaling series
-            steps=[(4, 128, 15), (4, 256, 15), (1, 128, 15), (1, 256, 15),
+            steps=[(4, 128, 20), (4, 256, 20), (1, 128, 20), (1, 256, 20),
                    (4, 64, 10), (4, 512, 5)],
             heads=models.HEADS)
 QUICK = dict(crf_shapes=[(256, 7)], crf_rounds=10, viterbi_rounds=5, matmul_rounds=5,
