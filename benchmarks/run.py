@@ -98,10 +98,23 @@ def add_memory_and_limit(steps, memory, gflops):
 
 
 def versions(tf, tfa):
+    """Versions of the libraries measured, the repository's commit, and where crf_lr was
+    imported from, with its files that differ from that commit ([]: a clean measure; None:
+    imported from outside the repository)."""
     import bert4keras
+    import crf_lr
+    source = os.path.dirname(crf_lr.__file__)
+
+    def git(*args):
+        done = subprocess.run(['git', '-C', HERE, *args], capture_output=True, text=True)
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    changed = git('status', '--porcelain', '--', source)     # None: crf_lr is not from this repo
     return {'tensorflow': tf.__version__, 'bert4keras': bert4keras.__version__,
             'tensorflow_addons': tfa.__version__ if tfa is not None else None,
-            'numpy': np.__version__}
+            'numpy': np.__version__, 'git_commit': git('rev-parse', 'HEAD'),
+            'crf_lr_source': source,
+            'crf_lr_uncommitted': None if changed is None else changed.splitlines()}
 
 
 def run(quick, out):
@@ -218,7 +231,10 @@ def report(results):
            f"{', VM' if results['machine'].get('hypervisor') else ''}), "
            f"TF {results['versions']['tensorflow']}, "
            f"TFA {results['versions']['tensorflow_addons']}, "
-           f"bert4keras {results['versions']['bert4keras']}; load average (1/5/15 min) "
+           f"bert4keras {results['versions']['bert4keras']}, crf_lr at commit "
+           f"{(results['versions'].get('git_commit') or '?')[:10]}"
+           f"{'' if results['versions'].get('crf_lr_uncommitted') == [] else ' (+ changes)'}; "
+           f"load average (1/5/15 min) "
            f"{'/'.join(f'{x:.1f}' for x in results['load_average_start'])} at start, "
            f"{'/'.join(f'{x:.1f}' for x in results['load_average_end'])} at end; "
            f"{results['minutes']} min. Times: median ms (± half the IQR, as % of the median).",
