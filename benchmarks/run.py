@@ -29,7 +29,7 @@ warnings.filterwarnings('ignore', category=UserWarning)   # TFA's end-of-life no
 
 import cases  # noqa: E402
 import models  # noqa: E402
-from timing import interleaved, load_average, machine, matmul_gflops  # noqa: E402
+from timing import interleaved, load_average, machine, matmul_gflops, paired_ratios  # noqa: E402
 
 FULL = dict(crf_shapes=[(n, labels) for n in (64, 128, 256, 512) for labels in (4, 7, 21)],
             crf_rounds=20, viterbi_rounds=15, matmul_rounds=10,
@@ -64,7 +64,8 @@ def train_step_cases(tf, keras, plan, heads, progress=print, batch=STEP_BATCH):
             results.append({'name': 'train_step', 'shape': shape,
                             'timings': timings, 'encoder_gflop': round(gflop, 2),
                             'ratios': {f'{head} / softmax': round(t['median_ms'] / softmax, 3)
-                                       for head, t in timings.items() if head != 'softmax'}})
+                                       for head, t in timings.items() if head != 'softmax'},
+                            'paired_ratios': paired_ratios(timings, 'softmax')})
             progress(f'training step, {layers} layers, n={n}: {results[-1]["ratios"]}')
     return results
 
@@ -281,6 +282,7 @@ def report(results):
             'Ratios: ' + ', '.join(f'{k} = **{v:.2f}**' for k, v in viterbi['ratios'].items()), '']
     steps = sorted(results['train_step'], key=lambda c: (-c['shape']['layers'], c['shape']['n']))
     heads = list(steps[0]['timings'])
+    others = [h for h in heads if h != 'softmax']
     out += ['### Whole training step (forward + backward + Adam), batch 16', '',
             markdown_table(['layers', 'n'] + heads + ['load before/after'],
                            [[c['shape']['layers'], c['shape']['n']]
@@ -289,6 +291,14 @@ def report(results):
                                   f" **{c['ratios'][h + ' / softmax']:.2f}×**") for h in heads]
                             + [f"{c['timings']['softmax']['load_before']}/"
                                f"{c['timings']['softmax']['load_after']}"]
+                            for c in steps]), '',
+            'Per-round ratios to the softmax head (the two steps timed in the same round): '
+            'median [first quartile – third quartile]:', '',
+            markdown_table(['layers', 'n'] + others,
+                           [[c['shape']['layers'], c['shape']['n']]
+                            + [f"{c['paired_ratios'][h]['median']:.2f} "
+                               f"[{c['paired_ratios'][h]['q1']:.2f}–"
+                               f"{c['paired_ratios'][h]['q3']:.2f}]" for h in others]
                             for c in steps]), '',
             '### Peak step memory per head (MB above weights and optimizer state)', '',
             markdown_table(['layers', 'n'] + heads,

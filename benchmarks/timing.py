@@ -47,7 +47,8 @@ def interleaved(functions, rounds, warmup=2):
 
     Returns:
         dict name -> ``summarise(...)`` of that function's calls, with ``load_before`` and
-        ``load_after`` (1-minute load averages) added to each entry.
+        ``load_after`` (1-minute load averages) and ``times_ms`` (the calls, round by round)
+        added to each entry.
     """
     if rounds < 3:
         raise ValueError(f'rounds must be >= 3 for quartiles, got {rounds}')
@@ -63,8 +64,23 @@ def interleaved(functions, rounds, warmup=2):
             functions[name]()
             times[name].append(time.perf_counter() - start)
     load_after = load_average()
-    return {name: dict(summarise(t), load_before=load_before, load_after=load_after)
+    return {name: dict(summarise(t), load_before=load_before, load_after=load_after,
+                       times_ms=[round(x * 1e3, 3) for x in t])
             for name, t in times.items()}
+
+
+def paired_ratios(timings, reference):
+    """Per-round ratios ``time / reference's time in the same round`` of ``interleaved``
+    results: dict name -> {'median', 'q1', 'q3'} (less sensitive to slow drifts of the machine's
+    load than the ratio of the medians)."""
+    base = np.asarray(timings[reference]['times_ms'])
+    result = {}
+    for name, t in timings.items():
+        if name != reference:
+            q1, median, q3 = np.percentile(np.asarray(t['times_ms']) / base, [25, 50, 75])
+            result[name] = {'median': round(float(median), 3), 'q1': round(float(q1), 3),
+                            'q3': round(float(q3), 3)}
+    return result
 
 
 def matmul_gflops(tf, size=2048, rounds=10):
