@@ -33,15 +33,24 @@ _set_up_environment()
 
 # Public name -> module that defines it; loaded on first access (PEP 562).
 _PUBLIC = {
-    'ConditionalRandomField': 'crf_lr.layers',
-    'GlobalPointer': 'crf_lr.layers',
-    'EfficientGlobalPointer': 'crf_lr.layers',
+    'ConditionalRandomField': 'crf_lr.crf',
+    'crf_log_likelihood': 'crf_lr.crf',
+    'crf_log_partition': 'crf_lr.crf',
+    'GlobalPointer': 'crf_lr.global_pointer',
+    'EfficientGlobalPointer': 'crf_lr.global_pointer',
     'viterbi_decode': 'crf_lr.viterbi',
+    'viterbi_decode_tf': 'crf_lr.viterbi',
     'decode_spans': 'crf_lr.spans',
+    'dense_targets': 'crf_lr.spans',
+    'sparse_targets': 'crf_lr.spans',
     'multilabel_categorical_crossentropy': 'crf_lr.losses',
     'sparse_multilabel_categorical_crossentropy': 'crf_lr.losses',
     'global_pointer_crossentropy': 'crf_lr.losses',
+    'sparse_global_pointer_crossentropy': 'crf_lr.losses',
+    'global_pointer_f1': 'crf_lr.losses',
+    'sparse_global_pointer_f1': 'crf_lr.losses',
     'LayerwiseAdam': 'crf_lr.optimizers',
+    'layerwise_decay_multipliers': 'crf_lr.optimizers',
 }
 
 __all__ = sorted(_PUBLIC)
