@@ -15,9 +15,9 @@ change a decision and the CRF is a softmax in disguise. These functions put numb
 """
 import numpy as np
 
+from crf_lr.tagging import allowed_transitions
+
 BMES_LABELS = ('s', 'b', 'm', 'e')
-BMES_IMPOSSIBLE = frozenset({('s', 'm'), ('s', 'e'), ('b', 's'), ('b', 'b'),
-                             ('m', 's'), ('m', 'b'), ('e', 'm'), ('e', 'e')})
 
 
 def _matrix(trans, labels):
@@ -52,6 +52,12 @@ def impossible_from_allowed(allowed, labels):
     _matrix(allowed.astype(np.float64), labels)
     labels = list(labels)
     return frozenset((labels[i], labels[j]) for i, j in zip(*np.nonzero(~allowed)))
+
+
+# The word-segmentation scheme's rules, from the same table that feeds the CRF's constraints:
+# s->m, s->e, b->s, b->b, m->s, m->b, e->m, e->e.
+BMES_IMPOSSIBLE = impossible_from_allowed(allowed_transitions(list(BMES_LABELS), 'SEG')[0],
+                                          BMES_LABELS)
 
 
 def transition_sanity(trans, labels=BMES_LABELS, impossible=BMES_IMPOSSIBLE):
