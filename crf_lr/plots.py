@@ -72,7 +72,7 @@ def plot_transitions(trans, labels, path, title=None):
     return _save(fig, path)
 
 
-def plot_curves(series, path, xlabel='step', ylabel='loss', title=None, logy=False):
+def plot_curves(series, path, xlabel='step', ylabel='loss', title=None, logy=False, styles=None):
     """Save line plots of several named series on one set of axes.
 
     Args:
@@ -80,6 +80,7 @@ def plot_curves(series, path, xlabel='step', ylabel='loss', title=None, logy=Fal
         path: output PNG path (folders are created).
         xlabel, ylabel, title: axis labels and optional title.
         logy: log-scale y axis.
+        styles: optional dict name -> matplotlib line style ('-', '--', ':') for some series.
     Returns:
         path.
 
@@ -99,7 +100,7 @@ def plot_curves(series, path, xlabel='step', ylabel='loss', title=None, logy=Fal
         if x.shape != y.shape or y.ndim != 1:
             raise ValueError(f'series {name!r}: x and y must be 1-D of equal length, '
                              f'got {x.shape} and {y.shape}')
-        ax.plot(x, y, label=str(name), linewidth=1.2)
+        ax.plot(x, y, (styles or {}).get(name, '-'), label=str(name), linewidth=1.2)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     if logy:

@@ -1,9 +1,13 @@
 """Tables and plots of the finished runs of an experiment (from ``runs/<exp>/summary.jsonl``).
 
-    python experiments/report.py exp1 > /tmp/exp1.md      # markdown tables; PNGs into docs/figures
+    python experiments/report.py exp2 > /tmp/exp2.md      # markdown tables; PNGs into docs/figures
+    python experiments/report.py exp3 --export experiments/results/exp3.jsonl   # keep the runs
+    python experiments/report.py exp3 --summary experiments/results/exp3.jsonl  # from that copy
 
 Only runs that finished are counted, and each table says how many seeds it averages; settings
-without a finished run are listed as missing, never filled in.
+without a finished run are listed as missing, never filled in. ``--export`` writes the summaries
+with every run's per-step training losses, so the tables and curves can be rebuilt without the
+run folders (``experiments/results/`` holds the copies behind ``docs/results.md``).
 """
 import argparse
 import json
@@ -17,9 +21,9 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def load(folder):
-    """Finished-run summaries, the last one per run name."""
-    path = os.path.join(folder, 'summary.jsonl')
+def load(path):
+    """Finished-run summaries from a ``summary.jsonl``, the last one per run name, each with its
+    ``step_losses`` (read from the run's ``log.jsonl`` beside the summary when not in the record)."""
     if not os.path.isfile(path):
         raise SystemExit(f'no finished runs yet: {path} does not exist')
     runs = {}
@@ -27,6 +31,12 @@ def load(folder):
         for line in f:
             record = json.loads(line)
             runs[record['name']] = record
+    for record in runs.values():
+        if 'step_losses' not in record:
+            log = os.path.join(os.path.dirname(path), record['name'], 'log.jsonl')
+            if os.path.isfile(log):
+                with open(log, encoding='utf-8') as f:
+                    record['step_losses'] = [x for line in f for x in json.loads(line)['step_losses']]
     return list(runs.values())
 
 
@@ -94,28 +104,34 @@ def report_exp1(runs, figures, folder):
     return lines
 
 
+def _later_epochs(run):
+    """The epochs after the first (tracing and XLA compilation slow epoch 1), or all if one."""
+    return run['epochs'][1:] or run['epochs']
+
+
 def report_exp2(runs, figures, folder):
-    lines = ['| dataset | head | strict F1 | relaxed F1 | head parameters | training speed '
-             '(windows/s, vs CRF) | prediction speed (sentences/s, vs CRF) | seeds |',
+    lines = ['| dataset | head | strict F1 (last epoch) | relaxed F1 | head parameters | '
+             'training speed (windows/s, vs CRF) | prediction speed (sentences/s, vs CRF) | seeds |',
              '|' + '---|' * 8]
     groups = grouped(runs)
+
+    def speeds(members):
+        epochs = [e for r in members for e in _later_epochs(r)]
+        return (np.mean([e['train_windows_per_second'] for e in epochs]),
+                np.mean([e['predict_sentences_per_second'] for e in epochs]))
+
     for name, members in groups.items():
         dataset, head = name.split('/')
-        best = [max(r['epochs'], key=lambda e: e['f1']) for r in members]
-        train = np.mean([e['train_windows_per_second'] for r in members for e in r['epochs']])
-        predict = np.mean([e['predict_sentences_per_second'] for r in members for e in r['epochs']])
+        train, predict = speeds(members)
         crf = groups.get(f'{dataset}/crf')
-        ratio = ''
+        ratios = ('', '')
         if crf:
-            ratio_train = train / np.mean([e['train_windows_per_second'] for r in crf
-                                           for e in r['epochs']])
-            ratio_predict = predict / np.mean([e['predict_sentences_per_second'] for r in crf
-                                               for e in r['epochs']])
-            ratio = (f' ({ratio_train:.2f}x)', f' ({ratio_predict:.2f}x)')
-        lines.append(f'| {dataset} | {head} | {mean_std([r["best"] for r in members])} '
-                     f'| {mean_std([b["relaxed_f1"] for b in best])} '
-                     f'| {members[0]["head_parameters"]:,} | {train:.1f}{ratio and ratio[0]} '
-                     f'| {predict:.1f}{ratio and ratio[1]} | {len(members)} |')
+            crf_train, crf_predict = speeds(crf)
+            ratios = (f' ({train / crf_train:.2f}x)', f' ({predict / crf_predict:.2f}x)')
+        lines.append(f'| {dataset} | {head} | {mean_std([r["epochs"][-1]["f1"] for r in members])} '
+                     f'| {mean_std([r["epochs"][-1]["relaxed_f1"] for r in members])} '
+                     f'| {members[0]["head_parameters"]:,} | {train:.1f}{ratios[0]} '
+                     f'| {predict:.1f}{ratios[1]} | {len(members)} |')
     return lines
 
 
@@ -125,54 +141,108 @@ def _smoothed(losses, width=10):
     return np.convolve(losses, kernel, mode='valid')
 
 
-def step_losses(folder, name):
-    """Every training step's loss of a run, in order (from its ``log.jsonl``)."""
-    with open(os.path.join(folder, name, 'log.jsonl'), encoding='utf-8') as f:
-        return np.concatenate([json.loads(line)['step_losses'] for line in f])
+def steps_to(curve, target, width=10):
+    """Steps until the ``width``-step mean of ``curve`` first reaches ``target`` (None if never)."""
+    below = np.nonzero(_smoothed(curve, width) <= target + 1e-12)[0]
+    return int(below[0]) + min(width, len(curve)) if below.size else None
+
+
+def _mean_curve(members):
+    curves = [np.asarray(r['step_losses'], dtype=float) for r in members]
+    return np.mean([c[:min(map(len, curves))] for c in curves], axis=0)
+
+
+def _paired(with_bc, without_bc, key):
+    """Differences (without - with bias correction) of ``key(run)`` over the seeds both have."""
+    by_seed = {r['config']['seed']: r for r in with_bc}
+    return [key(r) - key(by_seed[r['config']['seed']]) for r in without_bc
+            if r['config']['seed'] in by_seed]
 
 
 def report_exp3(runs, figures, folder):
-    groups = grouped(runs)
-    curves = {name: [step_losses(folder, r['name']) for r in members]
-              for name, members in groups.items()}
-    mean_curves = {name: np.mean([c[:min(map(len, cs))] for c in cs], axis=0)
-                   for name, cs in curves.items()}
-    # the training loss every setting reaches: the highest of the settings' lowest smoothed losses
-    target = max(_smoothed(c).min() for c in mean_curves.values()) if mean_curves else None
-    lines = [f'Steps to reach the smoothed (10-step mean) training loss {target:.3f}, the level '
-             f'every setting reaches:' if target is not None else '', '',
-             '| setting | test F1 (best epoch) | test F1 (last epoch) | steps to the common '
-             'training loss | seeds |', '|' + '---|' * 5]
-    for name, members in groups.items():
+    """Bias correction on / off side by side for every (dataset, rate, warmup, re-init) setting,
+    with paired differences per seed and the steps each needs to reach the loss both reach."""
+    pairs = defaultdict(dict)
+    for name, members in grouped(runs).items():
+        dataset, tag = name.split('/')
+        setting, correction = tag.rsplit('-', 1)
+        pairs[(dataset, setting)][correction] = members
+    last_f1 = lambda r: r['epochs'][-1]['f1']
+    lines = ["Test F1 is the last epoch's (never chosen on the test set). 'Paired' is the mean ± std "
+             'over seeds of F1 without minus F1 with bias correction, and how many seeds favour '
+             'no correction. \'Steps\' is when the 10-step mean of the seed-averaged training loss '
+             'first reaches the lowest level both settings of the pair reach.', '',
+             '| dataset | lr | warmup | re-init top | F1, bias correction | F1, no bias correction '
+             '| paired (no bc − bc) | F1 after epoch 1 (bc / no bc) | steps (bc / no bc) | seeds |',
+             '|' + '---|' * 10]
+    for (dataset, setting), sides in sorted(pairs.items(), key=_setting_key):
+        bc, nobc = sides.get('bc', []), sides.get('nobc', [])
+        config = (bc or nobc)[0]['config']
+        diffs = _paired(bc, nobc, last_f1)
+        paired = (f'{100 * np.mean(diffs):+.2f} ± {100 * np.std(diffs, ddof=1):.2f} '
+                  f'({sum(d > 0 for d in diffs)}/{len(diffs)})' if len(diffs) > 1 else 'n/a')
         steps = 'n/a'
-        if name in mean_curves:
-            below = np.nonzero(_smoothed(mean_curves[name]) <= target + 1e-12)[0]
-            steps = str(int(below[0]) + 10) if below.size else 'not reached'
-        lines.append(f'| {name} | {mean_std([r["best"] for r in members])} '
-                     f'| {mean_std([r["epochs"][-1]["f1"] for r in members])} | {steps} '
-                     f'| {len(members)} |')
+        if bc and nobc and all('step_losses' in r for r in bc + nobc):
+            curves = [_mean_curve(bc), _mean_curve(nobc)]
+            target = max(_smoothed(c).min() for c in curves)
+            steps = ' / '.join(str(steps_to(c, target) or 'not reached') for c in curves)
+        first = ' / '.join(mean_std([r['epochs'][0]['f1'] for r in side]) for side in (bc, nobc))
+        lines.append(f'| {dataset} | {config["lr"]:g} | {config["warmup_proportion"]:g} '
+                     f'| {config["reinit_top"]} | {mean_std([last_f1(r) for r in bc])} '
+                     f'| {mean_std([last_f1(r) for r in nobc])} | {paired} | {first} | {steps} '
+                     f'| {len(bc)} / {len(nobc)} |')
+    lines += _exp3_plots(pairs, figures)
+    return lines
+
+
+def _setting_key(item):
+    """Sort key of a ``((dataset, setting), sides)`` pair: dataset, warmup, re-init, rate."""
+    (dataset, _), sides = item
+    config = next(iter(sides.values()))[0]['config']
+    return dataset, config['warmup_proportion'], config['reinit_top'], config['lr']
+
+
+def _exp3_plots(pairs, figures):
+    """One loss-curve figure per dataset and warmup: solid with, dashed without bias correction."""
     try:
         from crf_lr.plots import plot_curves
-        for dataset in sorted({n.split('/')[0] for n in mean_curves}):
-            series = {n.split('/', 1)[1]: _smoothed(c) for n, c in mean_curves.items()
-                      if n.startswith(dataset + '/')}
-            path = os.path.join(figures, f'exp3-{dataset}-loss.png')
-            plot_curves(series, path, ylabel='training loss (10-step mean, mean over seeds)',
-                        title=f'Experiment 3, {dataset}', logy=True)
-            lines += ['', f'![{dataset} training loss](figures/{os.path.basename(path)})']
     except ImportError as error:
-        lines += ['', f'(no loss plot: {error})']
+        return ['', f'(no loss plots: {error})']
+    lines, figures_of = [], defaultdict(dict)
+    for (dataset, setting), sides in pairs.items():
+        for correction, members in sides.items():
+            if all('step_losses' in r for r in members):
+                label = f'{setting} {"bc" if correction == "bc" else "no bc"}'
+                warmup = members[0]['config']['warmup_proportion']
+                figures_of[(dataset, warmup)][label] = _smoothed(_mean_curve(members))
+    for (dataset, warmup), series in sorted(figures_of.items()):
+        path = os.path.join(figures, f'exp3-{dataset}-warmup{warmup:g}-loss.png')
+        plot_curves(dict(sorted(series.items())), path,
+                    ylabel='training loss (10-step mean, mean over seeds)', logy=True,
+                    title=f'Experiment 3, {dataset}, warmup {warmup:g}',
+                    styles={name: '--' for name in series if name.endswith('no bc')})
+        lines += ['', f'![{dataset}, warmup {warmup:g}](figures/{os.path.basename(path)})']
     return lines
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('experiment', choices=('exp1', 'exp2', 'exp3'))
-    parser.add_argument('--runs', default=os.path.join(ROOT, 'runs'))
+    parser.add_argument('--runs', default=os.path.join(ROOT, 'runs'),
+                        help='parent of the run folders (default: runs/)')
+    parser.add_argument('--summary', default=None,
+                        help='summary file to read (default: RUNS/EXPERIMENT/summary.jsonl)')
+    parser.add_argument('--export', default=None,
+                        help='also write the summaries, with per-step losses, to this file')
     parser.add_argument('--figures', default=os.path.join(ROOT, 'docs', 'figures'))
     args = parser.parse_args(argv)
     folder = os.path.join(args.runs, args.experiment)
-    runs = load(folder)
+    runs = load(args.summary or os.path.join(folder, 'summary.jsonl'))
+    if args.export:
+        os.makedirs(os.path.dirname(os.path.abspath(args.export)), exist_ok=True)
+        with open(args.export, 'w', encoding='utf-8') as f:
+            for record in runs:
+                f.write(json.dumps(record, ensure_ascii=False) + '\n')
     os.makedirs(args.figures, exist_ok=True)
     body = {'exp1': report_exp1, 'exp2': report_exp2, 'exp3': report_exp3}[args.experiment](
         runs, args.figures, folder)
@@ -183,6 +253,7 @@ def main(argv=None):
         seeds = ', '.join(str(r['config']['seed']) for r in members)
         print(f'    {command}    # seeds {seeds}')
     print('\n' + '\n'.join(body))
+    return body
 
 
 if __name__ == '__main__':

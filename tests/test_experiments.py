@@ -1,0 +1,114 @@
+"""The experiment driver and its report, without training anything.
+
+Oracles: every configuration the driver would start is accepted by its task script's own argument
+parser; experiment 3 pairs every setting with and without bias correction over the same seeds;
+the report's paired differences and steps-to-loss equal values worked out by hand on synthetic
+summaries, and a report rebuilt from its exported copy is identical.
+"""
+import importlib.util
+import json
+import os
+from collections import Counter
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def load(folder, name):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, folder, f'{name}.py'))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+run = load('experiments', 'run')
+report = load('experiments', 'report')
+
+
+@pytest.mark.parametrize('name', ['exp1', 'exp2', 'exp3'])
+def test_every_configuration_parses(name):
+    scripts = {s: load('examples', s[:-3]) for s in ('task_cws_crf.py', 'task_ner.py')}
+    runs = run.experiment(name)
+    assert len({r[0] for r in runs}) == len(runs), 'run names must be unique'
+    for run_name, script, flags in runs:
+        args = scripts[script].parse_args(flags + ['--output', 'unused'])
+        assert f'seed{args.seed}' in run_name
+
+
+def test_exp3_design():
+    runs = run.experiment('exp3')
+    settings = Counter()
+    for name, _, flags in runs:
+        dataset, tag, seed = name.split('/')
+        setting, correction = tag.rsplit('-', 1)
+        settings[(dataset, setting, seed)] += 1
+        assert ('--no-bias-correction' in flags) == (correction == 'nobc')
+        reinit = int(flags[flags.index('--reinit-top') + 1])
+        assert reinit == 0 or flags[flags.index('--encoder') + 1] == 'minilm-en'
+    assert set(settings.values()) == {2}, 'each setting runs with and without bias correction'
+    rates = {float(f[f.index('--lr') + 1]) for _, _, f in runs}
+    assert max(rates) / min(rates) >= 10 - 1e-9
+    minilm_grid = [n for n in settings if n[0] == 'conll2003' and n[1].startswith('lr0.0001-wu0-')]
+    assert len(minilm_grid) == 3 * 5, 're-init 0/1/2 x 5 seeds'
+    assert {n[1].split('-wu')[1].split('-')[0] for n in settings} == {'0', '0.1'}
+    assert {n[2] for n in settings if n[0] == 'msra'} == {f'seed{s}' for s in range(5)}
+    assert {name.rsplit('/', 1)[1] for name, _, _ in run.experiment('exp3', seeds=[7])} == {'seed7'}
+
+
+def test_steps_to():
+    curve = [5, 4, 3, 2, 1, 1, 1]
+    # 2-step means: 4.5 3.5 2.5 1.5 1 1 -> first <= 1.5 is the 4th mean, ending at step 5
+    assert report.steps_to(curve, 1.5, width=2) == 5
+    assert report.steps_to(curve, 0.5, width=2) is None
+
+
+def _summary(dataset, lr, correction, seed, f1s, losses):
+    setting = f'lr{lr:g}-wu0-reinit0-{"bc" if correction else "nobc"}'
+    return dict(name=f'{dataset}/{setting}/seed{seed}', command=f'python x --seed {seed}',
+                machine='m', wall_seconds=1.0, best=max(f1s),
+                config=dict(lr=lr, warmup_proportion=0.0, reinit_top=0, seed=seed,
+                            bias_correction=correction),
+                epochs=[dict(epoch=i + 1, f1=f) for i, f in enumerate(f1s)],
+                step_losses=list(losses))
+
+
+@pytest.fixture
+def exp3_summaries():
+    # with bias correction the loss falls linearly 3 -> 0.5 in 40 steps; without, twice as fast
+    # and then flat. Seed 1's curves are seed 0's, so the seed means are these curves.
+    slow = np.linspace(3.0, 0.5, 40)
+    fast = np.concatenate([np.linspace(3.0, 0.5, 20), np.full(20, 0.5)])
+    return [_summary('conll2003', 1e-4, True, 0, [0.5, 0.70], slow),
+            _summary('conll2003', 1e-4, True, 1, [0.5, 0.60], slow),
+            _summary('conll2003', 1e-4, False, 0, [0.6, 0.75], fast),
+            _summary('conll2003', 1e-4, False, 1, [0.6, 0.55], fast)]
+
+
+def test_exp3_report_pairs_seeds(exp3_summaries, tmp_path):
+    lines = report.report_exp3(exp3_summaries, str(tmp_path), str(tmp_path))
+    row = next(line for line in lines if line.startswith('| conll2003 |'))
+    cells = [c.strip() for c in row.strip('|').split('|')]
+    assert cells[4] == '65.00 ± 7.07' and cells[5] == '65.00 ± 14.14'
+    # paired differences +5 and -5 points: mean 0, std 7.07, one seed of two favours no correction
+    assert cells[6] == '+0.00 ± 7.07 (1/2)'
+    # common level = the slow curve's lowest 10-step mean, 3 - 2.5 * 34.5 / 39 = 0.7885: the slow
+    # curve reaches it only in its last window (step 40); the fast one in the window of steps
+    # 14..23, whose mean is (sum of its values at 13..19 + 3 * 0.5) / 10 = 0.7763
+    assert cells[8] == '40 / 23'
+    assert any(os.path.basename(p).startswith('exp3-conll2003') for p in os.listdir(tmp_path))
+
+
+def test_report_rebuilds_from_its_export(exp3_summaries, tmp_path, capsys):
+    folder = tmp_path / 'runs' / 'exp3'
+    folder.mkdir(parents=True)
+    with open(folder / 'summary.jsonl', 'w', encoding='utf-8') as f:
+        for record in exp3_summaries:
+            f.write(json.dumps(record) + '\n')
+    export = tmp_path / 'copy.jsonl'
+    first = report.main(['exp3', '--runs', str(tmp_path / 'runs'), '--export', str(export),
+                         '--figures', str(tmp_path / 'fig')])
+    again = report.main(['exp3', '--summary', str(export), '--figures', str(tmp_path / 'fig')])
+    assert first == again
+    assert '--seed {s}' in capsys.readouterr().out
