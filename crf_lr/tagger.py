@@ -27,10 +27,10 @@ from crf_lr.global_pointer import EfficientGlobalPointer, GlobalPointer
 from crf_lr.losses import sparse_global_pointer_crossentropy, sparse_global_pointer_f1
 from crf_lr.optimizers import LayerwiseAdam
 from crf_lr.spans import decode_spans, pad_sparse_targets, sparse_targets
-from crf_lr.tagging import (allowed_transitions, merge_window_spans, spans_to_windows,
-                            split_into_windows, tags_to_spans, tags_to_words)
-from crf_lr.training import (UnitEncoder, piece_spans_to_unit_spans, piece_values_to_units,
-                             unit_spans_to_piece_spans, unit_tags_to_piece_tags)
+from crf_lr.tagging import (allowed_transitions, merge_window_spans, pieces_to_word_labels,
+                            spans_to_windows, split_into_windows, spread_labels, tags_to_spans,
+                            tags_to_words)
+from crf_lr.training import UnitEncoder, piece_spans_to_unit_spans, unit_spans_to_piece_spans
 from crf_lr.viterbi import DISALLOWED_SCORE, viterbi_decode
 
 TAG_HEADS = ('crf', 'softmax')
@@ -255,7 +255,7 @@ def windows_of(units, maxlen, encoder, spans=()):
     return split_into_windows(units, maxlen - 2, spans=spans, length=encoder.length)
 
 
-def make_samples(examples, encoder, maxlen, head, labels):
+def make_samples(examples, encoder, maxlen, head, labels, scheme='BIO'):
     """Encode training examples as windows of token ids with their targets.
 
     Args:
@@ -264,6 +264,8 @@ def make_samples(examples, encoder, maxlen, head, labels):
             (span heads; also used so windows never cut a span or a word).
         encoder: UnitEncoder; maxlen: int, tokens per window including [CLS] and [SEP].
         head: head name; labels: tag labels (tag heads) or type names (span heads).
+        scheme: the tags' scheme ('BIO', 'SEG', ...); a unit's tag spreads to all its pieces
+            (``crf_lr.tagging.spread_labels``).
     Returns:
         list of ``(token_ids, target)``: target = list of label ids per piece (tag heads) or
         list of piece spans (span heads).
@@ -276,7 +278,8 @@ def make_samples(examples, encoder, maxlen, head, labels):
         for (offset, window), window_spans in zip(windows, local_spans):
             token_ids, starts = encoder.encode(window)
             if head in TAG_HEADS:
-                piece_tags = unit_tags_to_piece_tags(tags[offset:offset + len(window)], starts)
+                piece_tags = spread_labels(tags[offset:offset + len(window)], np.diff(starts),
+                                           scheme=scheme)
                 unknown = sorted(set(piece_tags) - set(index))
                 if unknown:
                     raise ValueError(f'tags {unknown} are not among the labels {labels}')
@@ -449,7 +452,9 @@ class Tagger:
                     local.append((offset, piece_spans_to_unit_spans(output, starts)))
                     continue
                 piece_tags = [self.labels[i] for i in next(paths)]
-                window_tags = piece_values_to_units(piece_tags, starts)
+                window_tags = pieces_to_word_labels(np.repeat(np.arange(len(window)),
+                                                              np.diff(starts)),
+                                                    piece_tags, self.scheme, n_words=len(window))
                 tags += window_tags
                 local.append((offset, self._tag_spans(window, window_tags)))
             results.append((merge_window_spans(local), tags))

@@ -24,6 +24,7 @@ _ALIASES = {'BIO': 'BIO', 'IOB2': 'BIO', 'IOB1': 'IOB1', 'BIOES': 'BIOES', 'IOBE
 # Prefixes of each flat scheme, in label order; BMES's 'M' plays BIOES's 'I'.
 _PREFIXES = {'BIO': 'BI', 'IOB1': 'BI', 'BIOES': 'BIES', 'BMES': 'BMES'}
 _SEG_AS_BIOES = {'s': 'S', 'b': 'B', 'm': 'I', 'e': 'E'}
+_BIOES_AS_SEG = {v: k for k, v in _SEG_AS_BIOES.items()}
 
 
 def _scheme(scheme):
@@ -72,6 +73,8 @@ def tag_types(tags, scheme='BIO'):
 
 
 def _format(prefix, kind, scheme):
+    if scheme == SEG:
+        return _BIOES_AS_SEG[prefix]
     if prefix == 'O':
         return 'O'
     return f"{'M' if scheme == 'BMES' and prefix == 'I' else prefix}-{kind}"
@@ -484,14 +487,50 @@ def _propagated_prefixes(prefix, n, scheme):
     return [first] + ['I'] * (n - 2) + [last] if n > 1 else [prefix]
 
 
+def spread_labels(labels, piece_counts, strategy='propagate', scheme='BIO', ignore_label=None):
+    """Per-piece labels of units (words, characters) that the tokenizer split into pieces.
+
+    Strategies: 'propagate' gives every piece a label (a word's ``B-X`` on its first piece and
+    ``I-X`` on the rest; in BIOES/BMES/SEG an ``E-X``/``S-X`` word ends with ``E-X``); 'first'
+    labels only the first piece and gives the others ``ignore_label``, to be left out of loss and
+    metrics. ``pieces_to_word_labels`` is the inverse.
+
+    Args:
+        labels: list of N tag strings in ``scheme``.
+        piece_counts: list of N ints >= 1, the number of pieces of each unit.
+        strategy: 'propagate' or 'first'.
+        scheme: 'BIO', 'IOB1', 'BIOES', 'BMES' or 'SEG'.
+        ignore_label: the label of the ignored pieces under 'first'.
+    Returns:
+        list of ``sum(piece_counts)`` labels.
+
+        >>> spread_labels(['B-PER', 'O'], [2, 1])
+        ['B-PER', 'I-PER', 'O']
+        >>> spread_labels(['s', 'b', 'e'], [2, 1, 1], scheme='SEG')
+        ['b', 'e', 'b', 'e']
+    """
+    scheme = _scheme(scheme)
+    if strategy not in ('propagate', 'first'):
+        raise ValueError(f"strategy must be 'propagate' or 'first', got {strategy!r}")
+    if len(piece_counts) != len(labels):
+        raise ValueError(f'{len(labels)} labels for {len(piece_counts)} units')
+    out = []
+    for i, ((prefix, kind), count) in enumerate(zip(_parse_all(labels, scheme), piece_counts)):
+        if count < 1:
+            raise ValueError(f'unit {i} has {count} pieces: every unit needs at least one')
+        if strategy == 'first' or count == 1:
+            out += [labels[i]] + [ignore_label] * (count - 1)
+        else:
+            out += [_format(p, kind, scheme) for p in _propagated_prefixes(prefix, count, scheme)]
+    return out
+
+
 def align_word_labels(words, labels, tokenizer, strategy='propagate', scheme='BIO',
                       ignore_label=None, maxlen=None):
     """WordPiece alignment of a word-level example (CoNLL): token ids, per-piece labels, word index.
 
-    Strategies: 'propagate' gives every piece a label (a word's ``B-X`` on its first piece and
-    ``I-X`` on the rest; in BIOES/BMES an ``E-X``/``S-X`` word ends with ``E-X``); 'first' labels
-    only the first piece and gives the others ``ignore_label``, to be left out of loss and metrics.
-    [CLS]/[SEP] always get ``ignore_label`` and word index -1.
+    Each word is split by the tokenizer and labelled by :func:`spread_labels` (``strategy``
+    'propagate' or 'first'); [CLS]/[SEP] get ``ignore_label`` and word index -1.
 
     Args:
         words: list of N str.
@@ -509,22 +548,13 @@ def align_word_labels(words, labels, tokenizer, strategy='propagate', scheme='BI
         >>> piece_labels   # [CLS] un ##aff ##able [SEP]
         [None, 'B-MISC', 'I-MISC', 'I-MISC', None]
     """
-    scheme = _scheme(scheme)
-    if strategy not in ('propagate', 'first'):
-        raise ValueError(f"strategy must be 'propagate' or 'first', got {strategy!r}")
     if len(words) != len(labels):
         raise ValueError(f'align_word_labels: {len(words)} words but {len(labels)} labels')
-    pieces, piece_labels, word_index = [], [], []
-    for i, ((prefix, kind), word) in enumerate(zip(_parse_all(labels, scheme), words)):
-        word_pieces = tokenizer._tokenize(word) or [tokenizer._token_unk]
-        if strategy == 'first':
-            word_labels = [labels[i]] + [ignore_label] * (len(word_pieces) - 1)
-        else:
-            word_labels = [_format(p, kind, scheme)
-                           for p in _propagated_prefixes(prefix, len(word_pieces), scheme)]
-        pieces += word_pieces
-        piece_labels += word_labels
-        word_index += [i] * len(word_pieces)
+    word_pieces = [tokenizer._tokenize(word) or [tokenizer._token_unk] for word in words]
+    piece_labels = spread_labels(labels, [len(p) for p in word_pieces], strategy, scheme,
+                                 ignore_label)
+    pieces = [piece for p in word_pieces for piece in p]
+    word_index = [i for i, p in enumerate(word_pieces) for _ in p]
     specials = [t for t in (tokenizer._token_start, tokenizer._token_end) if t is not None]
     if maxlen is not None:
         keep = maxlen - len(specials)
@@ -550,7 +580,7 @@ def pieces_to_word_labels(word_index, piece_labels, scheme='BIO', strategy='prop
     Args:
         word_index: list of T ints, the word of each piece (-1 for special tokens).
         piece_labels: list of T tag strings (predictions; special positions are ignored).
-        scheme: 'BIO', 'IOB1', 'BIOES' or 'BMES'.
+        scheme: 'BIO', 'IOB1', 'BIOES', 'BMES' or 'SEG'.
         strategy: 'propagate' or 'first', as used for alignment.
         n_words: number of words (default: largest word index + 1); words without any piece (cut by
             ``maxlen``) get ``fill``.
@@ -577,7 +607,7 @@ def pieces_to_word_labels(word_index, piece_labels, scheme='BIO', strategy='prop
             continue
         head = piece_labels[first[index]]
         prefix, kind = _parse(head, scheme, first[index])
-        if strategy == 'propagate' and scheme in ('BIOES', 'BMES') and prefix != 'O':
+        if strategy == 'propagate' and scheme in ('BIOES', 'BMES', SEG) and prefix != 'O':
             tail = _parse(piece_labels[last[index]], scheme, last[index])[0]
             starts, ends = prefix in 'BS', tail in 'ES'
             head = _format('S' if starts and ends else 'B' if starts else 'E' if ends else 'I',

@@ -221,36 +221,6 @@ class UnitEncoder:
         return sum(len(self.pieces(unit)) for unit in units)
 
 
-def unit_tags_to_piece_tags(tags, starts):
-    """Give every piece a tag: the unit's tag on its first piece; on the others ``I-X`` for a
-    unit inside entity X (BIO), else the unit's own tag (``'O'``, or a character tag).
-
-    Args:
-        tags: list of str, one per unit; starts: as returned by ``UnitEncoder.encode``.
-    Returns:
-        list of ``starts[-1]`` str.
-
-        >>> unit_tags_to_piece_tags(['B-PER', 'O'], [0, 2, 3])
-        ['B-PER', 'I-PER', 'O']
-    """
-    if len(tags) != len(starts) - 1:
-        raise ValueError(f'{len(tags)} tags for {len(starts) - 1} units')
-    out = []
-    for tag, start, end in zip(tags, starts, starts[1:]):
-        rest = 'I-' + tag[2:] if tag[:2] in ('B-', 'I-') else tag
-        out.extend([tag] + [rest] * (end - start - 1))
-    return out
-
-
-def piece_values_to_units(values, starts):
-    """The value (tag or label id) of each unit's first piece.
-
-        >>> piece_values_to_units(['B-PER', 'I-PER', 'O'], [0, 2, 3])
-        ['B-PER', 'O']
-    """
-    return [values[start] for start in starts[:-1]]
-
-
 def unit_spans_to_piece_spans(spans, starts):
     """``(start, end, label)`` unit spans -> piece spans (end exclusive)."""
     return [(starts[s], starts[e], label) for s, e, label in spans]

@@ -66,7 +66,7 @@ def main(argv=None):
                                        scheme_constraints if args.constrain else None)
     units = UnitEncoder(vocab_path)
     samples = make_samples([(e.text, e.tags, word_spans(e.words)) for e in train_data],
-                           units, args.maxlen, args.head, labels)
+                           units, args.maxlen, args.head, labels, scheme='SEG')
     model.compile(optimizer=build_optimizer(args, len(samples)), loss=loss, metrics=metrics)
     tagger = Tagger(model, units, labels, args.head, 'SEG', args.maxlen, args.batch_size)
     initial = tagger.crf.trans.numpy() if tagger.crf is not None else None   # before training

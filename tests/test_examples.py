@@ -193,8 +193,8 @@ def test_head_parameter_counts_follow_the_designs(tiny):
 
 
 def test_unit_encoder_ids_are_vocabulary_lines(tiny):
-    from crf_lr.training import (UnitEncoder, piece_spans_to_unit_spans, unit_spans_to_piece_spans,
-                                 unit_tags_to_piece_tags)
+    from crf_lr.tagging import spread_labels
+    from crf_lr.training import UnitEncoder, piece_spans_to_unit_spans, unit_spans_to_piece_spans
     vocab_path = os.path.join(os.path.dirname(tiny['config']), 'vocab.txt')
     lines = open(vocab_path, encoding='utf-8').read().split('\n')
     chars = UnitEncoder(vocab_path)
@@ -205,7 +205,7 @@ def test_unit_encoder_ids_are_vocabulary_lines(tiny):
     ids, starts = words.encode(['Peter', 'runs'])
     assert ids == [2, lines.index('peter'), lines.index('run'), lines.index('##s'), 3]
     assert starts == [0, 1, 3]
-    assert unit_tags_to_piece_tags(['B-PER', 'B-ORG'], [0, 1, 3]) == ['B-PER', 'B-ORG', 'I-ORG']
+    assert spread_labels(['B-PER', 'B-ORG'], np.diff(starts)) == ['B-PER', 'B-ORG', 'I-ORG']
     assert unit_spans_to_piece_spans([(1, 2, 'X')], starts) == [(1, 3, 'X')]
     assert piece_spans_to_unit_spans([(1, 3, 'X'), (1, 2, 'Y'), (2, 3, 'Z')], starts) == [(1, 2, 'X')]
 

@@ -10,7 +10,7 @@ from seqeval.scheme import IOB2, IOBES, Tokens
 
 from crf_lr.tagging import (align_word_labels, allowed_transitions, char_spans_to_token_spans,
                             iob1_to_iob2, label_list, merge_window_spans, offsets_to_tags,
-                            pieces_to_word_labels, spans_to_tags, spans_to_windows,
+                            pieces_to_word_labels, spans_to_tags, spans_to_windows, spread_labels,
                             split_into_windows, tags_to_spans, tags_to_words,
                             token_spans_to_char_spans, validate_spans, words_to_tags)
 
@@ -254,6 +254,37 @@ def test_align_word_labels_round_trip(tokenizer, scheme, strategy):
             assert tags_to_spans(piece_labels[1:-1], scheme) == \
                 [(starts[s] - 1, ends[e - 1] - 1, k) for s, e, k in tags_to_spans(labels, scheme)]
         assert pieces_to_word_labels(word_index, piece_labels, scheme, strategy) == labels
+
+
+def test_spread_labels_segmentation_round_trip():
+    """SEG tags spread over multi-piece units spell the same words in pieces, and invert."""
+    rng = random.Random(5)
+    for _ in range(200):
+        words = [rng.randint(1, 4) for _ in range(rng.randint(1, 6))]     # word lengths in units
+        tags = [t for n in words for t in (['s'] if n == 1 else ['b'] + ['m'] * (n - 2) + ['e'])]
+        counts = [rng.randint(1, 3) for _ in tags]
+        pieces = spread_labels(tags, counts, scheme='SEG')
+        lengths = [len(w) for w in tags_to_words('x' * len(pieces), pieces)]
+        expected, k = [], 0                    # pieces per word = sum of its units' piece counts
+        for n in words:
+            expected.append(sum(counts[k:k + n]))
+            k += n
+        assert lengths == expected
+        word_index = [i for i, c in enumerate(counts) for _ in range(c)]
+        assert pieces_to_word_labels(word_index, pieces, 'SEG') == tags
+
+
+def test_spread_labels_errors():
+    assert spread_labels(['B-X', 'O'], [3, 1], strategy='first', ignore_label=-1) == \
+        ['B-X', -1, -1, 'O']
+    with pytest.raises(ValueError, match='2 labels for 1 units'):
+        spread_labels(['O', 'O'], [1])
+    with pytest.raises(ValueError, match='unit 1 has 0 pieces'):
+        spread_labels(['O', 'O'], [1, 0])
+    with pytest.raises(ValueError, match='unknown tag'):
+        spread_labels(['x'], [2])
+    with pytest.raises(ValueError, match='strategy'):
+        spread_labels(['O'], [1], strategy='last')
 
 
 # ---------------------------------------------------------------- windows
