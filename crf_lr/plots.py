@@ -1,10 +1,11 @@
-"""PNG figures for reports: transition heatmaps and training curves.
+"""PNG figures for reports: transition heatmaps, training curves and grouped bars.
 
 matplotlib is an optional extra (``pip install crf_lr[plots]``); it is imported on first use, with
 the non-interactive Agg backend, so the rest of the package never needs it.
 
     >>> plot_transitions(crf_trans, 'sbme', 'runs/cws/transitions_epoch1.png', title='epoch 1')
     >>> plot_curves({'bias correction': (steps, losses)}, 'loss.png', ylabel='training loss')
+    >>> plot_bars({'CRF x1': {'s': -1.2, 'b': 0.4}}, 'sanity.png', ylabel='margin')
 """
 import os
 
@@ -108,5 +109,41 @@ def plot_curves(series, path, xlabel='step', ylabel='loss', title=None, logy=Fal
     if title:
         ax.set_title(title)
     ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def plot_bars(groups, path, ylabel='', title=None):
+    """Save a grouped bar chart: one group of bars per category, one bar colour per series, and a
+    line at zero (so signs read at a glance).
+
+    Args:
+        groups: dict series name -> dict category -> float (NaN: no bar); the categories of the
+            first series give the order.
+        path: output PNG path (folders are created).
+        ylabel, title: axis label and optional title.
+    Returns:
+        path.
+
+        >>> plot_bars({'CRF x1': {'s': -1.2, 'b': 0.4}, 'CRF x100': {'s': 3.5, 'b': 5.6}},
+        ...           'sanity.png', ylabel='possible minus impossible')
+        'sanity.png'
+    """
+    if not groups:
+        raise ValueError('plot_bars needs at least one series')
+    categories = list(next(iter(groups.values())))
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.2 * len(categories) * max(1, len(groups) / 3)), 4))
+    width = 0.8 / len(groups)
+    for k, (name, values) in enumerate(groups.items()):
+        heights = [values.get(c, np.nan) for c in categories]
+        ax.bar(np.arange(len(categories)) + (k - (len(groups) - 1) / 2) * width, heights, width,
+               label=str(name))
+    ax.axhline(0.0, color='black', linewidth=0.8)
+    ax.set_xticks(range(len(categories)), [str(c) for c in categories])
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title)
+    ax.grid(axis='y', alpha=0.3)
     ax.legend(fontsize=8)
     return _save(fig, path)

@@ -87,6 +87,7 @@ def report_exp1(runs, figures, folder):
             f'| {seed0["margin_to_spread"] if crf else "—"} '
             f'| {seed0.get("transition_change", "—") if crf else "—"} | {len(members)} |')
     lines.append('')
+    lines += _sanity_figures(groups, figures)
     for name in [n for n in groups if n.endswith(('CRF-1', 'CRF-x1000', 'CRF-x100'))
                  and n.startswith('albert-L1')]:
         run = min(groups[name], key=lambda r: r['config']['seed'])
@@ -101,6 +102,37 @@ def report_exp1(runs, figures, folder):
             target = os.path.join(figures, 'exp1-' + name.replace('/', '-') + '.png')
             shutil.copyfile(png, target)
             lines += [f'![{name}](figures/{os.path.basename(target)})', '']
+    return lines
+
+
+def transition_margins(groups):
+    """{encoder: {setting label: {tag: margin}}}: each tag's weakest possible successor minus its
+    strongest impossible one (> 0 is sane), from every CRF setting's seed-0 run's last epoch."""
+    from crf_lr.diagnostics import transition_sanity
+    by_encoder = defaultdict(dict)
+    for name, members in groups.items():
+        epoch = min(members, key=lambda r: r['config']['seed'])['epochs'][-1]
+        if 'transitions' in epoch:
+            encoder, setting = name.split('/')
+            margins = transition_sanity(np.array(epoch['transitions']))
+            label = f'{setting} (emission / transition {epoch["margin_to_spread"]:g})'
+            by_encoder[encoder][label] = {tag: m['margin'] for tag, m in margins.items()}
+    return by_encoder
+
+
+def _sanity_figures(groups, figures):
+    """One bar chart of :func:`transition_margins` per encoder."""
+    by_encoder = transition_margins(groups)
+    try:
+        from crf_lr.plots import plot_bars
+    except ImportError as error:
+        return [f'(no sanity figure: {error})', ''] if by_encoder else []
+    lines = []
+    for encoder, series in by_encoder.items():
+        path = os.path.join(figures, f'exp1-{encoder}-sanity.png')
+        plot_bars(series, path, ylabel='weakest possible minus strongest impossible',
+                  title=f'Transition sanity per tag, {encoder} (seed 0, last epoch)')
+        lines += [f'![transition sanity, {encoder}](figures/{os.path.basename(path)})', '']
     return lines
 
 

@@ -116,14 +116,17 @@ def test_bad_input_says_what_came():
 
 def test_heatmap_and_curves_are_written_as_png(tmp_path):
     pytest.importorskip('matplotlib')
-    from crf_lr.plots import plot_curves, plot_transitions
+    from crf_lr.plots import plot_bars, plot_curves, plot_transitions
     trans = sane_matrix()
     trans[S, M] = -np.inf
     heatmap = plot_transitions(trans, 'sbme', str(tmp_path / 'sub' / 't.png'), title='epoch 1')
     curves = plot_curves({'a': ([1, 2, 3], [3.0, 2.0, 1.0]), 'b': [2.5, 1.5]},
                          str(tmp_path / 'c.png'), logy=True)
-    for path in (heatmap, curves):
+    bars = plot_bars({'x1': {'s': -1.0, 'b': 0.5}, 'x100': {'s': 3.0}}, str(tmp_path / 'b.png'))
+    for path in (heatmap, curves, bars):
         with open(path, 'rb') as f:
             assert f.read(8) == b'\x89PNG\r\n\x1a\n'
     with pytest.raises(ValueError, match='matrix for labels'):
         plot_transitions(np.zeros((3, 3)), 'sbme', str(tmp_path / 'x.png'))
+    with pytest.raises(ValueError, match='at least one series'):
+        plot_bars({}, str(tmp_path / 'y.png'))

@@ -112,3 +112,23 @@ def test_report_rebuilds_from_its_export(exp3_summaries, tmp_path, capsys):
     again = report.main(['exp3', '--summary', str(export), '--figures', str(tmp_path / 'fig')])
     assert first == again
     assert '--seed {s}' in capsys.readouterr().out
+
+
+def test_exp1_report_sanity_margins(tmp_path):
+    # rows from s, b, m, e; columns to s, b, m, e. Impossible: s->m s->e b->s b->b m->s m->b
+    # e->m e->e. Row s: possible {s: 0.5, b: 1.0}, impossible {m: 0.2, e: 0.9} -> 0.5 - 0.9 = -0.4.
+    trans = [[0.5, 1.0, 0.2, 0.9],
+             [-2.0, -1.0, 2.0, 3.0],      # b: min(2, 3) - max(-2, -1) = 3.0
+             [-1.0, -3.0, 1.5, 1.0],      # m: 1.0 - (-1.0) = 2.0
+             [0.0, 0.5, -1.0, -0.5]]      # e: 0.0 - (-0.5) = 0.5
+    config = dict(lr=1e-3, crf_lr_multiplier=10, head='crf', seed=0)
+    epoch = dict(epoch=1, f1=0.9, f1_constrained=0.91, sane_tags=3, margin_to_spread=0.5,
+                 transition_change=1.0, transitions=trans)
+    runs = [dict(name='albert-L1/CRF-2/seed0', command='python x --seed 0', machine='m',
+                 wall_seconds=1.0, config=config, epochs=[epoch], best=0.9, first_epoch=0.9)]
+    margins = report.transition_margins(report.grouped(runs))
+    assert margins['albert-L1']['CRF-2 (emission / transition 0.5)'] == pytest.approx(
+        dict(s=-0.4, b=3.0, m=2.0, e=0.5))
+    lines = report.report_exp1(runs, str(tmp_path), str(tmp_path))
+    assert '| albert-L1 | CRF-2 | 0.001 | 0.01 | 90.00 (1 seed) |' in '\n'.join(lines)
+    assert os.path.isfile(tmp_path / 'exp1-albert-L1-sanity.png')
