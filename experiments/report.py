@@ -59,10 +59,11 @@ def grouped(runs):
 
 
 def scale_line(runs):
-    first = runs[0]
     wall = sum(r['wall_seconds'] for r in runs)
-    return (f'Machine: {first["machine"]}. {len(runs)} finished runs, {wall / 60:.0f} min of wall '
-            f'time in total (one after another, machine shared with other jobs).')
+    finished = max((r['epochs'][-1].get('time', '') for r in runs), default='')
+    return (f'Machine: {runs[0]["machine"]}. {len(runs)} finished runs, {wall / 60:.0f} min of run '
+            f'time summed over the runs' + (f', the last one finished {finished}' if finished else '')
+            + '.')
 
 
 def report_exp1(runs, figures, folder):
