@@ -6,9 +6,10 @@
 
 Each configuration is one task-script run in its own folder ``runs/<experiment>/<name>``; a
 finished run is skipped, an interrupted one resumes from its last finished epoch (the scripts do
-that themselves), so rerunning the same command continues where it stopped. As each run finishes,
-its summary is appended to ``runs/<experiment>/summary.jsonl``; ``experiments/report.py`` turns
-the summaries into the tables of ``docs/results.md``.
+that themselves), so rerunning the same command continues where it stopped. Drivers started side
+by side share the runs: each claims a run folder while it trains it. As each run finishes, its
+summary is appended to ``runs/<experiment>/summary.jsonl``; ``experiments/report.py`` turns the
+summaries into the tables of ``docs/results.md``.
 
 The configurations are ordered so that a run cut short still leaves a complete comparison: all
 settings for the first seed, then the next seed, and so on (``--seeds`` and ``--only`` narrow it).
@@ -116,6 +117,58 @@ def finished(output, epochs):
         return False
 
 
+CLAIM = 'driver.pid'     # in a run folder while a driver trains it
+
+
+def claim(output):
+    """Claim a run folder for this driver, so that drivers started side by side share the runs
+    instead of training the same one. False when another live driver holds it; the claim of a
+    driver that died is taken over."""
+    path = os.path.join(output, CLAIM)
+    try:
+        descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        try:
+            with open(path, encoding='utf-8') as f:
+                os.kill(int(f.read()), 0)          # raises if no such process
+            return False
+        except PermissionError:                    # alive, someone else's
+            return False
+        except (ValueError, ProcessLookupError, FileNotFoundError):
+            try:
+                os.remove(path)
+            except FileNotFoundError:
+                pass
+            return claim(output)
+    with os.fdopen(descriptor, 'w', encoding='utf-8') as f:
+        f.write(str(os.getpid()))
+    return True
+
+
+def start(name, script, flags, output, data_dir, epochs, heading):
+    """Run one configuration to the end (resuming it if it was interrupted); its summary, or None
+    if it failed."""
+    command = [sys.executable, os.path.join(ROOT, 'examples', script), *flags,
+               '--data-dir', data_dir, '--output', output]
+    print(heading, flush=True)
+    started = time.time()
+    with open(os.path.join(output, 'stdout.log'), 'a', encoding='utf-8') as log:
+        code = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT,
+                               env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2'))
+    if code != 0 or not finished(output, epochs):
+        print(f'  failed (exit {code}); see {output}/stdout.log', flush=True)
+        return None
+    with open(os.path.join(output, 'results.json'), encoding='utf-8') as f:
+        results = json.load(f)
+    return dict(name=name, script=script, wall_seconds=round(time.time() - started, 1),
+                **{k: results[k] for k in ('command', 'machine', 'config', 'best', 'best_epoch',
+                                           'first_epoch')},
+                epochs=results['epochs'],
+                **{k: v for k, v in results.items() if k not in (
+                    'command', 'machine', 'config', 'best', 'best_epoch', 'first_epoch', 'epochs',
+                    'metric')})
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('experiment', choices=('exp1', 'exp2', 'exp3'))
@@ -144,30 +197,25 @@ def main(argv=None):
         epochs = int(flags[flags.index('--epochs') + 1])
         if finished(output, epochs):
             continue
-        command = [sys.executable, os.path.join(ROOT, 'examples', script), *flags,
-                   '--data-dir', args.data_dir, '--output', output]
-        print(f'[{time.strftime("%H:%M:%S")}] {k}/{len(runs)} {name}', flush=True)
         os.makedirs(output, exist_ok=True)
-        started = time.time()
-        with open(os.path.join(output, 'stdout.log'), 'a', encoding='utf-8') as log:
-            code = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT,
-                                   env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2'))
-        if code != 0 or not finished(output, epochs):
-            print(f'  failed (exit {code}); see {output}/stdout.log', flush=True)
+        if not claim(output):
+            print(f'[{time.strftime("%H:%M:%S")}] {k}/{len(runs)} {name}: another driver runs it',
+                  flush=True)
             continue
-        with open(os.path.join(output, 'results.json'), encoding='utf-8') as f:
-            results = json.load(f)
-        summary = dict(name=name, script=script, wall_seconds=round(time.time() - started, 1),
-                       **{k: results[k] for k in ('command', 'machine', 'config', 'best',
-                                                  'best_epoch', 'first_epoch')},
-                       epochs=results['epochs'],
-                       **{k: v for k, v in results.items() if k not in (
-                           'command', 'machine', 'config', 'best', 'best_epoch', 'first_epoch',
-                           'epochs', 'metric')})
+        if finished(output, epochs):       # finished by another driver since the check above
+            os.remove(os.path.join(output, CLAIM))
+            continue
+        try:
+            summary = start(name, script, flags, output, args.data_dir, epochs,
+                            f'[{time.strftime("%H:%M:%S")}] {k}/{len(runs)} {name}')
+        finally:
+            os.remove(os.path.join(output, CLAIM))
+        if summary is None:
+            continue
         with open(os.path.join(folder, 'summary.jsonl'), 'a', encoding='utf-8') as f:
             f.write(json.dumps(summary, ensure_ascii=False) + '\n')
-        print(f'  done in {summary["wall_seconds"]:.0f}s: best {results["best"]:.4f} '
-              f'(epoch 1: {results["first_epoch"]:.4f})', flush=True)
+        print(f'  done in {summary["wall_seconds"]:.0f}s: best {summary["best"]:.4f} '
+              f'(epoch 1: {summary["first_epoch"]:.4f})', flush=True)
     return runs
 
 

@@ -8,6 +8,8 @@ summaries, and a report rebuilt from its exported copy is identical.
 import importlib.util
 import json
 import os
+import subprocess
+import sys
 from collections import Counter
 
 import numpy as np
@@ -132,3 +134,13 @@ def test_exp1_report_sanity_margins(tmp_path):
     lines = report.report_exp1(runs, str(tmp_path), str(tmp_path))
     assert '| albert-L1 | CRF-2 | 0.001 | 0.01 | 90.00 (1 seed) |' in '\n'.join(lines)
     assert os.path.isfile(tmp_path / 'exp1-albert-L1-sanity.png')
+
+
+def test_a_run_folder_is_claimed_by_one_live_driver(tmp_path):
+    assert run.claim(str(tmp_path))
+    assert not run.claim(str(tmp_path)), 'this (live) process holds the claim'
+    dead = subprocess.Popen([sys.executable, '-c', 'pass'])
+    dead.wait()
+    (tmp_path / run.CLAIM).write_text(str(dead.pid))
+    assert run.claim(str(tmp_path)), "a dead driver's claim is taken over"
+    assert (tmp_path / run.CLAIM).read_text() == str(os.getpid())
