@@ -165,7 +165,18 @@ def report_exp2(runs, figures, folder):
                      f'| {mean_std([r["epochs"][-1]["relaxed_f1"] for r in members])} '
                      f'| {members[0]["head_parameters"]:,} | {train:.1f}{ratios[0]} '
                      f'| {predict:.1f}{ratios[1]} | {len(members)} |')
-    return lines
+    f1 = defaultdict(dict)
+    for name, members in groups.items():
+        dataset, head = name.split('/')
+        f1[head][dataset] = 100 * np.mean([r['epochs'][-1]['f1'] for r in members])
+    try:
+        from crf_lr.plots import plot_bars
+    except ImportError as error:
+        return lines + ['', f'(no figure: {error})']
+    path = plot_bars(dict(f1), os.path.join(figures, 'exp2-f1.png'),
+                     ylabel='strict entity F1 (last epoch, mean over seeds)',
+                     title='Experiment 2: heads on ALBERT-tiny')
+    return lines + ['', f'![F1 per head](figures/{os.path.basename(path)})']
 
 
 def _smoothed(losses, width=10):

@@ -144,3 +144,19 @@ def test_a_run_folder_is_claimed_by_one_live_driver(tmp_path):
     (tmp_path / run.CLAIM).write_text(str(dead.pid))
     assert run.claim(str(tmp_path)), "a dead driver's claim is taken over"
     assert (tmp_path / run.CLAIM).read_text() == str(os.getpid())
+
+
+def test_exp2_report_speed_ratios(tmp_path):
+    def summary(dataset, head, seed, f1, train_speed, predict_speed):
+        epochs = [dict(epoch=1, f1=0.0, relaxed_f1=0.0, train_windows_per_second=1.0,
+                       predict_sentences_per_second=1.0),        # epoch 1 (tracing) is left out
+                  dict(epoch=2, f1=f1, relaxed_f1=f1 + 0.1, train_windows_per_second=train_speed,
+                       predict_sentences_per_second=predict_speed)]
+        return dict(name=f'{dataset}/{head}/seed{seed}', epochs=epochs, head_parameters=1000,
+                    config=dict(seed=seed))
+    runs = [summary('msra', 'crf', 0, 0.80, 10.0, 100.0), summary('msra', 'crf', 1, 0.70, 30.0, 100.0),
+            summary('msra', 'global_pointer', 0, 0.90, 30.0, 50.0)]
+    lines = report.report_exp2(runs, str(tmp_path), str(tmp_path))
+    assert '| msra | crf | 75.00 ± 7.07 | 85.00 ± 7.07 | 1,000 | 20.0 (1.00x) | 100.0 (1.00x) | 2 |' in lines
+    assert '| msra | global_pointer | 90.00 (1 seed) | 100.00 (1 seed) | 1,000 | 30.0 (1.50x) | 50.0 (0.50x) | 1 |' in lines
+    assert os.path.isfile(tmp_path / 'exp2-f1.png')
