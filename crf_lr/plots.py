@@ -81,7 +81,7 @@ def plot_curves(series, path, xlabel='step', ylabel='loss', title=None, logy=Fal
         path: output PNG path (folders are created).
         xlabel, ylabel, title: axis labels and optional title.
         logy: log-scale y axis.
-        styles: optional dict name -> matplotlib line style ('-', '--', ':') for some series.
+        styles: optional dict name -> matplotlib format string ('--', ':', 'C1--') for some series.
     Returns:
         path.
 

@@ -261,10 +261,14 @@ def _exp3_plots(pairs, figures):
                 figures_of[(dataset, warmup)][label] = _smoothed(_mean_curve(members))
     for (dataset, warmup), series in sorted(figures_of.items()):
         path = os.path.join(figures, f'exp3-{dataset}-warmup{warmup:g}-loss.png')
+        settings = sorted({name.rsplit(' ', 2)[0] for name in series})
+        colour = {setting: f'C{k % 10}' for k, setting in enumerate(settings)}
         plot_curves(dict(sorted(series.items())), path,
                     ylabel='training loss (10-step mean, mean over seeds)', logy=True,
-                    title=f'Experiment 3, {dataset}, warmup {warmup:g}',
-                    styles={name: '--' for name in series if name.endswith('no bc')})
+                    title=f'Experiment 3, {dataset}, warmup {warmup:g}: solid with, dashed '
+                          f'without bias correction',
+                    styles={name: colour[name.rsplit(' ', 2)[0]]
+                            + ('--' if name.endswith('no bc') else '-') for name in series})
         lines += ['', f'![{dataset}, warmup {warmup:g}](figures/{os.path.basename(path)})']
     return lines
 
