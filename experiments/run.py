@@ -161,12 +161,7 @@ def start(name, script, flags, output, data_dir, epochs, heading):
     with open(os.path.join(output, 'results.json'), encoding='utf-8') as f:
         results = json.load(f)
     return dict(name=name, script=script, wall_seconds=round(time.time() - started, 1),
-                **{k: results[k] for k in ('command', 'machine', 'config', 'best', 'best_epoch',
-                                           'first_epoch')},
-                epochs=results['epochs'],
-                **{k: v for k, v in results.items() if k not in (
-                    'command', 'machine', 'config', 'best', 'best_epoch', 'first_epoch', 'epochs',
-                    'metric')})
+                **{k: v for k, v in results.items() if k != 'metric'})
 
 
 def main(argv=None):
@@ -202,10 +197,9 @@ def main(argv=None):
             print(f'[{time.strftime("%H:%M:%S")}] {k}/{len(runs)} {name}: another driver runs it',
                   flush=True)
             continue
-        if finished(output, epochs):       # finished by another driver since the check above
-            os.remove(os.path.join(output, CLAIM))
-            continue
         try:
+            if finished(output, epochs):   # finished by another driver since the check above
+                continue
             summary = start(name, script, flags, output, args.data_dir, epochs,
                             f'[{time.strftime("%H:%M:%S")}] {k}/{len(runs)} {name}')
         finally:
