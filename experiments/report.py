@@ -137,6 +137,11 @@ def _sanity_figures(groups, figures):
     return lines
 
 
+def last_f1(run):
+    """The run's F1 after its last epoch (no epoch is chosen on the test data)."""
+    return run['epochs'][-1]['f1']
+
+
 def _later_epochs(run):
     """The epochs after the first (tracing and XLA compilation slow epoch 1), or all if one."""
     return run['epochs'][1:] or run['epochs']
@@ -153,22 +158,20 @@ def report_exp2(runs, figures, folder):
         return (np.mean([e['train_windows_per_second'] for e in epochs]),
                 np.mean([e['predict_sentences_per_second'] for e in epochs]))
 
+    f1 = defaultdict(dict)
     for name, members in groups.items():
         dataset, head = name.split('/')
+        f1[head][dataset] = 100 * np.mean([last_f1(r) for r in members])
         train, predict = speeds(members)
         crf = groups.get(f'{dataset}/crf')
         ratios = ('', '')
         if crf:
             crf_train, crf_predict = speeds(crf)
             ratios = (f' ({train / crf_train:.2f}x)', f' ({predict / crf_predict:.2f}x)')
-        lines.append(f'| {dataset} | {head} | {mean_std([r["epochs"][-1]["f1"] for r in members])} '
+        lines.append(f'| {dataset} | {head} | {mean_std([last_f1(r) for r in members])} '
                      f'| {mean_std([r["epochs"][-1]["relaxed_f1"] for r in members])} '
                      f'| {members[0]["head_parameters"]:,} | {train:.1f}{ratios[0]} '
                      f'| {predict:.1f}{ratios[1]} | {len(members)} |')
-    f1 = defaultdict(dict)
-    for name, members in groups.items():
-        dataset, head = name.split('/')
-        f1[head][dataset] = 100 * np.mean([r['epochs'][-1]['f1'] for r in members])
     try:
         from crf_lr.plots import plot_bars
     except ImportError as error:
@@ -211,7 +214,9 @@ def report_exp3(runs, figures, folder):
         dataset, tag = name.split('/')
         setting, correction = tag.rsplit('-', 1)
         pairs[(dataset, setting)][correction] = members
-    last_f1 = lambda r: r['epochs'][-1]['f1']
+    curves = {key: {correction: _mean_curve(members) for correction, members in sides.items()
+                    if all('step_losses' in r for r in members)}
+              for key, sides in pairs.items()}
     lines = ["Test F1 is the last epoch's (never chosen on the test set). 'Paired' is the mean ± std "
              'over seeds of F1 without minus F1 with bias correction, and how many seeds favour '
              'no correction. \'Steps\' is when the 10-step mean of the seed-averaged training loss '
@@ -226,16 +231,16 @@ def report_exp3(runs, figures, folder):
         paired = (f'{100 * np.mean(diffs):+.2f} ± {100 * np.std(diffs, ddof=1):.2f} '
                   f'({sum(d > 0 for d in diffs)}/{len(diffs)})' if len(diffs) > 1 else 'n/a')
         steps = 'n/a'
-        if bc and nobc and all('step_losses' in r for r in bc + nobc):
-            curves = [_mean_curve(bc), _mean_curve(nobc)]
-            target = max(_smoothed(c).min() for c in curves)
-            steps = ' / '.join(str(steps_to(c, target) or 'not reached') for c in curves)
+        if {'bc', 'nobc'} <= set(curves[(dataset, setting)]):
+            both = [curves[(dataset, setting)][side] for side in ('bc', 'nobc')]
+            target = max(_smoothed(c).min() for c in both)
+            steps = ' / '.join(str(steps_to(c, target) or 'not reached') for c in both)
         first = ' / '.join(mean_std([r['epochs'][0]['f1'] for r in side]) for side in (bc, nobc))
         lines.append(f'| {dataset} | {config["lr"]:g} | {config["warmup_proportion"]:g} '
                      f'| {config["reinit_top"]} | {mean_std([last_f1(r) for r in bc])} '
                      f'| {mean_std([last_f1(r) for r in nobc])} | {paired} | {first} | {steps} '
                      f'| {len(bc)} / {len(nobc)} |')
-    lines += _exp3_plots(pairs, figures)
+    lines += _exp3_plots(pairs, curves, figures)
     return lines
 
 
@@ -246,29 +251,32 @@ def _setting_key(item):
     return dataset, config['warmup_proportion'], config['reinit_top'], config['lr']
 
 
-def _exp3_plots(pairs, figures):
-    """One loss-curve figure per dataset and warmup: solid with, dashed without bias correction."""
+def _exp3_plots(pairs, curves, figures):
+    """One loss-curve figure per dataset and warmup (the seed-mean ``curves`` of every pair, 10-step
+    means): one colour per setting, solid with and dashed without bias correction."""
     try:
         from crf_lr.plots import plot_curves
     except ImportError as error:
         return ['', f'(no loss plots: {error})']
-    lines, figures_of = [], defaultdict(dict)
-    for (dataset, setting), sides in pairs.items():
-        for correction, members in sides.items():
-            if all('step_losses' in r for r in members):
-                label = f'{setting} {"bc" if correction == "bc" else "no bc"}'
-                warmup = members[0]['config']['warmup_proportion']
-                figures_of[(dataset, warmup)][label] = _smoothed(_mean_curve(members))
-    for (dataset, warmup), series in sorted(figures_of.items()):
+    figures_of = defaultdict(dict)
+    for (dataset, setting), sides in curves.items():
+        warmup = next(iter(pairs[(dataset, setting)].values()))[0]['config']['warmup_proportion']
+        for correction, curve in sides.items():
+            figures_of[(dataset, warmup)][(setting, correction)] = _smoothed(curve)
+    lines = []
+    for (dataset, warmup), curves_of in sorted(figures_of.items()):
+        colour = {setting: f'C{k % 10}'
+                  for k, setting in enumerate(sorted({setting for setting, _ in curves_of}))}
+        series, styles = {}, {}
+        for (setting, correction), curve in sorted(curves_of.items()):
+            label = f'{setting} {"bc" if correction == "bc" else "no bc"}'
+            series[label] = curve
+            styles[label] = colour[setting] + ('-' if correction == 'bc' else '--')
         path = os.path.join(figures, f'exp3-{dataset}-warmup{warmup:g}-loss.png')
-        settings = sorted({name.rsplit(' ', 2)[0] for name in series})
-        colour = {setting: f'C{k % 10}' for k, setting in enumerate(settings)}
-        plot_curves(dict(sorted(series.items())), path,
-                    ylabel='training loss (10-step mean, mean over seeds)', logy=True,
+        plot_curves(series, path, ylabel='training loss (10-step mean, mean over seeds)',
+                    logy=True, styles=styles,
                     title=f'Experiment 3, {dataset}, warmup {warmup:g}: solid with, dashed '
-                          f'without bias correction',
-                    styles={name: colour[name.rsplit(' ', 2)[0]]
-                            + ('--' if name.endswith('no bc') else '-') for name in series})
+                          f'without bias correction')
         lines += ['', f'![{dataset}, warmup {warmup:g}](figures/{os.path.basename(path)})']
     return lines
 
