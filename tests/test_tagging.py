@@ -261,7 +261,7 @@ def test_spread_labels_segmentation_round_trip():
     rng = random.Random(5)
     for _ in range(200):
         words = [rng.randint(1, 4) for _ in range(rng.randint(1, 6))]     # word lengths in units
-        tags = [t for n in words for t in (['s'] if n == 1 else ['b'] + ['m'] * (n - 2) + ['e'])]
+        tags = words_to_tags(['x' * n for n in words])
         counts = [rng.randint(1, 3) for _ in tags]
         pieces = spread_labels(tags, counts, scheme='SEG')
         lengths = [len(w) for w in tags_to_words('x' * len(pieces), pieces)]
