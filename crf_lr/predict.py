@@ -11,10 +11,11 @@ blank line; ``--format json`` prints one JSON object per input line instead.
 """
 import argparse
 import json
-import os
 import re
 import sys
-import warnings
+
+from crf_lr.cli import quiet_tensorflow
+from crf_lr.runs import model_files
 
 
 def parse_args(argv=None):
@@ -26,10 +27,12 @@ def parse_args(argv=None):
                                           'labels.json, vocab.txt)')
     parser.add_argument('file', nargs='?', help='UTF-8 text, one text a line (default: stdin)')
     parser.add_argument('--format', choices=('text', 'json'), default='text')
-    parser.add_argument('--constrain', action='store_true',
-                        help="decode tags with the scheme's hard constraints (CRF / softmax)")
+    parser.add_argument('--no-constrain', dest='constrain', action='store_false',
+                        help="decode tags without the scheme's hard constraints (CRF / softmax; "
+                             "default: with them)")
     parser.add_argument('--separator', default='  ', help='between words (default: two spaces)')
     parser.add_argument('--batch-size', type=int, default=32)
+    parser.add_argument('--verbose', action='store_true', help="show TensorFlow's log lines")
     return parser, parser.parse_args(argv)
 
 
@@ -39,7 +42,7 @@ def _word_offsets(line):
     return [m.group() for m in found], [(m.start(), m.end()) for m in found]
 
 
-def predict_lines(tagger, lines, constrain=False):
+def predict_lines(tagger, lines, constrain=True):
     """Predictions for raw text lines.
 
     Args:
@@ -51,7 +54,7 @@ def predict_lines(tagger, lines, constrain=False):
         >>> predict_lines(Tagger.load('runs/cws/model'), ['今天天气很好'])
         [['今天', '天气', '很', '好']]
     """
-    if tagger.scheme == 'SEG':
+    if tagger.head.scheme.segmentation:
         chunks = [line.split() for line in lines]
         flat = [chunk for line in chunks for chunk in line]
         predicted = iter(tagger.predict(flat, constrain))
@@ -75,6 +78,10 @@ def main(argv=None):
     if args.batch_size < 1:
         parser.error(f'--batch-size must be >= 1, got {args.batch_size}')
     try:
+        model_files(args.model_dir)                     # before TensorFlow loads: answers at once
+    except FileNotFoundError as error:
+        parser.error(str(error))
+    try:
         if args.file:
             with open(args.file, encoding='utf-8') as f:
                 lines = f.read().splitlines()
@@ -82,8 +89,7 @@ def main(argv=None):
             lines = sys.stdin.read().splitlines()
     except (OSError, UnicodeDecodeError) as error:
         parser.error(f'cannot read {args.file or "stdin"}: {error}')
-    os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')         # keep TensorFlow's log off stdout
-    warnings.filterwarnings('ignore', message='The initializer')  # bert4keras's unseeded inits
+    quiet_tensorflow(args.verbose)                      # keep TensorFlow's log off stdout
     from crf_lr.tagger import Tagger
     try:
         tagger = Tagger.load(args.model_dir, args.batch_size)
@@ -93,9 +99,9 @@ def main(argv=None):
     out = sys.stdout
     for line, result in zip(lines, results):
         if args.format == 'json':
-            key = 'words' if tagger.scheme == 'SEG' else 'entities'
+            key = 'words' if tagger.head.scheme.segmentation else 'entities'
             out.write(json.dumps({'text': line, key: result}, ensure_ascii=False) + '\n')
-        elif tagger.scheme == 'SEG':
+        elif tagger.head.scheme.segmentation:
             out.write(args.separator.join(result) + '\n')
         else:
             out.writelines(f'{e["start"]}\t{e["end"]}\t{e["type"]}\t{e["text"]}\n' for e in result)

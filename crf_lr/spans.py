@@ -178,3 +178,37 @@ def pad_sparse_targets(targets, max_entities=None):
     for k, t in enumerate(targets):
         batch[k, :, :t.shape[1]] = t
     return batch
+
+
+def non_overlapping(scored_spans):
+    """Flat spans from scored, possibly overlapping ones: highest score first, a span kept only if
+    it overlaps no span already kept (ties: the earlier, then the shorter span first).
+
+    Args:
+        scored_spans: list of ``((start, end, label), score)``, end exclusive.
+    Returns:
+        list of ``(start, end, label)`` sorted by start.
+
+        >>> non_overlapping([((0, 3, 'ORG'), 2.0), ((1, 2, 'LOC'), 5.0), ((3, 4, 'PER'), 1.0)])
+        [(1, 2, 'LOC'), (3, 4, 'PER')]
+    """
+    kept = []
+    for span, _ in sorted(scored_spans, key=lambda item: (-item[1], item[0][0], item[0][1])):
+        if all(span[1] <= other[0] or other[1] <= span[0] for other in kept):
+            kept.append(span)
+    return sorted(kept)
+
+
+def outermost(spans):
+    """The spans not inside an earlier, longer one: flat spans that tags can hold (of equal
+    spans, the first label in sort order).
+
+        >>> outermost([(0, 4, 'ORG'), (0, 2, 'LOC'), (5, 6, 'PER')])
+        [(0, 4, 'ORG'), (5, 6, 'PER')]
+    """
+    kept, end = [], 0
+    for span in sorted(spans, key=lambda s: (s[0], -s[1], s[2])):
+        if span[0] >= end:
+            kept.append(span)
+            end = span[1]
+    return kept

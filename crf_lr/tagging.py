@@ -1,83 +1,39 @@
-"""Tagging schemes: spans <-> tags, allowed transitions, offsets -> tags, WordPiece alignment, windows.
+"""Tagging schemes: spans <-> tags, allowed transitions, repair of messy tags, offsets -> tags,
+WordPiece alignment, windows.
 
 Spans are ``(start, end, label)`` tuples with ``end`` EXCLUSIVE, in character or token indices as each
-function says. Tag schemes (the ``scheme`` argument, case-insensitive):
-
-- ``'BIO'`` (alias ``'IOB2'``): ``B-X`` begins an entity, ``I-X`` continues it, ``O`` is outside.
-- ``'IOB1'``: an entity begins with ``I-X``; ``B-X`` only starts an entity that directly follows one of
-  the same type (CoNLL-2003).
-- ``'BIOES'`` (alias ``'IOBES'``): ``B-X I-X* E-X`` for multi-token entities, ``S-X`` for single tokens.
-- ``'BMES'``: BIOES spelt with ``M-X`` instead of ``I-X`` (the People's Daily / MSRA files).
-- ``'SEG'``: word segmentation, one of ``'s' 'b' 'm' 'e'`` per character (single, begin, middle, end).
+function says. Every scheme is one :class:`Scheme` object in the table :data:`SCHEMES` (BIO, IOB1, BIOES,
+BMES, SEG; see each object's ``description``); :func:`get_scheme` turns a name (case-insensitive, aliases
+IOB2 and IOBES) into one. The functions below (``spans_to_tags``, ``tags_to_spans``, ``label_list``, ...)
+take a scheme name or object and call its methods.
 
 Pure Python; no TensorFlow. bert4keras's ``Tokenizer`` is only used through an object passed in.
 
     >>> spans_to_tags([(0, 2, 'LOC')], 3)
     ['B-LOC', 'I-LOC', 'O']
+    >>> get_scheme('bmes').repair(['O', 'M-LOC', 'E-LOC'])      # a stray M-X opens an entity
+    (['O', 'B-LOC', 'E-LOC'], 1)
 """
 import bisect
+import dataclasses
 import operator
 
-SEG = 'SEG'
-_ALIASES = {'BIO': 'BIO', 'IOB2': 'BIO', 'IOB1': 'IOB1', 'BIOES': 'BIOES', 'IOBES': 'BIOES',
-            'BMES': 'BMES', 'SEG': SEG}
-# Prefixes of each flat scheme, in label order; BMES's 'M' plays BIOES's 'I'.
-_PREFIXES = {'BIO': 'BI', 'IOB1': 'BI', 'BIOES': 'BIES', 'BMES': 'BMES'}
-_SEG_AS_BIOES = {'s': 'S', 'b': 'B', 'm': 'I', 'e': 'E'}
-_BIOES_AS_SEG = {v: k for k, v in _SEG_AS_BIOES.items()}
+WORD = 'w'
+REPAIR_HINT = '(pass repair=True, or --repair, to fix such tags by the conlleval rule)'
 
 
-def _scheme(scheme):
-    """Canonical scheme name, or a ValueError listing the known ones."""
-    name = _ALIASES.get(str(scheme).upper())
-    if name is None:
-        raise ValueError(f'unknown tag scheme {scheme!r}: expected one of {sorted(_ALIASES)}')
-    return name
+class TagError(ValueError):
+    """A tag sequence that breaks its scheme: a stray ``I-X``, an entity never closed.
 
-
-def _parse(tag, scheme, position):
-    """``(prefix, type)`` of ``tag`` with BMES's ``M`` read as ``I``; ``('O', None)`` for ``'O'``."""
-    if scheme == SEG:
-        if tag in _SEG_AS_BIOES:
-            return _SEG_AS_BIOES[tag], None
-        raise ValueError(f"unknown tag {tag!r} at position {position} for scheme SEG: "
-                         "expected one of 's', 'b', 'm', 'e'")
-    if tag == 'O':
-        return 'O', None
-    prefixes = _PREFIXES[scheme]
-    if (isinstance(tag, str) and len(tag) > 2 and tag[0] in prefixes and tag[1] == '-'):
-        return ('I' if tag[0] == 'M' else tag[0]), tag[2:]
-    raise ValueError(f"unknown tag {tag!r} at position {position} for scheme {scheme}: expected 'O' "
-                     f"or one of {', '.join(p + '-' for p in prefixes)} followed by a type")
-
-
-def _parse_all(tags, scheme):
-    return [_parse(tag, scheme, i) for i, tag in enumerate(tags)]
-
-
-def tag_types(tags, scheme='BIO'):
-    """The entity type of each tag, None for ``'O'``, whatever its prefix.
-
-    Args:
-        tags: list of str tags of one sequence.
-        scheme: 'BIO', 'IOB1', 'BIOES' or 'BMES'.
-    Returns:
-        list of str or None, same length.
-    Raises:
-        ValueError with the position of an unknown tag.
-
-        >>> tag_types(['B-LOC', 'O', 'I-PER'])
-        ['LOC', None, 'PER']
+    Attributes:
+        position: int, index of the tag where the fault shows.
+        fault: str, what is wrong (naming the tags and where they stand), ending with
+            :data:`REPAIR_HINT`; readers prefix it with ``path:line:``.
     """
-    return [kind for _, kind in _parse_all(tags, _scheme(scheme))]
 
-
-def _format(prefix, kind, scheme):
-    if scheme == SEG:
-        return _BIOES_AS_SEG[prefix]
-    if prefix == 'O':
-        return 'O'
-    return f"{'M' if scheme == 'BMES' and prefix == 'I' else prefix}-{kind}"
+    def __init__(self, message, position, fault):
+        super().__init__(message)
+        self.position, self.fault = position, fault
 
 
 def _check_spans(spans, length, flat, where=''):
@@ -143,60 +99,11 @@ def validate_spans(text, spans, source='<input>', mentions=None, flat=False):
     return _check_spans(spans, len(text), flat, where)
 
 
-def spans_to_tags(spans, length, scheme='BIO'):
-    """Tags of a sequence of ``length`` tokens holding the given flat spans.
-
-    Args:
-        spans: iterable of ``(start, end, label)`` token spans, end exclusive; no overlaps.
-        length: int, number of tokens.
-        scheme: 'BIO', 'IOB1', 'BIOES' or 'BMES'.
-    Returns:
-        list of ``length`` tag strings.
-
-        >>> spans_to_tags([(1, 2, 'PER')], 3, 'BIOES')
-        ['O', 'S-PER', 'O']
-    """
-    scheme = _scheme(scheme)
-    if scheme == SEG:
-        raise ValueError("spans_to_tags: use words_to_tags for the 'SEG' scheme")
-    tags = ['O'] * length
-    previous_end, previous_label = -1, None
-    for start, end, label in _check_spans(spans, length, flat=True):
-        if scheme == 'IOB1':
-            first = 'B' if (previous_end == start and previous_label == label) else 'I'
-            prefixes = [first] + ['I'] * (end - start - 1)
-        elif scheme == 'BIO':
-            prefixes = ['B'] + ['I'] * (end - start - 1)
-        else:
-            prefixes = ['S'] if end - start == 1 else ['B'] + ['I'] * (end - start - 2) + ['E']
-        tags[start:end] = [_format(p, label, scheme) for p in prefixes]
-        previous_end, previous_label = end, label
-    return tags
-
-
-def iob1_to_iob2(tags):
-    """Convert IOB1 tags (CoNLL-2003) to IOB2/BIO: an ``I-X`` that starts an entity becomes ``B-X``.
-
-    Args:
-        tags: list of str in IOB1.
-    Returns:
-        list of str in BIO, same length.
-
-        >>> iob1_to_iob2(['I-PER', 'I-PER', 'B-PER', 'O', 'I-LOC'])
-        ['B-PER', 'I-PER', 'B-PER', 'O', 'B-LOC']
-    """
-    converted, previous_type = [], None
-    for (prefix, kind), tag in zip(_parse_all(tags, 'IOB1'), tags):
-        converted.append(f'B-{kind}' if prefix == 'I' and kind != previous_type else tag)
-        previous_type = kind
-    return converted
-
-
 def _strict_spans(parsed, needs_end):
     """Spans of well-formed entities only (seqeval's strict mode); fragments are dropped.
 
-    ``needs_end``: BIOES/BMES, where an entity must close with ``E-X``; in BIO it closes at the first
-    token that does not continue it.
+    ``parsed``: ``(role, type)`` pairs. ``needs_end``: BIOES/BMES, where an entity must close with
+    ``E-X``; in BIO it closes at the first token that does not continue it.
     """
     spans, current = [], None  # current: (start, type) of an open entity
     for i, (prefix, kind) in enumerate(parsed + [('O', None)]):
@@ -229,32 +136,514 @@ def _lenient_spans(parsed):
     return spans
 
 
-def tags_to_spans(tags, scheme='BIO', strict=True):
-    """Entity spans encoded by a tag sequence.
+@dataclasses.dataclass(frozen=True)
+class Scheme:
+    """A tagging scheme: its labels, the moves between them, spans <-> tags, checks and repair.
 
-    Args:
-        tags: list of str tags of one sequence.
-        scheme: 'BIO', 'IOB1', 'BIOES' or 'BMES'.
-        strict: True keeps only well-formed entities, like seqeval's ``mode='strict'`` (an ``I-X``
-            after ``O`` is dropped); False follows the conlleval rules of seqeval's default mode
-            (such a fragment starts an entity). IOB1 is always read by its own rule.
-    Returns:
-        list of ``(start, end, type)`` token spans, end exclusive, sorted.
-    Raises:
-        ValueError with the position of an unknown tag (e.g. ``'X-PER'``, ``'B_PER'``).
+    Tags are read into roles: ``B`` begins an entity, ``I`` continues it, ``E`` ends it, ``S`` is a
+    one-token entity, ``O`` is outside. Use the objects of :data:`SCHEMES` (or :func:`get_scheme`);
+    the module-level functions are the same methods under their older names.
+
+    Attributes:
+        name: the scheme's name: BIO, IOB1, BIOES, BMES or SEG.
+        segmentation: True for SEG only: its tags carry no type and its spans are words
+            ``(start, end, 'w')`` that cover every unit.
+        letters: the tag prefixes in label order as written (BMES ``'BMES'``, SEG ``'sbme'``).
+        roles: the role of each letter (BMES's ``M`` and SEG's ``m`` continue: role ``I``).
+        starts_inside: IOB1 only: an entity begins with ``I-X``, and ``B-X`` only begins one right
+            after an entity of the same type.
+        aliases: other names :func:`get_scheme` accepts.
+        description: one line for people.
+
+        >>> bioes = get_scheme('iobes')
+        >>> bioes.encode([(0, 2, 'PER'), (3, 4, 'LOC')], 4), bioes.labels(['PER'])
+        (['B-PER', 'E-PER', 'O', 'S-LOC'], ['O', 'B-PER', 'I-PER', 'E-PER', 'S-PER'])
+    """
+    name: str
+    segmentation: bool = False
+    letters: str = 'BI'
+    roles: str = 'BI'
+    starts_inside: bool = False
+    aliases: tuple = ()
+    description: str = ''
+    _role: dict = dataclasses.field(init=False, repr=False, compare=False)
+    _letter: dict = dataclasses.field(init=False, repr=False, compare=False)
+    _known: dict = dataclasses.field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, '_role', dict(zip(self.letters, self.roles)))
+        object.__setattr__(self, '_letter', dict(zip(self.roles, self.letters)))
+
+    def __str__(self):
+        return self.name
+
+    @property
+    def closed(self):
+        """True when an entity must end with an ``E`` or ``S`` tag (BIOES, BMES, SEG)."""
+        return 'E' in self.roles
+
+    @property
+    def _bound(self):
+        """The role that must continue an entity of its type (BIO: I; IOB1: B; none when closed)."""
+        return 'B' if self.starts_inside else 'I'
+
+    # ------------------------------------------------------------------ reading and writing tags
+    def parse(self, tag, position=None):
+        """``(role, type)`` of one tag: ``('O', None)`` for ``'O'``, type None in SEG.
+
+        Raises ValueError naming the tag, ``position`` (when given) and the scheme for a tag the
+        scheme does not have (e.g. ``'X-PER'``, ``'B_PER'``, ``'M-PER'`` in BIO).
+
+            >>> get_scheme('BMES').parse('M-LOC')
+            ('I', 'LOC')
+        """
+        if self.segmentation:
+            if isinstance(tag, str) and tag in self._role:
+                return self._role[tag], None
+            expected = 'one of ' + ', '.join(map(repr, self.letters))
+        else:
+            if tag == 'O':
+                return 'O', None
+            if isinstance(tag, str) and len(tag) > 2 and tag[1] == '-' and tag[0] in self._role:
+                return self._role[tag[0]], tag[2:]
+            expected = f"'O' or one of {', '.join(p + '-' for p in self.letters)} followed by a type"
+        where = '' if position is None else f' at position {position}'
+        raise ValueError(f'unknown tag {tag!r}{where} for scheme {self.name}: expected {expected}')
+
+    def _parse_all(self, tags):
+        """``parse`` of every tag; the parsed tags are kept, as a file repeats a few tags millions
+        of times."""
+        known = self._known
+        try:
+            return [known[tag] for tag in tags]
+        except (KeyError, TypeError):
+            if len(known) > 100000:
+                known.clear()
+            for i, tag in enumerate(tags):
+                if not isinstance(tag, str) or tag not in known:
+                    known[tag] = self.parse(tag, i)
+            return [known[tag] for tag in tags]
+
+    def _format(self, role, kind):
+        if self.segmentation:
+            return self._letter[role]
+        return 'O' if role == 'O' else f'{self._letter[role]}-{kind}'
+
+    def labels(self, types=None):
+        """The label order: ``'O'`` first, then each type's tags in ``letters`` order.
+
+        Args:
+            types: entity types; a list/tuple keeps its order, any other iterable (e.g. a set) is
+                sorted. Ignored by SEG, whose labels are ``['s', 'b', 'm', 'e']``.
+        Returns:
+            list of str labels; label id = index in this list.
+
+            >>> get_scheme('BIO').labels(['PER', 'LOC'])
+            ['O', 'B-PER', 'I-PER', 'B-LOC', 'I-LOC']
+        """
+        if self.segmentation:
+            return list(self.letters)
+        if types is None:
+            raise ValueError(f'{self.name} labels need the entity types, got types=None')
+        types = list(types) if isinstance(types, (list, tuple)) else sorted(types)
+        if len(set(types)) != len(types):
+            raise ValueError(f'label_list: duplicate types in {types!r}')
+        for kind in types:
+            if not isinstance(kind, str) or not kind:
+                raise ValueError(f'label_list: types must be non-empty strings, got {kind!r}')
+        return ['O'] + [f'{letter}-{kind}' for kind in types for letter in self.letters]
+
+    # ------------------------------------------------------------------ transitions
+    def _can_start(self, role):
+        return role in 'OBS' if self.closed else role != self._bound
+
+    def _can_follow(self, previous, current):
+        if self.closed:   # inside an entity only I/E of its type follow
+            if previous[0] in 'BI':
+                return current[0] in 'IE' and current[1] == previous[1]
+            return current[0] in 'OBS'
+        return current[0] != self._bound or (previous[0] in 'BI' and previous[1] == current[1])
+
+    def _can_end(self, role):
+        return role in 'OES' if self.closed else True
+
+    def allowed(self, labels):
+        """Which label may follow which, and which may start or end a sequence (CRF constraints).
+
+        Args:
+            labels: list of L label strings (e.g. from :meth:`labels`).
+        Returns:
+            ``(allowed, allowed_starts, allowed_ends)``: NumPy bool arrays of shapes (L, L), (L,),
+            (L,); ``allowed[i, j]`` says label j may follow label i.
+
+            >>> allowed, starts, ends = get_scheme('BIO').allowed(['O', 'B-PER', 'I-PER'])
+            >>> allowed[0, 2], starts[2]   # O -> I-PER, start with I-PER
+            (False, False)
+        """
+        import numpy as np
+        parsed = self._parse_all(labels)
+        allowed = np.array([[self._can_follow(previous, current) for current in parsed]
+                            for previous in parsed], dtype=bool).reshape(len(parsed), len(parsed))
+        starts = np.array([self._can_start(role) for role, _ in parsed], dtype=bool)
+        ends = np.array([self._can_end(role) for role, _ in parsed], dtype=bool)
+        return allowed, starts, ends
+
+    # ------------------------------------------------------------------ spans <-> tags
+    def encode(self, spans, length):
+        """Tags of ``length`` tokens holding the given flat spans.
+
+        Args:
+            spans: iterable of ``(start, end, label)`` token spans, end exclusive, not overlapping;
+                for SEG, word spans that cover ``0..length`` one after another (labels ignored).
+            length: int, number of tokens.
+        Returns:
+            list of ``length`` tag strings.
+
+            >>> SEG.encode([(0, 2, 'w'), (2, 3, 'w')], 3)
+            ['b', 'e', 's']
+        """
+        spans = _check_spans(spans, length, flat=True)
+        if self.segmentation:
+            covered = 0
+            for start, end, _ in spans:
+                if start != covered:
+                    break
+                covered = end
+            if covered != length:
+                raise ValueError(f'{self.name}: word spans must cover the {length} units one after '
+                                 f'another, but unit {covered} is in no word')
+        tags = ['O'] * length
+        previous_end, previous_label = -1, None
+        for start, end, label in spans:
+            n = end - start
+            if self.starts_inside:
+                roles = ['B' if (previous_end, previous_label) == (start, label) else 'I']
+                roles += ['I'] * (n - 1)
+            elif self.closed:
+                roles = ['S'] if n == 1 else ['B'] + ['I'] * (n - 2) + ['E']
+            else:
+                roles = ['B'] + ['I'] * (n - 1)
+            tags[start:end] = [self._format(role, label) for role in roles]
+            previous_end, previous_label = end, label
+        return tags
+
+    def decode(self, tags, strict=True):
+        """Spans encoded by a tag sequence.
+
+        Args:
+            tags: list of str tags of one sequence.
+            strict: True keeps only well-formed entities, like seqeval's ``mode='strict'`` (an
+                ``I-X`` after ``O`` is dropped); False follows the conlleval rules of seqeval's
+                default mode (such a fragment starts an entity). IOB1 is always read by its own
+                rule (conlleval's); SEG always yields words covering every unit (a word starts at
+                ``b``/``s``, after ``e``/``s`` and at the first unit).
+        Returns:
+            list of ``(start, end, type)`` token spans, end exclusive, sorted; SEG: ``(start, end,
+            'w')``.
+        Raises:
+            ValueError with the position of an unknown tag.
+
+            >>> get_scheme('BIO').decode(['B-PER', 'I-PER', 'O', 'I-LOC'])
+            [(0, 2, 'PER')]
+            >>> SEG.decode(['b', 'e', 's', 'm', 'e'])
+            [(0, 2, 'w'), (2, 3, 'w'), (3, 5, 'w')]
+        """
+        parsed = self._parse_all(tags)
+        if self.segmentation:
+            return [(start, end, WORD) for start, end, _ in _lenient_spans(parsed)]
+        if self.starts_inside or not strict:
+            return _lenient_spans(parsed)
+        return _strict_spans(parsed, needs_end=self.closed)
+
+    # ------------------------------------------------------------------ faults and repair
+    def _walk(self, tags, name):
+        """conlleval's reading of ``tags``: ``(repaired, faults)``, the ``(role, type)`` of each tag
+        after repair and the ``(position, fault)`` of each fault met (``name(i)`` names token i)."""
+        parsed = self._parse_all(tags)
+        fixed, faults = list(parsed), []
+        noun = 'word' if self.segmentation else 'entity'
+
+        def follows(i):
+            return f'it follows {tags[i - 1]!r}' if i else 'it opens the sentence'
+
+        if not self.closed:   # BIO: an I-X continues an X entity; IOB1: a B-X follows one
+            for i, (role, kind) in enumerate(parsed):
+                if role != self._bound or (i and parsed[i - 1][0] != 'O' and parsed[i - 1][1] == kind):
+                    continue
+                if self.starts_inside:
+                    fault = (f'{tags[i]!r} is not right after a {kind} entity ({follows(i)}; in IOB1 an '
+                             'entity begins with I-, and B- only separates two adjacent ones of a type)')
+                else:
+                    fault = f'{tags[i]!r} continues no {noun} ({follows(i)})'
+                faults.append((i, fault))
+                fixed[i] = ('I' if self.starts_inside else 'B', kind)
+            return fixed, faults
+
+        def close(i, after):   # the open entity ends at token i (its last tag becomes E, or S)
+            single = fixed[i][0] == 'B'
+            expected = f'expected {self._format("E", fixed[i][1])!r} {after}'
+            if single:
+                expected += f', or {self._format("S", fixed[i][1])!r} for a one-token {noun}'
+            fixed[i] = ('S' if single else 'E', fixed[i][1])
+            return expected
+
+        opened = None   # index of the tag that opened the current entity
+        for i, (role, kind) in enumerate(parsed):
+            if opened is not None and not (role in 'IE' and kind == parsed[opened][1]):
+                expected = close(i - 1, f'before {tags[i]!r}')
+                faults.append((i, f'the {noun} opened by {tags[opened]!r} at {name(opened)} is '
+                                  f'never closed ({expected})'))
+                opened = None
+            if role in 'IE' and opened is None:
+                verb = 'continues' if role == 'I' else 'ends'
+                faults.append((i, f'{tags[i]!r} {verb} no {noun} ({follows(i)})'))
+                role = 'B' if role == 'I' else 'S'
+                fixed[i] = (role, kind)
+            if role == 'B':
+                opened = i
+            elif role != 'I':
+                opened = None
+        if opened is not None:
+            last = len(tags) - 1
+            expected = close(last, f'at the end of the sentence, got {tags[last]!r}')
+            faults.append((last, f'the {noun} opened by {tags[opened]!r} at {name(opened)} is never '
+                                 f'closed ({expected})'))
+        return fixed, faults
+
+    def check(self, tags, where='', lines=None):
+        """Raise :class:`TagError` at the first tag that breaks the scheme, naming the real fault.
+
+        Faults: BIO ``I-X`` after ``O``, after another type or first (it continues no entity); IOB1
+        ``B-X`` not right after an X entity; BIOES/BMES/SEG an ``I``/``M``/``E`` tag with no open
+        entity of its type, or an entity never closed by ``E-X``. Every message ends with
+        :data:`REPAIR_HINT`.
+
+        Args:
+            tags: list of str tags of one sequence.
+            where: prefix of the message, e.g. ``'dev.txt: '``.
+            lines: optional list of the tags' line numbers in a file: positions are then named
+                ``line N`` instead of ``token N``.
+        Raises:
+            TagError (a ValueError) with ``position`` and ``fault``; ValueError for an unknown tag.
+
+            >>> get_scheme('BIOES').check(['O', 'B-ORG', 'I-ORG', 'O'])
+            TagError: token 3: the entity opened by 'B-ORG' at token 1 is never closed (expected
+            'E-ORG' before 'O') (pass repair=True, or --repair, to fix such tags by the conlleval rule)
+        """
+        name = (lambda i: f'token {i}') if lines is None else (lambda i: f'line {lines[i]}')
+        _, faults = self._walk(tags, name)
+        if faults:
+            position, fault = faults[0]
+            fault = f'{fault} {REPAIR_HINT}'
+            raise TagError(f'{where}{name(position)}: {fault}', position, fault)
+
+    def valid(self, tags):
+        """True when :meth:`check` passes (every entity well formed).
+
+            >>> get_scheme('BIO').valid(['O', 'I-PER']), get_scheme('IOB1').valid(['O', 'I-PER'])
+            (False, True)
+        """
+        return not self._walk(tags, str)[1]
+
+    def repair(self, tags):
+        """Fix the faults :meth:`check` names by the conlleval rule.
+
+        A stray ``I-X`` (BIO: after ``O`` or another type; BIOES/BMES/SEG: an I/M/E tag with no open
+        entity of type X) starts a new entity (``B-X``, or ``S-X`` for a stray ``E-X``); an unclosed
+        BIOES/BMES/SEG entity is closed at its last token (``E-X``, or ``S-X`` for a lone ``B-X``);
+        IOB1's ``B-X`` that follows no X entity becomes ``I-X``. The spans of the result are those
+        of ``decode(tags, strict=False)``.
+
+        Args:
+            tags: list of str tags of one sequence.
+        Returns:
+            ``(repaired, count)``: the list of tags and the number of tags changed.
+
+            >>> get_scheme('BIOES').repair(['B-ORG', 'I-ORG', 'O', 'I-PER'])
+            (['B-ORG', 'E-ORG', 'O', 'S-PER'], 2)
+        """
+        fixed, _ = self._walk(tags, str)
+        repaired = [self._format(*new) if new != old else tag
+                    for tag, new, old in zip(tags, fixed, self._parse_all(tags))]
+        return repaired, sum(new != tag for new, tag in zip(repaired, tags))
+
+    # ------------------------------------------------------------------ units split into pieces
+    def _propagated_roles(self, role, n):
+        """Roles of the ``n`` pieces of a unit tagged ``role`` when its label spreads to all pieces."""
+        if role == 'O':
+            return ['O'] * n
+        if not self.closed or role == 'I':
+            return [role] + ['I'] * (n - 1)
+        if n == 1:
+            return [role]
+        return ['I' if role == 'E' else 'B'] + ['I'] * (n - 2) + ['I' if role == 'B' else 'E']
+
+    def spread(self, labels, piece_counts, strategy='propagate', ignore_label=None):
+        """Per-piece labels of units (words, characters) that the tokenizer split into pieces.
+
+        Strategies: 'propagate' gives every piece a label (a unit's ``B-X`` on its first piece and
+        ``I-X`` on the rest; in BIOES/BMES/SEG an ``E-X``/``S-X`` unit ends with ``E-X``); 'first'
+        labels only the first piece and gives the others ``ignore_label``, to be left out of loss and
+        metrics. :meth:`collect` is the inverse.
+
+        Args:
+            labels: list of N tag strings.
+            piece_counts: list of N ints >= 1, the number of pieces of each unit.
+            strategy: 'propagate' or 'first'.
+            ignore_label: the label of the ignored pieces under 'first'.
+        Returns:
+            list of ``sum(piece_counts)`` labels.
+
+            >>> get_scheme('BIO').spread(['B-PER', 'O'], [2, 1])
+            ['B-PER', 'I-PER', 'O']
+            >>> get_scheme('seg').spread(['s', 'b', 'e'], [2, 1, 1])
+            ['b', 'e', 'b', 'e']
+        """
+        if strategy not in ('propagate', 'first'):
+            raise ValueError(f"strategy must be 'propagate' or 'first', got {strategy!r}")
+        if len(piece_counts) != len(labels):
+            raise ValueError(f'{len(labels)} labels for {len(piece_counts)} units')
+        out = []
+        for i, ((role, kind), count) in enumerate(zip(self._parse_all(labels), piece_counts)):
+            if count < 1:
+                raise ValueError(f'unit {i} has {count} pieces: every unit needs at least one')
+            if strategy == 'first' or count == 1:
+                out += [labels[i]] + [ignore_label] * (count - 1)
+            else:
+                out += [self._format(r, kind) for r in self._propagated_roles(role, count)]
+        return out
+
+    def collect(self, word_index, piece_labels, n_words=None, strategy='propagate', fill='O'):
+        """Unit labels from piece labels (the inverse of :meth:`spread`, e.g. on predictions).
+
+        Each unit takes its first piece's label; with strategy 'propagate' in BIOES/BMES/SEG the
+        unit's role also looks at its last piece (a unit ends an entity when its last piece does).
+
+        Args:
+            word_index: list of T ints, the unit of each piece (-1 for special tokens).
+            piece_labels: list of T tag strings (special positions are ignored).
+            n_words: number of units (default: largest index + 1); units without any piece (cut by
+                ``maxlen``) get ``fill``.
+            strategy: 'propagate' or 'first', as used for :meth:`spread`.
+        Returns:
+            list of ``n_words`` tag strings.
+
+            >>> get_scheme('BIO').collect([-1, 0, 0, 1, -1], [None, 'B-LOC', 'I-LOC', 'O', None])
+            ['B-LOC', 'O']
+        """
+        if len(word_index) != len(piece_labels):
+            raise ValueError(f'{len(word_index)} word indices but {len(piece_labels)} piece labels')
+        first, last = {}, {}
+        for position, index in enumerate(word_index):
+            if index >= 0:
+                first.setdefault(index, position)
+                last[index] = position
+        if n_words is None:
+            n_words = max(first, default=-1) + 1
+        labels = []
+        for index in range(n_words):
+            if index not in first:
+                labels.append(fill)
+                continue
+            head = piece_labels[first[index]]
+            role, kind = self.parse(head, first[index])
+            if strategy == 'propagate' and self.closed and role != 'O':
+                tail = self.parse(piece_labels[last[index]], last[index])[0]
+                starts, ends = role in 'BS', tail in 'ES'
+                head = self._format('S' if starts and ends else 'B' if starts else
+                                    'E' if ends else 'I', kind)
+            labels.append(head)
+        return labels
+
+
+BIO = Scheme('BIO', aliases=('IOB2',),
+             description='B-X begins an entity, I-X continues it, O is outside')
+IOB1 = Scheme('IOB1', starts_inside=True,
+              description='an entity begins with I-X; B-X only begins one right after an X entity '
+                          '(CoNLL-2003 as first released)')
+BIOES = Scheme('BIOES', letters='BIES', roles='BIES', aliases=('IOBES',),
+               description='B-X I-X* E-X for entities of several tokens, S-X for one token')
+BMES = Scheme('BMES', letters='BMES', roles='BIES',
+              description="BIOES spelt with M-X for I-X (the People's Daily / MSRA files)")
+SEG = Scheme('SEG', segmentation=True, letters='sbme', roles='SBIE',
+             description="word segmentation: one of 's' 'b' 'm' 'e' per character (single, begin, "
+                         "middle, end); spans are words labelled 'w'")
+SCHEMES = {scheme.name: scheme for scheme in (BIO, IOB1, BIOES, BMES, SEG)}
+_BY_NAME = {name: scheme for scheme in SCHEMES.values() for name in (scheme.name,) + scheme.aliases}
+
+
+def get_scheme(scheme):
+    """The :class:`Scheme` named ``scheme`` (case-insensitive; IOB2 = BIO, IOBES = BIOES).
+
+    A Scheme passes through. Raises ValueError listing the names for an unknown one.
+
+        >>> get_scheme('iobes') is SCHEMES['BIOES']
+        True
+    """
+    if isinstance(scheme, Scheme):
+        return scheme
+    found = _BY_NAME.get(str(scheme).upper())
+    if found is None:
+        raise ValueError(f'unknown tag scheme {scheme!r}: expected one of {sorted(_BY_NAME)}')
+    return found
+
+
+# ---------------------------------------------------------------------------------------------------
+# The same rules as functions of a scheme name (the schemes' methods under their older names)
+
+def tag_types(tags, scheme='BIO'):
+    """The entity type of each tag, None for ``'O'``, whatever its prefix.
+
+        >>> tag_types(['B-LOC', 'O', 'I-PER'])
+        ['LOC', None, 'PER']
+    """
+    return [kind for _, kind in get_scheme(scheme)._parse_all(tags)]
+
+
+def label_list(types, scheme='BIO'):
+    """``get_scheme(scheme).labels(types)``: ``'O'``, then each type's tags.
+
+        >>> label_list(['PER', 'LOC'])
+        ['O', 'B-PER', 'I-PER', 'B-LOC', 'I-LOC']
+    """
+    return get_scheme(scheme).labels(types)
+
+
+def allowed_transitions(labels, scheme='BIO'):
+    """``get_scheme(scheme).allowed(labels)``: ``(allowed, starts, ends)`` bool arrays (L, L), (L,), (L,).
+
+        >>> allowed, starts, ends = allowed_transitions(label_list(['PER']), 'BIO')
+        >>> allowed[0, 2], starts[2]   # O -> I-PER, start with I-PER
+        (False, False)
+    """
+    return get_scheme(scheme).allowed(labels)
+
+
+def spans_to_tags(spans, length, scheme='BIO'):
+    """``get_scheme(scheme).encode(spans, length)``: tags of ``length`` tokens holding flat spans.
+
+        >>> spans_to_tags([(1, 2, 'PER')], 3, 'BIOES')
+        ['O', 'S-PER', 'O']
+    """
+    return get_scheme(scheme).encode(spans, length)
+
+
+def tags_to_spans(tags, scheme='BIO', strict=True):
+    """``get_scheme(scheme).decode(tags, strict)``: ``(start, end, type)`` spans, end exclusive.
 
         >>> tags_to_spans(['B-PER', 'I-PER', 'O', 'I-LOC'])
         [(0, 2, 'PER')]
     """
-    scheme = _scheme(scheme)
-    if scheme == SEG:
-        raise ValueError("tags_to_spans: use tags_to_words for the 'SEG' scheme")
-    if scheme == 'IOB1':
-        tags, scheme = iob1_to_iob2(tags), 'BIO'
-    parsed = _parse_all(tags, scheme)
-    if not strict:
-        return _lenient_spans(parsed)
-    return _strict_spans(parsed, needs_end=scheme in ('BIOES', 'BMES'))
+    return get_scheme(scheme).decode(tags, strict)
+
+
+def iob1_to_iob2(tags):
+    """Convert IOB1 tags (CoNLL-2003) to IOB2/BIO: an ``I-X`` that starts an entity becomes ``B-X``.
+
+        >>> iob1_to_iob2(['I-PER', 'I-PER', 'B-PER', 'O', 'I-LOC'])
+        ['B-PER', 'I-PER', 'B-PER', 'O', 'B-LOC']
+    """
+    return BIO.encode(IOB1.decode(tags), len(tags))
 
 
 def words_to_tags(words):
@@ -268,19 +657,19 @@ def words_to_tags(words):
         >>> words_to_tags(['我们', '爱', '北京市'])
         ['b', 'e', 's', 'b', 'm', 'e']
     """
-    tags = []
+    spans, start = [], 0
     for i, word in enumerate(words):
         if not isinstance(word, str) or not word:
             raise ValueError(f'words_to_tags: word {i} is {word!r}, expected a non-empty string')
-        tags.extend(['s'] if len(word) == 1 else ['b'] + ['m'] * (len(word) - 2) + ['e'])
-    return tags
+        spans.append((start, start + len(word), WORD))
+        start += len(word)
+    return SEG.encode(spans, start)
 
 
 def tags_to_words(chars, tags):
-    """Words from characters and their 's', 'b', 'm', 'e' tags.
+    """Words from characters and their 's', 'b', 'm', 'e' tags (the words of ``SEG.decode(tags)``).
 
-    A word starts at a 'b' or 's' tag, after an 'e' or 's' tag, and at the first character, so
-    an invalid sequence (e.g. 'm' after 'e') still yields every character exactly once.
+    Any sequence, even an invalid one (e.g. 'm' after 'e'), yields every character exactly once.
 
     Args:
         chars: str or list of str (the characters).
@@ -293,81 +682,26 @@ def tags_to_words(chars, tags):
     """
     if len(chars) != len(tags):
         raise ValueError(f'tags_to_words: {len(chars)} characters but {len(tags)} tags')
-    words = []
-    for i, (char, tag) in enumerate(zip(chars, tags)):
-        _parse(tag, SEG, i)
-        if i == 0 or tag in 'bs' or tags[i - 1] in 'es':
-            words.append(char)
-        else:
-            words[-1] += char
-    return words
+    return [''.join(chars[start:end]) for start, end, _ in SEG.decode(tags)]
 
 
-def label_list(types, scheme='BIO'):
-    """The label order of a scheme: ``'O'`` first, then each type's prefixes in scheme order.
+def spread_labels(labels, piece_counts, strategy='propagate', scheme='BIO', ignore_label=None):
+    """``get_scheme(scheme).spread(labels, piece_counts, strategy, ignore_label)``.
 
-    Args:
-        types: entity types; a list/tuple keeps its order, any other iterable (e.g. a set) is
-            sorted. Ignored (may be None) for 'SEG', whose labels are ['s', 'b', 'm', 'e'].
-        scheme: 'BIO', 'IOB1', 'BIOES', 'BMES' or 'SEG'.
-    Returns:
-        list of str labels; label id = index in this list.
-
-        >>> label_list(['PER', 'LOC'])
-        ['O', 'B-PER', 'I-PER', 'B-LOC', 'I-LOC']
+        >>> spread_labels(['B-PER', 'O'], [2, 1])
+        ['B-PER', 'I-PER', 'O']
     """
-    scheme = _scheme(scheme)
-    if scheme == SEG:
-        return list('sbme')
-    types = list(types) if isinstance(types, (list, tuple)) else sorted(types)
-    if len(set(types)) != len(types):
-        raise ValueError(f'label_list: duplicate types in {types!r}')
-    for kind in types:
-        if not isinstance(kind, str) or not kind:
-            raise ValueError(f'label_list: types must be non-empty strings, got {kind!r}')
-    return ['O'] + [f'{prefix}-{kind}' for kind in types for prefix in _PREFIXES[scheme]]
+    return get_scheme(scheme).spread(labels, piece_counts, strategy, ignore_label)
 
 
-def _transition_rules(scheme):
-    """``(can_start, can_follow, can_end)`` predicates on parsed labels ``(prefix, type)``."""
-    if scheme == 'BIO':
-        return (lambda cur: cur[0] != 'I',
-                lambda prev, cur: cur[0] != 'I' or (prev[0] in 'BI' and prev[1] == cur[1]),
-                lambda prev: True)
-    if scheme == 'IOB1':
-        return (lambda cur: cur[0] != 'B',
-                lambda prev, cur: cur[0] != 'B' or (prev[0] in 'BI' and prev[1] == cur[1]),
-                lambda prev: True)
-    # BIOES, BMES and SEG (read as BIOES without 'O'): inside an entity only I/E of its type follow.
-    return (lambda cur: cur[0] in 'OBS',
-            lambda prev, cur: (cur[0] in 'IE' and cur[1] == prev[1]) if prev[0] in 'BI'
-            else cur[0] in 'OBS',
-            lambda prev: prev[0] in 'OES')
+def pieces_to_word_labels(word_index, piece_labels, scheme='BIO', strategy='propagate',
+                          n_words=None, fill='O'):
+    """``get_scheme(scheme).collect(word_index, piece_labels, n_words, strategy, fill)``.
 
-
-def allowed_transitions(labels, scheme='BIO'):
-    """Which label may follow which, and which may start or end a sequence (the CRF's constraints).
-
-    Args:
-        labels: list of L label strings (e.g. from ``label_list``).
-        scheme: 'BIO', 'IOB1', 'BIOES', 'BMES' or 'SEG'.
-    Returns:
-        ``(allowed, allowed_starts, allowed_ends)``: NumPy bool arrays of shapes (L, L), (L,), (L,);
-        ``allowed[i, j]`` says label j may follow label i.
-
-        >>> allowed, starts, ends = allowed_transitions(label_list(['PER']), 'BIO')
-        >>> allowed[0, 2], starts[2]   # O -> I-PER, start with I-PER
-        (False, False)
+        >>> pieces_to_word_labels([-1, 0, 0, 1, -1], [None, 'B-LOC', 'I-LOC', 'O', None])
+        ['B-LOC', 'O']
     """
-    import numpy as np
-    scheme = _scheme(scheme)
-    parsed = _parse_all(labels, scheme)
-    can_start, can_follow, can_end = _transition_rules(scheme)
-    allowed = np.array([[can_follow(prev, cur) for cur in parsed] for prev in parsed], dtype=bool)
-    allowed = allowed.reshape(len(parsed), len(parsed))
-    starts = np.array([can_start(cur) for cur in parsed], dtype=bool)
-    ends = np.array([can_end(prev) for prev in parsed], dtype=bool)
-    return allowed, starts, ends
+    return get_scheme(scheme).collect(word_index, piece_labels, n_words, strategy, fill)
 
 
 def _token_bounds(mapping):
@@ -474,56 +808,6 @@ def offsets_to_tags(text, spans, scheme='BIO', mapping=None, misaligned='raise',
     return spans_to_tags(token_spans, len(mapping), scheme)
 
 
-def _propagated_prefixes(prefix, n, scheme):
-    """Prefixes of the ``n`` pieces of a word tagged ``prefix`` when its label spreads to all pieces."""
-    if prefix == 'O':
-        return ['O'] * n
-    if scheme in ('BIO', 'IOB1') or prefix == 'I':
-        return [prefix] + ['I'] * (n - 1)
-    if prefix == 'S' and n == 1:
-        return ['S']
-    first = 'I' if prefix == 'E' else 'B'
-    last = 'I' if prefix == 'B' else 'E'
-    return [first] + ['I'] * (n - 2) + [last] if n > 1 else [prefix]
-
-
-def spread_labels(labels, piece_counts, strategy='propagate', scheme='BIO', ignore_label=None):
-    """Per-piece labels of units (words, characters) that the tokenizer split into pieces.
-
-    Strategies: 'propagate' gives every piece a label (a word's ``B-X`` on its first piece and
-    ``I-X`` on the rest; in BIOES/BMES/SEG an ``E-X``/``S-X`` word ends with ``E-X``); 'first'
-    labels only the first piece and gives the others ``ignore_label``, to be left out of loss and
-    metrics. ``pieces_to_word_labels`` is the inverse.
-
-    Args:
-        labels: list of N tag strings in ``scheme``.
-        piece_counts: list of N ints >= 1, the number of pieces of each unit.
-        strategy: 'propagate' or 'first'.
-        scheme: 'BIO', 'IOB1', 'BIOES', 'BMES' or 'SEG'.
-        ignore_label: the label of the ignored pieces under 'first'.
-    Returns:
-        list of ``sum(piece_counts)`` labels.
-
-        >>> spread_labels(['B-PER', 'O'], [2, 1])
-        ['B-PER', 'I-PER', 'O']
-        >>> spread_labels(['s', 'b', 'e'], [2, 1, 1], scheme='SEG')
-        ['b', 'e', 'b', 'e']
-    """
-    scheme = _scheme(scheme)
-    if strategy not in ('propagate', 'first'):
-        raise ValueError(f"strategy must be 'propagate' or 'first', got {strategy!r}")
-    if len(piece_counts) != len(labels):
-        raise ValueError(f'{len(labels)} labels for {len(piece_counts)} units')
-    out = []
-    for i, ((prefix, kind), count) in enumerate(zip(_parse_all(labels, scheme), piece_counts)):
-        if count < 1:
-            raise ValueError(f'unit {i} has {count} pieces: every unit needs at least one')
-        if strategy == 'first' or count == 1:
-            out += [labels[i]] + [ignore_label] * (count - 1)
-        else:
-            out += [_format(p, kind, scheme) for p in _propagated_prefixes(prefix, count, scheme)]
-    return out
-
 
 def align_word_labels(words, labels, tokenizer, strategy='propagate', scheme='BIO',
                       ignore_label=None, maxlen=None):
@@ -568,52 +852,6 @@ def align_word_labels(words, labels, tokenizer, strategy='propagate', scheme='BI
         pieces, piece_labels, word_index = (pieces + [tokenizer._token_end],
                                             piece_labels + [ignore_label], word_index + [-1])
     return tokenizer.tokens_to_ids(pieces), piece_labels, word_index
-
-
-def pieces_to_word_labels(word_index, piece_labels, scheme='BIO', strategy='propagate',
-                          n_words=None, fill='O'):
-    """Word labels from piece labels (the inverse of ``align_word_labels``, e.g. on predictions).
-
-    Each word takes its first piece's label; with strategy 'propagate' in BIOES/BMES the word's
-    prefix also looks at its last piece (a word ends an entity when its last piece does).
-
-    Args:
-        word_index: list of T ints, the word of each piece (-1 for special tokens).
-        piece_labels: list of T tag strings (predictions; special positions are ignored).
-        scheme: 'BIO', 'IOB1', 'BIOES', 'BMES' or 'SEG'.
-        strategy: 'propagate' or 'first', as used for alignment.
-        n_words: number of words (default: largest word index + 1); words without any piece (cut by
-            ``maxlen``) get ``fill``.
-    Returns:
-        list of ``n_words`` tag strings.
-
-        >>> pieces_to_word_labels([-1, 0, 0, 1, -1], [None, 'B-LOC', 'I-LOC', 'O', None])
-        ['B-LOC', 'O']
-    """
-    scheme = _scheme(scheme)
-    if len(word_index) != len(piece_labels):
-        raise ValueError(f'{len(word_index)} word indices but {len(piece_labels)} piece labels')
-    first, last = {}, {}
-    for position, index in enumerate(word_index):
-        if index >= 0:
-            first.setdefault(index, position)
-            last[index] = position
-    if n_words is None:
-        n_words = max(first, default=-1) + 1
-    labels = []
-    for index in range(n_words):
-        if index not in first:
-            labels.append(fill)
-            continue
-        head = piece_labels[first[index]]
-        prefix, kind = _parse(head, scheme, first[index])
-        if strategy == 'propagate' and scheme in ('BIOES', 'BMES', SEG) and prefix != 'O':
-            tail = _parse(piece_labels[last[index]], scheme, last[index])[0]
-            starts, ends = prefix in 'BS', tail in 'ES'
-            head = _format('S' if starts and ends else 'B' if starts else 'E' if ends else 'I',
-                           kind, scheme)
-        labels.append(head)
-    return labels
 
 
 _CLOSING = frozenset('"\'”’)）]】》」』')

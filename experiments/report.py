@@ -29,7 +29,7 @@ def load(path):
     runs = {}
     with open(path, encoding='utf-8') as f:
         for line in f:
-            record = json.loads(line)
+            record = test_scores_as_recorded_before(json.loads(line))
             runs[record['name']] = record
     for record in runs.values():
         if 'step_losses' not in record:
@@ -38,6 +38,31 @@ def load(path):
                 with open(log, encoding='utf-8') as f:
                     record['step_losses'] = [x for line in f for x in json.loads(line)['step_losses']]
     return list(runs.values())
+
+
+def test_scores_as_recorded_before(run):
+    """A summary of the scripts since model selection moved to the development split, in the
+    layout of the earlier summaries, so one report reads both.
+
+    Runs with ``--test-every-epoch`` log each epoch's test scores as ``test_*``, primary scores
+    with the scheme's decoding constraints and ``test_*_unconstrained`` beside them. The earlier
+    layout kept test scores unprefixed, unconstrained, with ``f1_constrained`` beside, and
+    ``best`` was the best epoch's test F1. Earlier summaries pass unchanged.
+    """
+    epochs = run.get('epochs', [])
+    if not epochs or 'test_f1' not in epochs[0]:
+        return run
+    converted = []
+    for epoch in epochs:
+        test = {k[5:]: v for k, v in epoch.items() if k.startswith('test_')}
+        if 'f1_unconstrained' in test:
+            free = {k[:-len('_unconstrained')]: v for k, v in test.items()
+                    if k.endswith('_unconstrained')}
+            test = dict({k: v for k, v in test.items() if not k.endswith('_unconstrained')},
+                        **free, f1_constrained=test['f1'])
+        converted.append(dict({k: v for k, v in epoch.items() if not k.startswith('test_')},
+                              **test))
+    return dict(run, epochs=converted, best=max(e['f1'] for e in converted))
 
 
 def mean_std(values):

@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from crf_lr.compat import keras
 
@@ -62,3 +63,12 @@ def test_feed_forward_config_reloads_from_h5(tiny_bert_config_path, tmp_path):
     inputs = [np.array([[2, 5, 7, 3]]), np.zeros((1, 4))]
     np.testing.assert_allclose(bert.model.predict(inputs, verbose=0),
                                reloaded.predict(inputs, verbose=0), atol=1e-6)
+
+
+def test_missing_no_deps_packages_are_named_with_the_install_command():
+    from crf_lr.compat import check_no_deps_requirements
+    check_no_deps_requirements()                      # both present here
+    with pytest.raises(ImportError, match=r'needs bert4keras==0\.11\.5 and x==1, which pip cannot '
+                                          r'install.*pip install --no-deps bert4keras==0\.11\.5 x==1'):
+        check_no_deps_requirements({'bert4keras_missing_': 'bert4keras==0.11.5',
+                                    'no_such_module_': 'x==1'})

@@ -99,8 +99,8 @@ def test_bio_tab_and_space_files(tmp_path):
     ('中\tO\n共产\tO\n', 2, 'expected one character'),           # two characters
     ('中\tO\n\n共\tB-XYZ\n', 3, "unknown tag 'B-XYZ'"),
     ('中\tO\n共\tS-PER\n', 2, "unknown tag 'S-PER'"),
-    ('中\tB-PER\n共\tO\n产\tI-LOC\n', 3, "'I-LOC' after 'O' does not make a well-formed BIO"),
-    ('中\tB-PER\n共\tI-LOC\n', 2, "'I-LOC' after 'B-PER' does not"),
+    ('中\tB-PER\n共\tO\n产\tI-LOC\n', 3, r"'I-LOC' continues no entity \(it follows 'O'\) \(pass repair"),
+    ('中\tB-PER\n共\tI-LOC\n', 2, r"'I-LOC' continues no entity \(it follows 'B-PER'\)"),
 ])
 def test_bio_malformed_names_line(tmp_path, lines, line, match):
     path = write(tmp_path, 'bad.txt', lines)
@@ -113,11 +113,14 @@ def test_bmes_file_and_its_broken_entities(tmp_path):
     (example,) = read_bio(path, scheme='BMES')
     assert example.spans == [(0, 3, 'PER'), (4, 5, 'LOC')]
     assert example.tags == ['B-PER', 'M-PER', 'E-PER', 'O', 'S-LOC']
-    for lines, line in [('在 O\n张 B-PER\n三 O\n', 2),          # B- never closed by E-
-                        ('在 O\n张 B-PER\n三 E-LOC\n', 2),      # closed by another type
-                        ('在 O\n三 E-PER\n', 2)]:                # E- without B-
+    for lines, line, fault in [
+            ('在 O\n张 B-PER\n三 O\n', 3,                          # B- never closed by E-
+             r"the entity opened by 'B-PER' at line 2 is never closed \(expected 'E-PER' before 'O'"),
+            ('在 O\n张 B-PER\n三 E-LOC\n', 3,                      # closed by another type
+             r"opened by 'B-PER' at line 2 is never closed \(expected 'E-PER' before 'E-LOC'"),
+            ('在 O\n三 E-PER\n', 2, r"'E-PER' ends no entity \(it follows 'O'\)")]:   # E- without B-
         bad = write(tmp_path, 'bad_bmes.txt', lines)
-        with raises_at(bad, line, 'well-formed BMES'):
+        with raises_at(bad, line, fault + r'.*\(pass repair=True, or --repair'):
             read_bio(bad, scheme='BMES')
     with raises_at(path, 2, "unknown tag 'M-PER' for the BIO scheme"):
         read_bio(path, types=['PER', 'LOC'])
@@ -287,16 +290,20 @@ def test_registry_reads_a_data_folder_and_names_missing_files(tmp_path, monkeypa
         load_dataset('msra', 'dev')
 
 
-@pytest.mark.parametrize('name, split', sorted(datasets.PACKAGED))
+PACKAGED = {(name, split): part.package for name, spec in datasets.DATASETS.items()
+            for split, part in spec.splits.items() if part.package}
+
+
+@pytest.mark.parametrize('name, split', sorted(PACKAGED))
 def test_packaged_copies_are_found_without_importing_them(name, split, monkeypatch):
-    package = datasets.PACKAGED[(name, split)][0]
+    package = PACKAGED[(name, split)][0]
     path = packaged_file(name, split)
     if path is None:
         pytest.skip(f'{package} is not installed')
     monkeypatch.delenv('CRF_LR_DATA', raising=False)
     assert dataset_path(name, split) == path
     with open(path, 'rb') as f:
-        assert hashlib.sha256(f.read()).hexdigest() == datasets.PACKAGED[(name, split)][2]
+        assert hashlib.sha256(f.read()).hexdigest() == PACKAGED[(name, split)][2]
     import sys
     assert package not in sys.modules
 

@@ -1,10 +1,11 @@
 """The task scripts end to end on tiny data (a hidden-16 random encoder, a dozen sentences written in
 the shared data layout), run in-process through their ``main(argv)``.
 
-Oracles: the best F1 a script reports equals the score recomputed from its saved model with
-``crf_lr.metrics``; a run resumed after epoch 2 gives the same epoch-3 loss as an uninterrupted run;
-head parameter counts equal the closed forms of the GlobalPointer designs; the unit encoder's ids are
-the vocabulary's line numbers.
+Oracles: the test F1 a script reports equals the score recomputed from its saved model with
+``crf_lr.metrics``, and equals the test score logged at the epoch the development split selected; a
+run resumed after epoch 2 gives the same epoch-3 loss as an uninterrupted run; a CRF subclass that
+halves the loss logs exactly half the stock CRF's first loss; head parameter counts equal the closed
+forms of the GlobalPointer designs; the unit encoder's ids are the vocabulary's line numbers.
 """
 import importlib.util
 import json
@@ -81,10 +82,22 @@ def tiny(tmp_path_factory):
              'call NN I-NP O\nto TO B-VP O\nboycott VB I-VP O\nBritish JJ B-NP I-MISC\n'
              'lamb NN I-NP O\n. . O O\n\nPeter NNP B-NP I-PER\nruns VBZ B-VP O\nin IN B-PP O\n'
              'London NNP B-NP I-LOC\n. . O O\n')
-    for split in ('train', 'test'):
+    for split in ('train', 'valid', 'test'):
         (data / 'conll2003' / f'{split}.txt').write_text(conll * (4 if split == 'train' else 1),
                                                          encoding='utf-8')
-    return dict(data=str(data), config=write_tiny_encoder(str(root / 'encoder')), root=root)
+    files = root / 'files'
+    files.mkdir()
+    for split, count in (('train', 12), ('dev', 4), ('test', 4)):       # a user's char-bio files
+        lines = []
+        for s in _sentences(rng, count, 5):
+            for word in s:
+                kind = {'张三': 'PER', '北京': 'LOC', '上海': 'LOC'}.get(word)
+                lines += [f'{c}\t{"O" if kind is None else ("B-" if i == 0 else "I-") + kind}'
+                          for i, c in enumerate(word)]
+            lines.append('')
+        (files / f'{split}.txt').write_text('\n'.join(lines) + '\n', encoding='utf-8')
+    return dict(data=str(data), config=write_tiny_encoder(str(root / 'encoder')), root=root,
+                files=str(files))
 
 
 def _common(tiny, output, epochs=2):
@@ -97,11 +110,23 @@ def _records(output):
         return [json.loads(line) for line in f]
 
 
+
+def _user_files(tiny):
+    return ['--train-file', os.path.join(tiny['files'], 'train.txt'),
+            '--dev-file', os.path.join(tiny['files'], 'dev.txt'),
+            '--test-file', os.path.join(tiny['files'], 'test.txt')]
+
+
+def _user_common(tiny, output, epochs=2):
+    return [a for a in _common(tiny, output, epochs) if a not in ('--data-dir', tiny['data'])]
+
+
 @pytest.fixture(scope='module')
 def cws_run(tiny):
     cws = load_script('task_cws_crf')
     output = tiny['root'] / 'cws'
-    results = cws.main(_common(tiny, output) + ['--crf-lr-multiplier', '10'])
+    results = cws.main(_common(tiny, output, epochs=3)
+                       + ['--crf-lr-multiplier', '10', '--test-every-epoch'])
     return cws, output, results
 
 
@@ -111,7 +136,7 @@ def test_cws_script_writes_scores_tables_and_model_and_the_loss_falls(cws_run, t
     from crf_lr.tagger import Tagger
     _, output, results = cws_run
     records = _records(output)
-    assert [r['epoch'] for r in records] == [1, 2]
+    assert [r['epoch'] for r in records] == [1, 2, 3]
     assert records[1]['loss'] < records[0]['loss']
     assert all(len(r['step_losses']) == r['steps'] > 0 for r in records)
     for name in ('results.json', 'run.json', 'transitions_epoch1.txt', 'transitions_epoch2.txt',
@@ -120,14 +145,26 @@ def test_cws_script_writes_scores_tables_and_model_and_the_loss_falls(cws_run, t
     assert 'from\\to' in (output / 'transitions_epoch2.txt').read_text()
     assert np.shape(records[-1]['transitions']) == (4, 4)
     assert 0 <= records[-1]['sane_tags'] <= 4 and records[-1]['transition_change'] > 0
-    assert results['best'] == max(r['f1'] for r in records) and results['head_parameters'] == 16 * 4 + 4 + 16
-    # the saved (best) model scores exactly what the log says
+    assert results['head_parameters'] == 16 * 4 + 4 + 16
+    # the saved (selected) model scores on the PKU gold exactly what results.json says
     gold = load_dataset('pku', 'test', tiny['data']).examples
     words = read_word_list(os.path.join(tiny['data'], 'icwb2', 'pku_training_words.utf8'))
     spans = Tagger.load(str(output / 'model')).predict([e.text for e in gold])
     predicted = [[e.text[s:t] for s, t, _ in sent] for e, sent in zip(gold, spans)]
     assert segmentation_scores([e.words for e in gold], predicted, words)['f1'] == pytest.approx(
-        results['best'], abs=1e-5)
+        results['test']['f1'], abs=1e-5)
+
+
+def test_the_epoch_is_selected_on_dev_and_test_is_scored_with_it(cws_run):
+    """The first best dev epoch is the one saved; its test score (logged that epoch, for the
+    record) is what the reloaded model scores once at the end."""
+    _, output, results = cws_run
+    records = _records(output)
+    dev = [r['dev_f1'] for r in records]
+    selected = dev.index(max(dev)) + 1
+    assert results['best_epoch'] == selected and results['metric'] == 'dev_f1'
+    assert results['test']['f1'] == pytest.approx(records[selected - 1]['test_f1'], abs=1e-9)
+    assert results['splits']['dev'].startswith('1 sentences held out of pku/train')
 
 
 def test_resumed_run_equals_an_uninterrupted_one(cws_run, tiny):
@@ -138,9 +175,11 @@ def test_resumed_run_equals_an_uninterrupted_one(cws_run, tiny):
     output, straight = tiny['root'] / 'resumed', tiny['root'] / 'straight'
     cws.main(_common(tiny, output, epochs=2) + args)
     before = _records(output)
+    (output / 'checkpoint' / 'last_temp').mkdir()               # left by an interrupted write
     cws.main(_common(tiny, output, epochs=3) + args)
     after = _records(output)
     assert after[:2] == before and after[2]['epoch'] == 3
+    assert not (output / 'checkpoint' / 'last_temp').exists()
     cws.main(_common(tiny, straight, epochs=3) + args)
     assert [r['loss'] for r in after] == pytest.approx([r['loss'] for r in _records(straight)],
                                                        rel=1e-4)
@@ -156,9 +195,11 @@ def test_ner_span_head_on_nested_capable_data(tiny):
                                                 '--head-size', '8'])
     records = _records(output)
     assert records[1]['loss'] < records[0]['loss']
-    assert len(records[-1]['per_type']) == 10 and records[-1]['per_type']['address']['support'] > 0
-    assert 0 <= records[-1]['relaxed_f1'] <= 1 and 'f1_constrained' not in records[-1]
-    assert os.path.isfile(output / 'confusion_epoch2.txt')
+    per_type = records[-1]['dev_per_type']
+    assert len(per_type) == 10 and per_type['address']['support'] > 0
+    assert 0 <= records[-1]['dev_relaxed_f1'] <= 1 and 'dev_f1_unconstrained' not in records[-1]
+    assert os.path.isfile(output / 'confusion_dev_epoch2.txt')
+    assert results['test'] is None and 'no labelled test split' in results['splits']['test']
     heads, d, hidden = 10, 8, 16                     # CLUENER types, head size, hidden
     assert results['head_parameters'] == 2 * d * (hidden + 1) + heads * (4 * d + 2)
 
@@ -172,29 +213,91 @@ def test_ner_softmax_on_word_pieces_scores_like_its_saved_model(tiny):
     results = ner.main(_common(tiny, output) + ['--dataset', 'conll2003', '--head', 'softmax'])
     records = _records(output)
     assert records[1]['loss'] < records[0]['loss']
-    assert 'f1_constrained' in records[-1] and records[-1]['predict_sentences_per_second'] > 0
+    assert 'dev_f1_unconstrained' in records[-1] and records[-1]['dev_predict_sentences_per_second'] > 0
     test = load_dataset('conll2003', 'test', tiny['data']).examples
     predicted = Tagger.load(str(output / 'model')).predict([e.tokens for e in test])
-    assert span_scores([e.spans for e in test], predicted)['f1'] == pytest.approx(results['best'],
-                                                                                  abs=1e-5)
+    assert span_scores([e.spans for e in test], predicted)['f1'] == pytest.approx(
+        results['test']['f1'], abs=1e-5)
+
+
+def test_a_crf_subclass_that_changes_the_loss_trains_through_the_script(tiny):
+    """A user's ConditionalRandomField subclass, registered as a head from outside the package,
+    trains through task_ner.py: its first step loss is exactly half the stock CRF's (same seed,
+    same weights), and its saved model reloads and predicts."""
+    from crf_lr.compat import keras
+    from crf_lr.crf import ConditionalRandomField
+    from crf_lr.heads import HEADS, CRFHead, register_head
+    from crf_lr.tagger import Tagger
+
+    @keras.utils.register_keras_serializable(package='test')
+    class HalfLossCRF(ConditionalRandomField):
+        def sparse_loss(self, y_true, y_pred):
+            return 0.5 * super().sparse_loss(y_true, y_pred)
+
+    register_head('half_crf', CRFHead, layer_class=HalfLossCRF)
+    try:
+        ner = load_script('task_ner')
+        runs = {}
+        for head in ('crf', 'half_crf'):
+            output = tiny['root'] / f'user-{head}'
+            runs[head] = ner.main(_user_common(tiny, output, epochs=1) + _user_files(tiny)
+                                  + ['--head', head])
+            runs[head] = (_records(output)[0]['step_losses'][0], output)
+        assert runs['half_crf'][0] == pytest.approx(0.5 * runs['crf'][0], rel=1e-4)
+        tagger = Tagger.load(str(runs['half_crf'][1] / 'model'))
+        assert isinstance(tagger.head.crf, HalfLossCRF)
+        assert len(tagger.predict(['张三去北京'])) == 1
+    finally:
+        HEADS.pop('half_crf')
+
+
+def test_a_fifth_head_registered_from_outside_runs_end_to_end(tiny):
+    """A toy head (Dense logits, crossentropy from logits, argmax decoding) defined here, in one
+    class plus one registry line, trains, selects, saves, reloads and predicts."""
+    from crf_lr.compat import keras
+    from crf_lr.heads import HEADS, TagHead, register_head
+    from crf_lr.tagger import Tagger
+
+    class LogitsHead(TagHead):
+        def build(self, states):
+            layer = self._add(keras.layers.Dense(len(self.labels), name='Tag-Scores'))
+            self.loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+            return layer(states)
+
+        def _transitions(self):
+            return (lambda logits: logits), np.zeros((len(self.labels),) * 2), None, None
+
+    register_head('logits', LogitsHead)
+    try:
+        output = tiny['root'] / 'logits'
+        results = load_script('task_ner').main(_user_common(tiny, output) + _user_files(tiny)
+                                               + ['--head', 'logits'])
+        assert results['head']['head'] == 'logits' and 0 <= results['test']['f1'] <= 1
+        tagger = Tagger.load(str(output / 'model'))
+        assert isinstance(tagger.head, LogitsHead) and tagger.head.labels == [
+            'O', 'B-LOC', 'I-LOC', 'B-PER', 'I-PER']
+    finally:
+        HEADS.pop('logits')
 
 
 def test_head_parameter_counts_follow_the_designs(tiny):
-    from crf_lr.tagger import build_model, head_parameters, load_encoder
-    hidden, d, types = 16, 8, 3
+    from crf_lr.encoders import load_encoder
+    from crf_lr.heads import make_head, piece_states
+    hidden, d = 16, 8
+    types = ['A', 'B', 'C']
     counts = {}
-    for head in ('global_pointer', 'efficient_global_pointer', 'crf', 'softmax'):
-        encoder, _, _ = load_encoder(tiny['config'])
-        model, _, _ = build_model(encoder, head, types if 'pointer' in head else 7, head_size=d)
-        counts[head] = head_parameters(model)
-    assert counts['global_pointer'] == types * 2 * d * (hidden + 1)
-    assert counts['efficient_global_pointer'] == 2 * d * (hidden + 1) + types * (4 * d + 2)
+    for name in ('global_pointer', 'efficient_global_pointer', 'crf', 'softmax'):
+        head = make_head(name, types, head_size=d)
+        head.build(piece_states(load_encoder(tiny['config'])[0]))
+        counts[name] = head.count_params()
+    assert counts['global_pointer'] == 3 * 2 * d * (hidden + 1)
+    assert counts['efficient_global_pointer'] == 2 * d * (hidden + 1) + 3 * (4 * d + 2)
     assert counts['crf'] == counts['softmax'] + 7 * 7 == (hidden + 1) * 7 + 49
 
 
 def test_unit_encoder_ids_are_vocabulary_lines(tiny):
+    from crf_lr.pieces import UnitEncoder, piece_spans_to_unit_spans, unit_spans_to_piece_spans
     from crf_lr.tagging import spread_labels
-    from crf_lr.training import UnitEncoder, piece_spans_to_unit_spans, unit_spans_to_piece_spans
     vocab_path = os.path.join(os.path.dirname(tiny['config']), 'vocab.txt')
     lines = open(vocab_path, encoding='utf-8').read().split('\n')
     chars = UnitEncoder(vocab_path)
@@ -210,29 +313,38 @@ def test_unit_encoder_ids_are_vocabulary_lines(tiny):
     assert piece_spans_to_unit_spans([(1, 3, 'X'), (1, 2, 'Y'), (2, 3, 'Z')], starts) == [(1, 2, 'X')]
 
 
-def test_bad_arguments_are_reported(tiny, tmp_path):
-    cws = load_script('task_cws_crf')
-    with pytest.raises(SystemExit) as exit_info:
-        cws.parse_args(['--epochs', '0'])
-    assert exit_info.value.code == 2
+def test_bad_arguments_are_reported(tiny, tmp_path, capsys):
+    cws, ner = load_script('task_cws_crf'), load_script('task_ner')
+    for argv, message in ((['--epochs', '0'], '--epochs must be >= 1'),
+                          (['--train-file', str(tmp_path / 'none.txt')], 'no such file'),
+                          (['--dev-file', os.path.join(tiny['files'], 'dev.txt')],
+                           'need --train-file')):
+        with pytest.raises(SystemExit) as exit_info:
+            cws.parse_args(argv)
+        assert exit_info.value.code == 2 and message in capsys.readouterr().err
     with pytest.raises(ValueError, match='random:LAYERS:HIDDEN'):
         cws.main(_common(tiny, tmp_path / 'x') + ['--encoder', 'random:one:16'])
     with pytest.raises(FileNotFoundError, match='not a folder'):
         cws.main(['--data-dir', str(tmp_path / 'missing'), '--output', str(tmp_path / 'y')])
+    with pytest.raises(ValueError, match="unknown head 'crff'.*register_head"):
+        ner.main(_user_common(tiny, tmp_path / 'z') + _user_files(tiny) + ['--head', 'crff'])
 
 
-@pytest.mark.parametrize('head', ['crf', 'softmax'])
-def test_padding_and_special_tokens_never_reach_the_loss(tiny, head):
+@pytest.mark.parametrize('name', ['crf', 'softmax'])
+def test_padding_and_special_tokens_never_reach_the_loss(tiny, name):
     """Labels under [SEP] and padding, and extra padding, leave the loss unchanged."""
     from crf_lr.compat import keras
-    from crf_lr.tagger import build_model, load_encoder
+    from crf_lr.encoders import load_encoder
+    from crf_lr.heads import make_head, piece_states
     keras.utils.set_random_seed(0)
-    model, loss, _ = build_model(load_encoder(tiny['config'])[0], head, 4)
-    model.compile('adam', loss=loss)
+    head = make_head(name, ['X'])                      # 3 labels: O, B-X, I-X
+    encoder = load_encoder(tiny['config'])[0]
+    model = keras.Model(encoder.inputs, head.build(piece_states(encoder)))
+    model.compile('adam', loss=head.loss)
     ids = np.array([[2, 5, 6, 3, 0, 0], [2, 5, 6, 7, 8, 3]])
     labels = np.array([[1, 2, 0, 0, 0], [1, 2, 1, 2, 0]])
     garbage = labels.copy()
-    garbage[0, 2:] = 3
+    garbage[0, 2:] = 1
     reference = model.evaluate([ids, 0 * ids], labels, verbose=0)
     assert model.evaluate([ids, 0 * ids], garbage, verbose=0) == pytest.approx(reference)
     row = model.evaluate([ids[:1, :4], 0 * ids[:1, :4]], labels[:1, :3], verbose=0)

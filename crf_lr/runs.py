@@ -1,0 +1,310 @@
+"""The run folder of a task script (arguments, per-epoch log, results, checkpoints) and the
+resumable training loop that fills it.
+
+    >>> run = RunLog('runs/ner', config=dict(lr=1e-3), overwrite=False)
+    >>> results = fit(model, run, batches_for_epoch, evaluate, epochs=3, metric='f1',
+    ...               save_best=lambda: tagger.save(run.model_dir))
+"""
+import glob
+import json
+import os
+import platform
+import shlex
+import shutil
+import sys
+import time
+
+import numpy as np
+
+
+def command_line(argv=None, program=None):
+    """The command line of a run, shell-quoted: ``python <program> <argv>`` (default: this
+    process's own), the program path relative to the working folder."""
+    argv = sys.argv[1:] if argv is None else argv
+    program = program or sys.argv[0]
+    if program.endswith('.py'):
+        program = 'python ' + shlex.quote(os.path.relpath(program))
+    return ' '.join([program] + [shlex.quote(a) for a in argv])
+
+
+def machine():
+    """A short description of the machine: CPU count, platform, Python."""
+    return (f'{os.cpu_count()} CPU cores ({platform.processor() or platform.machine()}), '
+            f'{platform.system()} {platform.release()}, Python {platform.python_version()}')
+
+
+# Flags that may change between a run and its resumption.
+RESUMABLE_CHANGES = ('epochs', 'output', 'overwrite', 'data_dir', 'verbose')
+
+
+class RunLog:
+    """The output folder of a run and its resumable record.
+
+    Files: ``run.json`` (the arguments and command), ``log.jsonl`` (one JSON record per
+    finished epoch, appended as it finishes), ``results.json`` (the summary, rewritten after every
+    epoch), ``checkpoint/`` (model and optimiser state of the last finished epoch, written by
+    :func:`fit`), ``model/`` (the best model so far and its label map).
+
+    Args:
+        output: folder path (created).
+        config: dict of the run's arguments (JSON-serialisable).
+        overwrite: True discards a previous run in ``output``; False resumes it, which requires
+            the same arguments except those in ``RESUMABLE_CHANGES``.
+        argv, program: the run's arguments and script path, for the recorded command (default:
+            this process's command line).
+    Raises:
+        SystemExit with a message naming the differing arguments.
+
+        >>> run = RunLog('runs/cws', vars(args))
+        >>> start_epoch = run.finished_epochs
+    """
+
+    def __init__(self, output, config, overwrite=False, argv=None, program=None):
+        self.output = output
+        self.config = dict(config)
+        self.log_path = os.path.join(output, 'log.jsonl')
+        self.run_path = os.path.join(output, 'run.json')
+        self.results_path = os.path.join(output, 'results.json')
+        self.checkpoint_prefix = os.path.join(output, 'checkpoint', 'last')
+        self.model_dir = os.path.join(output, 'model')
+        if overwrite and os.path.isdir(output):
+            for name in ('log.jsonl', 'run.json', 'results.json'):
+                if os.path.exists(os.path.join(output, name)):
+                    os.remove(os.path.join(output, name))
+            for name in ('checkpoint', 'model'):
+                shutil.rmtree(os.path.join(output, name), ignore_errors=True)
+        os.makedirs(output, exist_ok=True)
+        self.records = self._read_log()
+        if os.path.exists(self.run_path):
+            with open(self.run_path, encoding='utf-8') as f:
+                previous = json.load(f)['config']
+            changed = sorted(k for k in set(previous) | set(self.config)
+                             if k not in RESUMABLE_CHANGES and previous.get(k) != self.config.get(k))
+            if changed:
+                raise SystemExit(
+                    f'{output} holds a run with other arguments ('
+                    + ', '.join(f'{k}: {previous.get(k)!r} there, {self.config.get(k)!r} now'
+                                for k in changed)
+                    + '); choose another --output, or pass --overwrite to discard it')
+        if self.records and not os.path.exists(self.checkpoint_prefix + '.index'):
+            self.records = []     # a log without its checkpoint cannot be resumed: start afresh
+        self.started = time.time()
+        self.command = command_line(argv, program)
+        with open(self.run_path, 'w', encoding='utf-8') as f:
+            json.dump(dict(config=self.config, command=self.command, machine=machine()), f,
+                      ensure_ascii=False, indent=1)
+        self._rewrite_log()
+
+    def _read_log(self):
+        if not os.path.exists(self.log_path):
+            return []
+        records = []
+        with open(self.log_path, encoding='utf-8') as f:
+            for line in f:
+                try:
+                    records.append(json.loads(line))
+                except json.JSONDecodeError:
+                    break          # a line cut by an interruption ends the usable log
+        return records
+
+    def _rewrite_log(self):
+        with open(self.log_path, 'w', encoding='utf-8') as f:
+            for record in self.records:
+                f.write(json.dumps(record, ensure_ascii=False) + '\n')
+
+    @property
+    def finished_epochs(self):
+        """Number of epochs already finished (and checkpointed)."""
+        return len(self.records)
+
+    def truncate(self, epochs):
+        """Keep only the records of the first ``epochs`` epochs (those the checkpoint holds)."""
+        self.records = self.records[:epochs]
+        self._rewrite_log()
+
+    def append(self, record):
+        """Append one epoch's record (a JSON-serialisable dict) to ``log.jsonl``."""
+        record = dict(record, time=time.strftime('%Y-%m-%d %H:%M:%S'))
+        self.records.append(record)
+        with open(self.log_path, 'a', encoding='utf-8') as f:
+            f.write(json.dumps(record, ensure_ascii=False) + '\n')
+
+    def best(self, metric):
+        """The record with the highest ``metric`` (None before the first epoch)."""
+        scored = [r for r in self.records if r.get(metric) is not None]
+        return max(scored, key=lambda r: r[metric]) if scored else None
+
+    def write_results(self, metric, **extra):
+        """Rewrite ``results.json``: command, machine, arguments, every epoch, the best one."""
+        best = self.best(metric)
+        results = dict(command=self.command, machine=machine(), config=self.config,
+                       metric=metric, epochs=[{k: v for k, v in r.items() if k != 'step_losses'}
+                                              for r in self.records],
+                       best_epoch=best and best['epoch'], best=best and best.get(metric),
+                       first_epoch=self.records[0].get(metric) if self.records else None,
+                       **extra)
+        with open(self.results_path, 'w', encoding='utf-8') as f:
+            json.dump(results, f, ensure_ascii=False, indent=1)
+        return results
+
+
+MODEL_FILES = ('model.h5', 'labels.json', 'vocab.txt')
+
+
+def model_files(folder):
+    """Paths of the saved model in ``folder`` (a run's ``model/``): ``model.h5``, ``labels.json``,
+    ``vocab.txt``. Cheap and TensorFlow-free, so a command can check its arguments first.
+
+    Raises:
+        FileNotFoundError naming what is missing, with "did you mean" when ``folder`` is the run
+        folder that holds the model.
+
+        >>> model_h5, labels_json, vocab_txt = model_files('runs/ner/model')
+    """
+    paths = [os.path.join(folder, name) for name in MODEL_FILES]
+    missing = [os.path.basename(p) for p in paths if not os.path.isfile(p)]
+    if not missing:
+        return paths
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(f'{folder}: no such folder (expected the model/ folder of a task '
+                                f'script run)')
+    inner = os.path.join(folder, 'model')
+    if all(os.path.isfile(os.path.join(inner, name)) for name in MODEL_FILES):
+        raise FileNotFoundError(f'{folder} is a run folder: did you mean {inner}?')
+    raise FileNotFoundError(f'{folder} is not a saved model folder: missing {", ".join(missing)} '
+                            f'(expected the model/ folder of a task script run)')
+
+
+def make_samples(examples, encoder, maxlen, head):
+    """Training windows of token ids with the head's targets.
+
+    Args:
+        examples: iterable of ``(units, tags, spans)``: units (str of characters or list of
+            words), one tag per unit (or None), and ``(start, end, label)`` unit spans (windows
+            never cut one: entities, or words when segmenting).
+        encoder: :class:`~crf_lr.pieces.UnitEncoder`; maxlen: tokens per window with [CLS] and
+            [SEP]; head: :class:`~crf_lr.heads.Head` (its ``target`` makes each window's target).
+    Returns:
+        list of ``(token_ids, target)``.
+
+        >>> samples = make_samples([(e.tokens, e.tags, e.spans) for e in train], enc, 128, head)
+    """
+    from crf_lr.pieces import windows_of
+    from crf_lr.tagging import spans_to_windows
+    samples = []
+    for units, tags, spans in examples:
+        windows = windows_of(units, maxlen, encoder, spans)
+        for (offset, window), window_spans in zip(windows, spans_to_windows(windows, spans)):
+            token_ids, starts = encoder.encode(window)
+            window_tags = None if tags is None else tags[offset:offset + len(window)]
+            samples.append((token_ids, head.target(window_tags, window_spans, starts)))
+    return samples
+
+
+def epoch_batches(samples, batch_size, seed, epoch, head):
+    """The batches of one epoch, as ``crf_lr.batching.Batches`` orders them (seeded shuffle,
+    length buckets) with the seed ``(seed, epoch)``, so a resumed run sees the same order.
+
+    Returns:
+        list of ``(inputs, targets)``: ``[token_ids, segment_ids]`` int32 (batch, n), and the
+        head's batch targets.
+    """
+    from crf_lr.batching import Batches, Encoded
+    items = [Encoded(token_ids, labels=target) for token_ids, target in samples]
+    batches = Batches(items, batch_size, label_fn=head.batch_targets, seed=[seed, epoch])
+    return [(batch.inputs, batch.labels) for batch in batches]
+
+
+def _remove_partial_checkpoints(prefix):
+    """Delete what an interrupted ``Checkpoint.write`` leaves beside ``prefix`` (``last_temp*``)."""
+    for path in glob.glob(prefix + '_temp*'):
+        shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else os.remove(path)
+
+
+def fit(model, run, batches_for_epoch, evaluate, epochs, metric, save_best, extra=None,
+        final_test=None, progress=True):
+    """Train epoch by epoch; after each, evaluate, log, keep the best model and checkpoint.
+
+    Resumable: the epochs ``run`` has finished are skipped after restoring the model and
+    optimiser state from its checkpoint. Ctrl-C stops with one line saying where the last
+    finished epoch is saved and how to resume.
+
+    Args:
+        model: a compiled keras.Model.
+        run: :class:`RunLog`.
+        batches_for_epoch: function epoch (0-based) -> list of ``(inputs, targets)``.
+        evaluate: function epoch (1-based) -> dict of JSON-serialisable scores holding ``metric``
+            (scored on the development split: it selects the epoch).
+        epochs: total number of epochs.
+        metric: name of the score that selects the epoch.
+        save_best: function called when ``metric`` improves (e.g. ``tagger.save(run.model_dir)``).
+        extra: dict added to ``results.json``.
+        final_test: function -> dict of test scores of the selected model (run once, after the
+            last epoch; stored as ``test`` in ``results.json``), or None.
+        progress: show a tqdm bar per epoch.
+    Returns:
+        the results dict written to ``results.json``.
+
+        >>> fit(model, run, lambda e: batches, lambda e: {'f1': 0.9}, 3, 'f1', save)
+    """
+    from tqdm import tqdm
+
+    from crf_lr.compat import tf
+    done = tf.Variable(0, dtype=tf.int64, trainable=False)
+    checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer, epoch=done)
+    _remove_partial_checkpoints(run.checkpoint_prefix)
+    if run.finished_epochs:
+        checkpoint.read(run.checkpoint_prefix).expect_partial()
+        run.truncate(int(done.numpy()))
+        print(f'resuming {run.output} after epoch {int(done.numpy())}')
+    results = run.write_results(metric, **(extra or {}))
+    epoch = run.finished_epochs
+    try:
+        for epoch in range(run.finished_epochs, epochs):
+            record = _train_epoch(model, batches_for_epoch(epoch), epoch, epochs, progress, tqdm)
+            started = time.time()
+            scores = evaluate(epoch + 1)
+            record.update(eval_seconds=round(time.time() - started, 2), **scores)
+            record['step_losses'] = record.pop('step_losses')       # last: the long field
+            best = run.best(metric)
+            if best is None or scores[metric] > best[metric]:
+                save_best()
+            run.append(record)
+            done.assign(epoch + 1)
+            checkpoint.write(run.checkpoint_prefix)
+            results = run.write_results(metric, **(extra or {}))
+            print(f'epoch {epoch + 1}: loss {record["loss"]:.4f}, {metric} {scores[metric]:.4f} '
+                  f'(best {results["best"]:.4f} at epoch {results["best_epoch"]}), '
+                  f'{record["train_seconds"]:.0f}s training')
+    except KeyboardInterrupt:
+        saved = (f'the run after epoch {epoch} is saved in {run.output}' if epoch else
+                 'no epoch had finished')
+        raise SystemExit(f'\ninterrupted during epoch {epoch + 1}: {saved}; run the same command '
+                         f'again to resume') from None
+    if final_test is not None:
+        test = final_test()
+        results = run.write_results(metric, **(extra or {}), test=test)
+        if test is not None:
+            print(f'selected epoch {results["best_epoch"]} ({metric} {results["best"]:.4f}); '
+                  f'test F1 {test["f1"]:.4f}, scored once with the selected model')
+    return results
+
+
+def _train_epoch(model, batches, epoch, epochs, progress, tqdm):
+    """One pass over ``batches``; the epoch's record (mean loss, step losses, speed)."""
+    windows = sum(len(targets) for _, targets in batches)
+    losses, started = [], time.time()
+    bar = tqdm(batches, desc=f'epoch {epoch + 1}/{epochs}', disable=not progress, mininterval=2,
+               leave=False)
+    for inputs, targets in bar:
+        loss = float(model.train_on_batch(inputs, targets, return_dict=True)['loss'])
+        if not np.isfinite(loss):
+            raise FloatingPointError(f'epoch {epoch + 1}, step {len(losses) + 1}: the loss is '
+                                     f'{loss} (lower --lr?)')
+        losses.append(loss)
+        bar.set_postfix(loss=f'{np.mean(losses[-50:]):.4f}', refresh=False)
+    seconds = time.time() - started
+    return dict(epoch=epoch + 1, loss=float(np.mean(losses)), steps=len(losses),
+                train_seconds=round(seconds, 2),
+                train_windows_per_second=round(windows / max(seconds, 1e-9), 2),
+                step_losses=[round(x, 5) for x in losses])

@@ -1,0 +1,147 @@
+"""Which sentences train, select and test a run: a benchmark's splits or the user's own files,
+a seeded training sample, and a seeded development hold-out where no development split exists.
+
+The epoch is selected on ``dev``; ``test`` is scored once, with the selected model. TensorFlow-free.
+
+    >>> data = load_splits(train_file='data/char-bio/train.txt', dev_file='data/char-bio/dev.txt')
+    >>> print(data.describe())
+"""
+import dataclasses
+from typing import Optional
+
+import numpy as np
+
+from crf_lr.datasets import dataset_spec, load_dataset, read_corpus
+
+MAX_HOLDOUT = 500
+
+
+@dataclasses.dataclass
+class Splits:
+    """The examples of a run.
+
+    Attributes:
+        train, dev: lists of ``crf_lr.datasets.Example``; test: such a list, or None when no
+            labelled test split exists.
+        types: entity types of the training data (sorted for user files).
+        units: 'chars' or 'words'.
+        nested: True when the training spans nest.
+        names: dict role -> description of where its examples come from.
+        repairs: Counter-like dict note -> count of tags repaired while reading.
+    """
+    train: list
+    dev: list
+    test: Optional[list]
+    types: tuple
+    units: str
+    nested: bool
+    names: dict
+    repairs: dict = dataclasses.field(default_factory=dict)
+
+    def describe(self):
+        """One line per role: how many sentences and from where; repairs counted."""
+        lines = [f'{role}: {len(examples)} sentences from {self.names[role]}'
+                 for role, examples in (('train', self.train), ('dev', self.dev),
+                                        ('test', self.test)) if examples is not None]
+        if self.test is None:
+            lines.append(f'test: none ({self.names["test"]}); the dev score of the selected '
+                         f'epoch is the final figure')
+        lines += [f'repaired {count}x: {note}' for note, count in sorted(self.repairs.items())]
+        return '\n'.join(lines)
+
+
+def _nested(examples):
+    for example in examples:
+        spans = sorted(example.spans, key=lambda s: (s[0], -s[1]))
+        if any(b[0] < a[1] for a, b in zip(spans, spans[1:])):
+            return True
+    return False
+
+
+def _repairs(*datasets):
+    counts = {}
+    for dataset in datasets:
+        for example in dataset or ():
+            for note in example.notes:
+                counts[note] = counts.get(note, 0) + 1
+    return counts
+
+
+def _user_files(train_file, dev_file, test_file, format, repair):
+    train = read_corpus(train_file, format=format, repair=repair)
+    read = [read_corpus(path, format=format or train.format, types=train.types, repair=repair)
+            if path else None for path in (dev_file, test_file)]
+    names = dict(train=train_file, dev=dev_file, test=test_file or 'no --test-file given')
+    return train, read[0], read[1], train.units, False, names
+
+
+def _benchmark(dataset, data_dir, repair):
+    spec = dataset_spec(dataset)
+    train = load_dataset(spec.name, spec.train, data_dir, repair)
+    dev = load_dataset(spec.name, spec.dev, data_dir, repair) if spec.dev else None
+    try:
+        test = load_dataset(spec.name, spec.test, data_dir, repair) if spec.test else None
+    except FileNotFoundError as error:
+        print(f'no test split: {error}')
+        test = None
+    names = {role: f'{spec.name}/{data.split}' + (f' ({data.note})' if data.note else '')
+             for role, data in (('train', train), ('dev', dev), ('test', test)) if data is not None}
+    names.setdefault('test', f'{spec.name} has no labelled test split' if not spec.test else
+                     f'{spec.name}/{spec.test} is not available: pass --data-dir or set '
+                     f'CRF_LR_DATA')
+    return train, dev, test, spec.units, spec.nested, names
+
+
+def load_splits(dataset=None, train_file=None, dev_file=None, test_file=None, format=None,
+                repair=False, data_dir=None, train_limit=None, eval_limit=None, holdout=None,
+                sample_seed=0):
+    """The train / dev / test examples of a run.
+
+    Args:
+        dataset: a benchmark name (``crf_lr.datasets.DATASETS``), or None with ``train_file``.
+        train_file, dev_file, test_file: the user's own files (read by
+            ``crf_lr.datasets.read_corpus``; types come from the training file).
+        format: the files' format, or None to detect it; repair: repair messy tags.
+        data_dir: the benchmark data folder (default ``$CRF_LR_DATA``).
+        train_limit: a seeded sample of this many training sentences (in corpus order).
+        eval_limit: only the first N development and test sentences.
+        holdout: size of the development hold-out when no development split exists (default:
+            10% of the training data, at most 500). It is taken from the END of the seeded
+            permutation whose start gives the training sample, so adding it does not change
+            which sentences train.
+        sample_seed: seed of the sample and the hold-out.
+    Returns:
+        :class:`Splits`. Raises ValueError before any training when a split is empty or the
+        hold-out leaves no training sentence.
+
+        >>> data = load_splits('msra', train_limit=300)
+        >>> len(data.train), len(data.dev)        # (300, 500): dev held out of MSRA train
+    """
+    if train_file:
+        train, dev, test, units, nested, names = _user_files(train_file, dev_file, test_file,
+                                                             format, repair)
+    elif dataset:
+        train, dev, test, units, nested, names = _benchmark(dataset, data_dir, repair)
+    else:
+        raise ValueError('load_splits needs a dataset name or a train_file')
+    types, nested = tuple(train.types), nested or _nested(train)
+    repairs = _repairs(train, dev, test)
+    examples = list(train)
+    order = np.random.default_rng(sample_seed).permutation(len(examples))
+    if dev is None:
+        size = holdout or min(MAX_HOLDOUT, max(1, len(examples) // 10))
+        if size >= len(examples):
+            raise ValueError(f'{names["train"]}: cannot hold out {size} of {len(examples)} '
+                             f'training sentences for development; give a development file '
+                             f'or a smaller --holdout')
+        dev = [examples[i] for i in sorted(order[len(order) - size:])]
+        order = order[:len(order) - size]
+        names['dev'] = (f'{size} sentences held out of {names["train"]} (sample seed '
+                        f'{sample_seed}): no development split')
+    train = [examples[i] for i in sorted(order[:train_limit])]
+    dev = list(dev)[:eval_limit]
+    test = None if test is None else list(test)[:eval_limit]
+    for role, part in (('train', train), ('dev', dev), ('test', test)):
+        if part is not None and not part:
+            raise ValueError(f'the {role} split ({names[role]}) holds no sentence')
+    return Splits(train, dev, test, types, units, nested, names, repairs)

@@ -1,0 +1,90 @@
+"""The run folder and the training loop: dev selection with one final test, Ctrl-C, non-finite
+losses, leftovers of interrupted checkpoint writes, and the saved-model path checks."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+import crf_lr  # noqa: F401  (environment before TensorFlow)
+from crf_lr.runs import RunLog, fit, model_files
+
+
+@pytest.fixture
+def tiny_model():
+    """A fresh one-Dense model per test (cheap; a non-finite loss test poisons its weights)."""
+    from crf_lr.compat import keras
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.layers.Dense(1, input_shape=(3,))])
+    model.compile(keras.optimizers.legacy.SGD(0.1), loss='mse')
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(8, 3)).astype('float32')
+    return model, [(x, x.sum(1, keepdims=True))]
+
+
+def _run(tmp_path, name='run'):
+    return RunLog(str(tmp_path / name), dict(lr=0.1), argv=[], program='test.py')
+
+
+def test_the_dev_scores_select_and_the_final_test_runs_once_on_the_selected_epoch(tiny_model,
+                                                                                 tmp_path):
+    model, batches = tiny_model
+    dev = {1: 0.5, 2: 0.9, 3: 0.7}
+    saved, tested = [], []
+    results = fit(model, _run(tmp_path), lambda epoch: batches,
+                  lambda epoch: {'dev_f1': dev[epoch]}, 3, 'dev_f1',
+                  lambda: saved.append(len(saved) + 1), final_test=lambda: tested.append(1) or
+                  {'f1': 0.8}, progress=False)
+    assert saved == [1, 2] and tested == [1]              # saved when dev improved; tested once
+    assert (results['best_epoch'], results['best'], results['test']) == (2, 0.9, {'f1': 0.8})
+    with open(tmp_path / 'run' / 'results.json', encoding='utf-8') as f:
+        assert json.load(f)['test'] == {'f1': 0.8}
+
+
+def test_ctrl_c_says_where_the_last_epoch_is_saved_and_the_run_resumes(tiny_model, tmp_path):
+    model, batches = tiny_model
+
+    def interrupted(epoch):
+        if epoch == 1:
+            raise KeyboardInterrupt
+        return batches
+
+    with pytest.raises(SystemExit, match=r'interrupted during epoch 2: the run after epoch 1 is '
+                                         r'saved in .*run; run the same command again to resume'):
+        fit(model, _run(tmp_path), interrupted, lambda e: {'f1': 0.1}, 3, 'f1', lambda: None,
+            progress=False)
+    run = _run(tmp_path)
+    assert run.finished_epochs == 1
+    fit(model, run, lambda epoch: batches, lambda e: {'f1': 0.1}, 3, 'f1', lambda: None,
+        progress=False)
+    assert [r['epoch'] for r in run.records] == [1, 2, 3]
+
+
+def test_a_non_finite_loss_stops_with_the_epoch_and_step(tiny_model, tmp_path):
+    model, batches = tiny_model
+    x, y = batches[0]
+    with pytest.raises(FloatingPointError, match=r'epoch 1, step 1: the loss is (nan|inf)'):
+        fit(model, _run(tmp_path), lambda e: [(x, y * np.inf)], lambda e: {'f1': 0}, 1, 'f1',
+            lambda: None, progress=False)
+
+
+def test_partial_checkpoint_writes_are_removed_before_training(tiny_model, tmp_path):
+    model, batches = tiny_model
+    run = _run(tmp_path)
+    os.makedirs(run.checkpoint_prefix + '_temp')
+    fit(model, run, lambda e: batches, lambda e: {'f1': 0}, 1, 'f1', lambda: None, progress=False)
+    assert not os.path.exists(run.checkpoint_prefix + '_temp')
+    assert os.path.isfile(run.checkpoint_prefix + '.index')
+
+
+def test_model_files_name_what_is_missing_and_hint_at_the_model_folder(tmp_path):
+    with pytest.raises(FileNotFoundError, match='no such folder'):
+        model_files(str(tmp_path / 'nowhere'))
+    (tmp_path / 'run' / 'model').mkdir(parents=True)
+    for name in ('model.h5', 'labels.json', 'vocab.txt'):
+        (tmp_path / 'run' / 'model' / name).write_text('x')
+    with pytest.raises(FileNotFoundError, match='did you mean .*run.model\\?'):
+        model_files(str(tmp_path / 'run'))
+    (tmp_path / 'run' / 'model' / 'vocab.txt').unlink()
+    with pytest.raises(FileNotFoundError, match='missing vocab.txt'):
+        model_files(str(tmp_path / 'run' / 'model'))

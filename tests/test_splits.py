@@ -1,0 +1,78 @@
+"""Which sentences train, select and test a run: user files and benchmark specs, the seeded sample
+and hold-out, and the errors raised before any training starts."""
+import pytest
+
+from crf_lr import datasets
+from crf_lr.splits import load_splits
+
+
+def _char_bio(path, sentences):
+    """A char-bio file: each sentence a list of (characters, type or None)."""
+    lines = []
+    for sentence in sentences:
+        for chars, kind in sentence:
+            lines += [f'{c} {"O" if kind is None else ("B-" if i == 0 else "I-") + kind}'
+                      for i, c in enumerate(chars)]
+        lines.append('')
+    path.write_text('\n'.join(lines) + '\n', encoding='utf-8')
+    return str(path)
+
+
+SENTENCES = [[('张三', 'PER'), ('去', None), ('北京', 'LOC')], [('李四', 'PER'), ('好', None)],
+             [('上海', 'LOC'), ('很', None), ('大', None)]] * 10          # 30 sentences
+
+
+def test_user_files_take_types_from_training_and_hold_out_the_end_of_one_permutation(tmp_path):
+    train = _char_bio(tmp_path / 'train.txt', SENTENCES)
+    test = _char_bio(tmp_path / 'test.txt', SENTENCES[:4])
+    full = load_splits(train_file=train, test_file=test, sample_seed=3)
+    assert full.types == ('LOC', 'PER') and full.units == 'chars' and not full.nested
+    assert (len(full.train), len(full.dev), len(full.test)) == (27, 3, 4)   # 10% held out
+    assert 'held out of' in full.names['dev'] and full.names['test'] == test
+    # the hold-out comes from the end of the seeded permutation whose start is the sample:
+    # asking for fewer training sentences keeps the same dev and a prefix of the same order
+    small = load_splits(train_file=train, test_file=test, sample_seed=3, train_limit=5)
+    assert [e.source for e in small.dev] == [e.source for e in full.dev]
+    assert set(e.source for e in small.train) <= set(e.source for e in full.train)
+    assert not set(e.source for e in small.train) & set(e.source for e in small.dev)
+    limited = load_splits(train_file=train, dev_file=test, eval_limit=2)
+    assert len(limited.dev) == 2 and limited.test is None and len(limited.train) == 30
+    assert 'the dev score of the selected epoch is the final figure' in limited.describe()
+
+
+def test_a_type_seen_only_in_dev_is_an_error_naming_the_file(tmp_path):
+    train = _char_bio(tmp_path / 'train.txt', SENTENCES)
+    dev = _char_bio(tmp_path / 'dev.txt', [[('华为', 'ORG')]])
+    with pytest.raises(ValueError, match=r'dev\.txt:\d+:.*ORG'):
+        load_splits(train_file=train, dev_file=dev)
+
+
+def test_empty_or_too_small_splits_are_errors_before_training(tmp_path, monkeypatch):
+    train = _char_bio(tmp_path / 'train.txt', SENTENCES[:1])
+    with pytest.raises(ValueError, match='cannot hold out 1 of 1 training sentences'):
+        load_splits(train_file=train)
+    (tmp_path / 'msra_ner').mkdir()
+    (tmp_path / 'msra_ner' / 'msra_bio.txt').write_text('甲\tO\n\n乙\tO\n\n丙\tO\n',
+                                                      encoding='utf-8')
+    with pytest.raises(ValueError, match=r'msra/test: no examples in .*msra_bio\.txt \(official '
+                                         r'test part: the chunks from #50658\)'):
+        load_splits('msra', data_dir=str(tmp_path))
+    monkeypatch.setattr(datasets, 'MSRA_TRAIN_CHUNKS', 2)
+    data = load_splits('msra', data_dir=str(tmp_path))
+    assert [e.text for e in data.test] == ['丙'] and (len(data.train), len(data.dev)) == (1, 1)
+    with pytest.raises(ValueError, match='cannot hold out 2 of 2'):
+        load_splits('msra', data_dir=str(tmp_path), holdout=2)
+
+
+def test_benchmark_roles_come_from_the_spec(tmp_path):
+    (tmp_path / 'cluener2020').mkdir()
+    record = '{"text": "张三在北京", "label": {"name": {"张三": [[0, 1]]}}}\n'
+    for split in ('train', 'dev'):
+        (tmp_path / 'cluener2020' / f'{split}.json').write_text(record * 3, encoding='utf-8')
+    data = load_splits('cluener', data_dir=str(tmp_path))
+    assert (len(data.train), len(data.dev), data.test) == (3, 3, None)
+    assert data.names == {'train': 'cluener/train', 'dev': 'cluener/dev',
+                          'test': 'cluener has no labelled test split'}
+    assert data.types == datasets.dataset_spec('cluener').types
+    with pytest.raises(ValueError, match='needs a dataset name or a train_file'):
+        load_splits()
