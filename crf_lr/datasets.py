@@ -402,9 +402,8 @@ def read_bio(path, sep=None, types=None, scheme='BIO', repair=False, chunked=Tru
         repair: fix tags that break their entity by the conlleval rule (``Scheme.repair``) and note
             each in ``Example.notes``, instead of raising.
         chunked: the file was cut into fixed-size chunks (MSRA), so in BIO an ``I-X`` as the FIRST
-            tag of a chunk is read as ``B-X`` and noted (MSRA's 100-character chunking cut 17
-            entities, 11 of them in the test part, so our spans count 6,192 test entities where the
-            published 6,181 counts only ``B-`` tags). False: such a tag is a fault like any other.
+            tag of a chunk is read as ``B-X`` and noted (what the chunking does to MSRA's entity
+            counts: docs/data.md). False: such a tag is a fault like any other.
     Returns:
         list of Example with ``tags`` (as in the file, or repaired) and the spans they encode.
     Raises:

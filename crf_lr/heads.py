@@ -135,7 +135,9 @@ class Head:
 
     def __repr__(self):
         options = ''.join(f', {k}={v!r}' for k, v in self.options().items())
-        return (f'{type(self).__name__}({self.layer_class.__name__}, {len(self.labels)} labels, '
+        layers = ' + '.join(type(layer).__name__ for layer in self.layers) or getattr(
+            self.layer_class, '__name__', 'not built')
+        return (f'{type(self).__name__}({layers}, {len(self.labels)} labels, '
                 f'scheme {self.scheme.name}{options})')
 
 
