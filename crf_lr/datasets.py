@@ -42,16 +42,10 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 from crf_lr.spans import outermost
-from crf_lr.tagging import (BIO, BIOES, BMES, IOB1, TagError, get_scheme, iob1_to_iob2, validate_spans,
-                            words_to_tags)
+from crf_lr.tagging import (BIO, BIOES, BMES, IOB1, TagError, echo, get_scheme, iob1_to_iob2,
+                            validate_spans, words_to_tags)
 
 _MESSAGE_LIMIT = 600
-
-
-def _echo(value, limit=80):
-    """``repr(value)`` cut to ``limit`` characters with an ellipsis: file content in a message."""
-    text = repr(value)
-    return text if len(text) <= limit else f'{text[:limit]}… ({len(text)} characters)'
 
 
 class DataFormatError(ValueError):
@@ -244,7 +238,7 @@ def read_word_list(path):
         fields = line.split()
         if len(fields) > 1:
             raise DataFormatError(path, number, f'expected one word a line, got {len(fields)}: '
-                                                f'{_echo(line)}')
+                                                f'{echo(line)}')
         words.update(fields)
     return words
 
@@ -285,15 +279,15 @@ def read_pfr(path):
             word, slash, tag = token.rpartition('/')
             if word.startswith('[') and len(word) > 1:
                 if compound is not None:
-                    raise DataFormatError(path, number, f"{_echo(token)} opens a '[' compound inside "
-                                                        f'the one {_echo(compound)} opened')
+                    raise DataFormatError(path, number, f"{echo(token)} opens a '[' compound inside "
+                                                        f'the one {echo(compound)} opened')
                 word, compound = word[1:], token
             tag, bracket, _ = tag.partition(']')
             if not slash or not word or not _PFR_TAG.match(tag):
-                raise DataFormatError(path, number, f'expected word/TAG tokens, got {_echo(token)}')
+                raise DataFormatError(path, number, f'expected word/TAG tokens, got {echo(token)}')
             if bracket:
                 if compound is None:
-                    raise DataFormatError(path, number, f"{_echo(token)} closes no '[' compound")
+                    raise DataFormatError(path, number, f"{echo(token)} closes no '[' compound")
                 compound = None
             label = PFR_ENTITY_TAGS.get(tag)
             if label == 'PER' and spans and spans[-1][1] == offset and spans[-1][2] == 'PER':
@@ -303,7 +297,7 @@ def read_pfr(path):
             words.append(word)
             offset += len(word)
         if compound is not None:
-            raise DataFormatError(path, number, f"the '[' compound opened by {_echo(compound)} is never "
+            raise DataFormatError(path, number, f"the '[' compound opened by {echo(compound)} is never "
                                                 "closed by ']TAG'")
         example = _segmentation_example(words, f'{path}:{number}')
         example.spans = spans
@@ -322,7 +316,7 @@ _REPAIR_NOTE = 'a tag breaking its entity (a stray I-X, or an entity never close
 def _check_type(kind, types, path, number, what):
     """DataFormatError when ``types`` is given and lacks the entity type ``kind``."""
     if types is not None and kind not in types:
-        raise DataFormatError(path, number, f'{what} {_echo(kind)} is not among the types of the '
+        raise DataFormatError(path, number, f'{what} {echo(kind)} is not among the types of the '
                                             f'training data {sorted(types)}')
 
 
@@ -339,9 +333,9 @@ def _tag_checker(types, scheme, path):
             _, kind = scheme.parse(tag)
         except ValueError:
             expected = "'O' or " + ', '.join(f"'{letter}-TYPE'" for letter in scheme.letters)
-            raise DataFormatError(path, number, f'unknown tag {_echo(tag)} for the {scheme} scheme: '
+            raise DataFormatError(path, number, f'unknown tag {echo(tag)} for the {scheme} scheme: '
                                                 f'expected {expected}') from None
-        _check_type(kind, types, path, number, f'unknown tag {_echo(tag)}: its entity type')
+        _check_type(kind, types, path, number, f'unknown tag {echo(tag)}: its entity type')
         known[tag] = tag
         return tag
     return check
@@ -442,7 +436,7 @@ def read_bio(path, sep=None, types=None, scheme='BIO', repair=False, chunked=Tru
         pair = _char_and_tag(line, sep)
         if pair is None:
             raise DataFormatError(path, number, f'expected one character, {sep!r} and a tag, got '
-                                                f'{_echo(line)}')
+                                                f'{echo(line)}')
         if not chars:
             first_line = number
         chars.append(pair[0])
@@ -479,13 +473,13 @@ def _integers(values):
 
 def _inclusive_pair(pair, path, number):
     if not isinstance(pair, (list, tuple)) or len(pair) != 2 or not _integers(pair):
-        raise DataFormatError(path, number, f'expected [start, end] integer pairs, got {_echo(pair)}')
+        raise DataFormatError(path, number, f'expected [start, end] integer pairs, got {echo(pair)}')
     return pair[0], pair[1] + 1
 
 
 def _record_text(record, path, number):
     if not isinstance(record, dict) or not isinstance(record.get('text'), str):
-        raise DataFormatError(path, number, f'expected an object with a "text" string, got {_echo(record)}')
+        raise DataFormatError(path, number, f'expected an object with a "text" string, got {echo(record)}')
     return record['text']
 
 
@@ -500,7 +494,7 @@ def _record_spans(record, path, number):
             if not (isinstance(span, list) and len(span) == 3 and _integers(span[:2])
                     and isinstance(span[2], str)):
                 raise DataFormatError(path, number, 'expected "spans": [[start, end, type], ...] (end '
-                                                    f'exclusive), got {_echo(span)}')
+                                                    f'exclusive), got {echo(span)}')
         return [tuple(span) for span in spans], None
     labels = record.get('label') or {}
     if not isinstance(labels, dict) or not all(isinstance(m, dict) for m in labels.values()):
@@ -608,7 +602,7 @@ def read_cmeee(path, types=None):
                 mentions.append(entity['entity'])
             except (KeyError, TypeError):
                 raise DataFormatError(path, number, 'expected entities with start_idx, end_idx, '
-                                      f'type and entity, got {_echo(entity)}') from None
+                                      f'type and entity, got {echo(entity)}') from None
         if text:
             examples.append(_span_example(text, spans, mentions, path, number, 'entities' in record,
                                           types))
@@ -653,7 +647,7 @@ def read_conll(path, types=None, repair=False):
         columns = columns or len(fields)
         if len(fields) != columns or columns < 2:
             raise DataFormatError(path, number, f'expected {max(columns, 2)} columns (word ... tag) '
-                                                f'like the first line, got {len(fields)}: {_echo(line)}')
+                                                f'like the first line, got {len(fields)}: {echo(line)}')
         if not words:
             first_line = number
         words.append(fields[0])
@@ -766,7 +760,7 @@ def detect_format(path, reason=False):
         first = min(tagged)
         number, line, _ = next(entry for entry in lines if entry[0] not in tagged)
         raise DataFormatError(path, number, f'cannot detect the format: line {first} ends with a tag, '
-                                            f'this line does not: {_echo(line)}' + ask)
+                                            f'this line does not: {echo(line)}' + ask)
     first_lines = {}
     for number, _, fields in lines:
         if fields[-1] != 'O':

@@ -22,6 +22,16 @@ WORD = 'w'
 REPAIR_HINT = '(pass repair=True, or --repair, to fix such tags by the conlleval rule)'
 
 
+def echo(value, limit=80):
+    """``repr(value)`` cut to ``limit`` characters with an ellipsis: file content quoted in a message.
+
+        >>> echo('x' * 1000, limit=10)
+        "'xxxxxxxxx… (1002 characters)"
+    """
+    text = repr(value)
+    return text if len(text) <= limit else f'{text[:limit]}… ({len(text)} characters)'
+
+
 class TagError(ValueError):
     """A tag sequence that breaks its scheme: a stray ``I-X``, an entity never closed.
 
@@ -94,8 +104,8 @@ def validate_spans(text, spans, source='<input>', mentions=None, flat=False):
         for span, mention in zip(spans, mentions):
             _check_spans([span], len(text), False, where)
             if text[span[0]:span[1]] != mention:
-                raise ValueError(f'{where}span {tuple(span)!r} covers {text[span[0]:span[1]]!r} but the '
-                                 f'mention is {mention!r} (misaligned offsets?)')
+                raise ValueError(f'{where}span {tuple(span)!r} covers {echo(text[span[0]:span[1]])} but '
+                                 f'the mention is {echo(mention)} (misaligned offsets?)')
     return _check_spans(spans, len(text), flat, where)
 
 

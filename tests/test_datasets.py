@@ -75,6 +75,16 @@ def test_pfr_malformed_token_names_line(tmp_path, line, match):
         read_pfr(path)
 
 
+@pytest.mark.parametrize('line, match', [
+    ('中共/nt  [中央/n  人民/n', r"the '\[' compound opened by '\[中央/n' is never closed by '\]TAG'"),
+    ('中共/nt  人民/n]nt', r"'人民/n\]nt' closes no '\[' compound"),
+    ('[中共/n  [中央/n  人民/n]nt', r"'\[中央/n' opens a '\[' compound inside the one '\[中共/n' opened")])
+def test_pfr_unbalanced_brackets_name_line(tmp_path, line, match):
+    path = write(tmp_path, 'pfr.txt', f'江/nr  泽民/nr\n{line}\n')
+    with raises_at(path, 2, match):
+        read_pfr(path)
+
+
 # ----------------------------------------------------------------------------------------------
 # Character-per-line BIO
 
@@ -128,6 +138,26 @@ def test_bmes_file_and_its_broken_entities(tmp_path):
         read_bio(path, scheme='IOB1')
 
 
+def test_repair_fixes_tags_by_the_conlleval_rule_and_notes_it(tmp_path):
+    """repair=True: the hand-written repaired tags and spans; one note per tag changed."""
+    bio = write(tmp_path, 'bio.txt', '张 B-PER\n在 O\n京 I-LOC\n城 I-LOC\n\n中 I-ORG\n')
+    first, second = read_bio(bio, repair=True, chunked=False)
+    assert (first.tags, first.spans) == (['B-PER', 'O', 'B-LOC', 'I-LOC'], [(0, 1, 'PER'), (2, 4, 'LOC')])
+    assert first.notes == (datasets._REPAIR_NOTE,)
+    assert (second.tags, second.spans, second.notes) == (['B-ORG'], [(0, 1, 'ORG')],
+                                                         (datasets._REPAIR_NOTE,))
+    bioes = write(tmp_path, 'bioes.txt', '张 B-PER\n小 I-PER\n在 O\n京 E-LOC\n')
+    (example,) = read_bio(bioes, scheme='BIOES', repair=True)
+    assert example.tags == ['B-PER', 'E-PER', 'O', 'S-LOC']
+    assert example.spans == [(0, 2, 'PER'), (3, 4, 'LOC')] and len(example.notes) == 2
+    conll = write(tmp_path, 'conll.txt', 'Ann NNP B-PER\nsaw VBD O\nthe DT O\nUN NNP I-ORG\n')
+    (example,) = read_conll(conll, repair=True)      # IOB1 would also read it: B-PER is the fault
+    assert example.tags == ['B-PER', 'O', 'O', 'B-ORG'] and example.notes == (datasets._REPAIR_NOTE,)
+    examples = read_bio(bio, repair=True, chunked=False)
+    summary = datasets.Dataset('bio.txt', '', examples, ('LOC', 'ORG', 'PER'), bio).summary()
+    assert f'  repaired 2x: {datasets._REPAIR_NOTE}' in summary.splitlines()
+
+
 def test_bad_encoding_names_file_and_line(tmp_path):
     path = write(tmp_path, 'latin.txt', '中\tO\n'.encode('utf-8') + b'\xe9t\xe9\tO\n')
     with pytest.raises(UnicodeDecodeError, match=f'{path}:2'):
@@ -173,6 +203,14 @@ def test_cluener_malformed_names_line(tmp_path, record, match):
     path = write(tmp_path, 'dev.json', f'{good}\n{record}\n')
     with raises_at(path, 2, match):
         read_cluener(path)
+
+
+def test_cluener_type_outside_the_given_types_names_line(tmp_path):
+    path = write(tmp_path, 'dev.json', cluener_line('上海', {'address': {'上海': [[0, 1]]}}) + '\n'
+                 + cluener_line('北京', {'city': {'北京': [[0, 1]]}}) + '\n')
+    with raises_at(path, 2, r"entity type 'city' is not among the types of the training data "
+                            r"\['address', 'name'\]"):
+        read_cluener(path, types=['address', 'name'])
 
 
 CMEEE = [

@@ -1,0 +1,262 @@
+"""Users' own corpus files: format detection, the six readers on the samples in data/ (entity counts
+counted by hand from the files), types found only in dev/test, encodings and line endings, and the
+errors for broken files (named, and never echoing a huge line whole)."""
+import json
+import os
+import re
+
+import pytest
+
+from crf_lr.datasets import FORMATS, DataFormatError, detect_format, read_corpus
+from crf_lr.tagging import REPAIR_HINT
+
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, 'data')
+
+
+def sample(format, split):
+    return os.path.join(DATA, format, f'{split}.jsonl' if format == 'jsonl' else f'{split}.txt')
+
+
+def write(tmp_path, name, content):
+    path = tmp_path / name
+    path.write_bytes(content.encode('utf-8') if isinstance(content, str) else content)
+    return str(path)
+
+
+def raises_at(path, line, match=''):
+    where = f'{path}:{line}: ' if line else f'{path}: '
+    return pytest.raises(DataFormatError, match=f'^{where}.*{match}')
+
+
+def as_tuples(dataset):
+    return [(e.text, list(e.tokens), e.spans, e.tags, e.words) for e in dataset]
+
+
+# ----------------------------------------------------------------------------------------------
+# The samples: detection, and the entities counted by hand in each file
+
+SPLITS = ('train', 'dev', 'test')
+THREE = {'train': {'LOC': 24, 'ORG': 16, 'PER': 13}, 'dev': {'LOC': 7, 'ORG': 5, 'PER': 4},
+         'test': {'LOC': 6, 'ORG': 5, 'PER': 5}}
+ENTITIES = {
+    'conll': {'train': {'LOC': 20, 'MISC': 8, 'ORG': 12, 'PER': 11},
+              'dev': {'LOC': 6, 'MISC': 2, 'ORG': 4, 'PER': 3},
+              'test': {'LOC': 7, 'MISC': 3, 'ORG': 3, 'PER': 3}},
+    'char-bio': THREE, 'char-bmes': THREE, 'char-bioes': THREE,   # the same sentences
+    'segmented': {split: {} for split in SPLITS},
+    'jsonl': {'train': {'address': 9, 'book': 5, 'company': 10, 'government': 4, 'name': 8,
+                        'organization': 4, 'position': 12},
+              'dev': {'address': 2, 'book': 2, 'company': 4, 'government': 2, 'name': 3,
+                      'organization': 1, 'position': 3},
+              'test': {'address': 2, 'book': 2, 'company': 2, 'government': 1, 'name': 2,
+                       'organization': 2, 'position': 3}},
+}
+UNITS = {'conll': ('words', {'train': 277, 'dev': 78, 'test': 82}),      # tokens (units) a split
+         'char-bio': ('chars', {'train': 400, 'dev': 122, 'test': 109}),
+         'segmented': ('chars', {'train': 400, 'dev': 122, 'test': 109})}
+WORDS = {'train': 265, 'dev': 79, 'test': 74}                             # segmented/ words
+
+
+@pytest.mark.parametrize('format', FORMATS)
+@pytest.mark.parametrize('split', SPLITS)
+def test_every_sample_is_detected(format, split):
+    assert detect_format(sample(format, split)) == format
+
+
+@pytest.mark.parametrize('format', FORMATS)
+def test_samples_read_with_hand_counted_entities(format):
+    train = read_corpus(sample(format, 'train'))
+    assert train.format == format and f'format {format} detected' in train.note
+    assert train.types == tuple(sorted(ENTITIES[format]['train']))
+    for split in SPLITS:
+        data = read_corpus(sample(format, split), format, train.types) if split != 'train' else train
+        assert len(data) == (30 if split == 'train' else 10)
+        assert dict(data.entity_counts()) == ENTITIES[format][split]
+        assert data.units == ('words' if format == 'conll' else 'chars')
+        if format in UNITS:
+            assert sum(len(e.tokens) for e in data) == UNITS[format][1][split]
+        if format == 'segmented':
+            assert sum(len(e.words) for e in data) == WORDS[split]
+
+
+def test_first_sentences_by_hand():
+    """Tags come out in BIO for every NER format (SEG for segmented); spans index the units."""
+    conll = read_corpus(sample('conll', 'train'))[0]           # after the -DOCSTART- line
+    assert conll.tokens == ['Maria', 'Lopez', 'flew', 'to', 'Lisbon', 'on', 'Monday', '.']
+    assert conll.spans == [(0, 2, 'PER'), (4, 5, 'LOC')]
+    assert conll.tags == ['B-PER', 'I-PER', 'O', 'O', 'B-LOC', 'O', 'O', 'O']
+    assert conll.source.endswith('train.txt:3')
+    bio_tags = ['B-PER', 'I-PER', 'O', 'O', 'O', 'B-LOC', 'I-LOC', 'O', 'O', 'B-LOC', 'I-LOC', 'O']
+    for format in ('char-bio', 'char-bmes', 'char-bioes'):
+        first = read_corpus(sample(format, 'train'))[0]
+        assert first.text == '李明昨天从北京飞到上海。'
+        assert first.spans == [(0, 2, 'PER'), (5, 7, 'LOC'), (9, 11, 'LOC')]
+        assert first.tags == bio_tags
+    (single,) = [e for e in read_corpus(sample('char-bmes', 'train')) if e.text.startswith('何')]
+    assert single.spans[0] == (0, 1, 'PER') and single.tags[:2] == ['B-PER', 'O']   # was S-PER
+    seg = read_corpus(sample('segmented', 'train'))[0]
+    assert seg.words == ['李', '明', '昨天', '从', '北京', '飞', '到', '上海', '。']
+    assert seg.tags == ['s', 's', 'b', 'e', 's', 'b', 'e', 's', 's', 'b', 'e', 's']
+    assert seg.spans == [] and read_corpus(sample('segmented', 'train')).types == ()
+
+
+def test_jsonl_nested_sample_keeps_both_spans_and_tags_the_outer_one():
+    nested = read_corpus(sample('jsonl', 'train'))[8]
+    assert nested.text == '腾讯的创始人推荐了《腾讯传》这本书。'
+    assert nested.spans == [(0, 2, 'company'), (3, 6, 'position'), (9, 14, 'book'),
+                            (10, 12, 'company')]
+    assert nested.tags[9:14] == ['B-book'] + ['I-book'] * 4 and len(nested.notes) == 1
+
+
+def test_jsonl_spans_layout(tmp_path):
+    path = write(tmp_path, 'spans.jsonl', json.dumps({'text': '张三在北京', 'spans': [[0, 2, 'PER'],
+                                                                                [3, 5, 'LOC']]},
+                                                       ensure_ascii=False) + '\n')
+    (example,) = read_corpus(path)
+    assert example.spans == [(0, 2, 'PER'), (3, 5, 'LOC')]
+    assert example.tags == ['B-PER', 'I-PER', 'O', 'B-LOC', 'I-LOC']
+
+
+# ----------------------------------------------------------------------------------------------
+# Detection where it is unclear
+
+@pytest.mark.parametrize('content, format, reason', [
+    ('张 B-PER\n在 O\n京 B-LOC\n', 'char-bio', 'BIOES would read each B- as S-'),      # O and B- only
+    ('张 B-PER\n三 E-PER\n京 S-LOC\n', 'char-bioes', 'BMES reads them alike'),         # no I-, no M-
+    ('在 O\n京 O\n', 'char-bio', "only 'O' tags"),
+    ('EU\tNNP\tB-ORG\nrejects\tVBZ\tO\n', 'conll', '3 columns'),
+    ('Peter B-PER\nrejects O\n', 'conll', '2 columns'),                        # a word is no character
+    ('我们  爱  北京\n', 'segmented', 'no tags'),
+])
+def test_detection_says_which_rule_decided(tmp_path, content, format, reason):
+    path = write(tmp_path, 'file.txt', content)
+    found, why = detect_format(path, reason=True)
+    assert found == format and reason in why
+    assert read_corpus(path).note == f'format {format} detected: {why}'
+
+
+ASK = r'.*pass format= \(--format\) one of conll, char-bio'
+
+
+@pytest.mark.parametrize('content, line, match', [
+    ('张 B-PER\n三 I-PER\n我们 爱 北京\n', 3, 'line 1 ends with a tag, this line does not' + ASK),
+    ('我们\n北京\n', None, 'no line ends with a tag and none holds several words' + ASK),
+    ('张 B-PER\n三 I-PER\n\n李 B-PER\n四 M-PER\n五 E-PER\n', 5,      # no scheme fits: no --format helps
+     r'the tags mix I- \(first at line 2\) and M- \(first at line 5\): BIO and BIOES continue an '
+     r'entity with I-, BMES with M-$'),
+])
+def test_unclear_input_is_an_error_that_says_why(tmp_path, content, line, match):
+    path = write(tmp_path, 'file.txt', content)
+    with raises_at(path, line, match):
+        detect_format(path)
+    with raises_at(path, line, match):
+        read_corpus(path)
+
+
+def test_unknown_format_lists_the_formats():
+    with pytest.raises(ValueError, match="unknown format 'csv': expected one of conll, char-bio"):
+        read_corpus(sample('conll', 'dev'), format='csv')
+
+
+# ----------------------------------------------------------------------------------------------
+# Types of the training file; repair on request
+
+@pytest.mark.parametrize('format, content, line, kind', [
+    ('char-bio', '张 B-PER\n三 I-PER\n\n在 O\n东 B-GPE\n京 I-GPE\n', 5, 'GPE'),
+    ('conll', 'Ann NNP B-PER\nin IN O\nParis NNP B-GPE\n', 3, 'GPE'),
+    ('jsonl', '{"text": "北京", "label": {"address": {"北京": [[0, 1]]}}}\n'
+              '{"text": "小说《三体》", "label": {"game": {"《三体》": [[2, 5]]}}}\n', 2, 'game'),
+])
+def test_a_type_found_only_in_dev_names_line_type_and_training_types(tmp_path, format, content, line,
+                                                                      kind):
+    train = read_corpus(sample(format, 'train'))
+    dev = write(tmp_path, 'dev.txt', content)
+    with raises_at(dev, line, f"'{kind}' is not among the types of the training data "
+                              + re.escape(repr(list(train.types)))):
+        read_corpus(dev, format, train.types)
+    assert kind in read_corpus(dev, format).types          # without training types: taken from it
+
+
+@pytest.mark.parametrize('content, format, line, fault, tags, spans', [
+    ('张 B-PER\n三 I-PER\n在 O\n京 I-LOC\n城 I-LOC\n\n李 I-PER\n', 'char-bio', 4,
+     r"'I-LOC' continues no entity \(it follows 'O'\)",
+     [['B-PER', 'I-PER', 'O', 'B-LOC', 'I-LOC'], ['B-PER']],
+     [[(0, 2, 'PER'), (3, 5, 'LOC')], [(0, 1, 'PER')]]),
+    ('张 B-PER\n小 M-PER\n在 O\n京 M-LOC\n城 E-LOC\n', 'char-bmes', 3,
+     r"the entity opened by 'B-PER' at line 1 is never closed \(expected 'E-PER' before 'O'\)",
+     [['B-PER', 'I-PER', 'O', 'B-LOC', 'I-LOC']], [[(0, 2, 'PER'), (3, 5, 'LOC')]]),
+])
+def test_messy_tags_rejected_with_the_fault_or_repaired_and_counted(tmp_path, content, format, line,
+                                                                    fault, tags, spans):
+    path = write(tmp_path, 'dev.txt', content)
+    with raises_at(path, line, f'{fault} {re.escape(REPAIR_HINT)}$'):
+        read_corpus(path)
+    data = read_corpus(path, repair=True)                 # tags come out in BIO
+    assert data.format == format
+    assert [e.tags for e in data] == tags and [e.spans for e in data] == spans
+    assert 'repaired 2x: a tag breaking its entity' in data.summary()
+
+
+# ----------------------------------------------------------------------------------------------
+# Bytes, line endings, columns
+
+@pytest.mark.parametrize('format', FORMATS)
+def test_bom_and_crlf_read_like_the_plain_file(tmp_path, format):
+    with open(sample(format, 'dev'), 'rb') as f:
+        plain = f.read()
+    path = write(tmp_path, 'dev.txt', b'\xef\xbb\xbf' + plain.replace(b'\n', b'\r\n'))
+    assert detect_format(path) == format
+    assert as_tuples(read_corpus(path)) == as_tuples(read_corpus(sample(format, 'dev')))
+
+
+@pytest.mark.parametrize('format', ['char-bio', 'conll'])
+def test_space_and_tab_columns_read_alike(tmp_path, format):
+    with open(sample(format, 'dev'), encoding='utf-8') as f:
+        plain = f.read()
+    tabs = write(tmp_path, 'tabs.txt', plain.replace(' ', '\t'))
+    assert detect_format(tabs) == format
+    assert as_tuples(read_corpus(tabs)) == as_tuples(read_corpus(sample(format, 'dev')))
+    if format == 'conll':                           # several spaces or a mix between columns
+        mixed = write(tmp_path, 'mixed.txt', plain.replace(' ', ' \t  ', 1).replace(' ', '   '))
+        assert as_tuples(read_corpus(mixed)) == as_tuples(read_corpus(sample(format, 'dev')))
+
+
+def test_cr_only_line_endings_are_named_not_echoed(tmp_path):
+    path = write(tmp_path, 'mac.txt', '张 B-PER\r三 I-PER\r\r在 O\r' * 1000)
+    for read in (detect_format, read_corpus):
+        with raises_at(path, 1, 'a line ends with a lone CR \\(old Mac line endings\\)') as caught:
+            read(path)
+        assert len(str(caught.value)) < 200
+
+
+def test_a_100k_character_line_is_capped_in_the_message(tmp_path):
+    huge = '中' * 100000
+    for content, format, line in [(f'张 B-PER\n{huge} O\n', 'char-bio', 2),
+                                  (f'张 B-PER\n{huge}\n', None, 2),
+                                  (f'Ann NNP B-PER\n{huge}\n', 'conll', 2)]:
+        path = write(tmp_path, 'long.txt', content)
+        with raises_at(path, line, '…') as caught:
+            read_corpus(path, format)
+        assert len(str(caught.value)) < len(path) + 400 and huge[:81] not in str(caught.value)
+    record = json.dumps({'text': huge, 'label': {'book': {'国' * 99999: [[0, 99998]]}}},
+                        ensure_ascii=False)
+    path = write(tmp_path, 'long.jsonl', record + '\n')
+    with raises_at(path, 1, "but the mention is '国+… \\(100001 characters\\)") as caught:
+        read_corpus(path)
+    assert len(str(caught.value)) < len(path) + 300
+    (long_sentence,) = read_corpus(write(tmp_path, 'long_ok.txt', f'{huge}  {huge}\n'))   # fine
+    assert len(long_sentence.words) == 2 and len(long_sentence.tags) == 200000
+
+
+@pytest.mark.parametrize('content, formats, match', [
+    ('', FORMATS, 'the file is empty'),
+    ('\n\n\r\n', FORMATS, 'no sentence in the file'),
+    ('-DOCSTART- -X- O\n\n', ('conll',), 'no sentence in the file'),
+])
+def test_files_without_a_sentence(tmp_path, content, formats, match):
+    path = write(tmp_path, 'empty.txt', content)
+    for format in (None,) + formats:
+        with pytest.raises(DataFormatError, match=f'^{path}: {match}'):
+            read_corpus(path, format)
+    with pytest.raises(DataFormatError, match=f'^{path}: {match}'):
+        detect_format(path)
