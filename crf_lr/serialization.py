@@ -28,7 +28,8 @@ _PRODUCER = '_crf_lr_producer'          # attribute of a tensor: weak reference 
 
 def register(obj=None, *, name=None, aliases=()):
     """Register a class or function with Keras as ``'crf_lr>' + name`` (default: its
-    ``__name__``), and as each of ``aliases`` (names that files written by older code use).
+    ``__name__``), and as each of ``aliases`` (names that files written by older code use); a
+    function also under its bare ``__name__``, the name such files give it.
 
     Args:
         obj: a class with ``get_config`` or a function; omit it to get a decorator.
@@ -42,7 +43,8 @@ def register(obj=None, *, name=None, aliases=()):
     """
     def decorate(target):
         keras.utils.register_keras_serializable(PACKAGE, name)(target)
-        keras.utils.get_custom_objects().update(dict.fromkeys(aliases, target))
+        bare = () if isinstance(target, type) else (target.__name__,)
+        keras.utils.get_custom_objects().update(dict.fromkeys((*bare, *aliases), target))
         return target
     return decorate if obj is None else decorate(obj)
 
@@ -90,6 +92,8 @@ class layer_method:  # noqa: N801  (a decorator, like property)
         if not issubclass(owner, LayerMethodOwner):
             raise TypeError(f'{owner.__name__}.{name}: a layer_method needs the layer class to '
                             f'derive from LayerMethodOwner (which marks the layer\'s outputs)')
+        # files written before registration name the loss by the bare method name
+        keras.utils.get_custom_objects().setdefault(name, LayerMethod(name))
 
     def __get__(self, layer, owner=None):
         return self if layer is None else LayerMethod(self.__name__, layer)

@@ -12,6 +12,7 @@ import pytest
 from crf_lr.compat import keras, tf
 from crf_lr.crf import ConditionalRandomField
 from crf_lr.global_pointer import EfficientGlobalPointer, GlobalPointer
+from crf_lr import losses
 from crf_lr.losses import sparse_global_pointer_crossentropy, sparse_global_pointer_f1
 from crf_lr.optimizers import LayerwiseAdam
 from crf_lr.serialization import LayerMethod, OptimizerStateWarning
@@ -133,11 +134,12 @@ def test_crf_losses_and_metrics_are_saved_as_layer_methods(saved):
     assert set(scores) == {'loss', 'sparse_accuracy'}    # the names of the methods, as before
 
 
-def test_old_h5_loads_and_the_bert4keras_habit_trains_the_loaded_crf():
+@pytest.mark.parametrize('habit', [True, False])
+def test_old_h5_loads_and_the_bert4keras_habit_trains_the_loaded_crf(habit):
     """An .h5 written by the code before registration ('LayerwiseAdam', loss 'sparse_loss',
-    tests/fixtures/make_old_crf_model.py) loads with the bert4keras habit of naming another
-    model's CRF methods in custom_objects; the loaded CRF is trained, the other one is not, and
-    the update equals the saving process's own next update (optimizer state restored)."""
+    tests/fixtures/make_old_crf_model.py) loads with no custom_objects, or with the bert4keras
+    habit of naming another model's CRF methods there; the loaded CRF is trained, the other one
+    is not, and the update equals the saving process's own next update (state restored)."""
     fixtures = os.path.join(os.path.dirname(__file__), 'fixtures')
     old = np.load(os.path.join(fixtures, 'old_crf_model.npz'))
     other = ConditionalRandomField(lr_multiplier=10, name='CRF')
@@ -145,7 +147,9 @@ def test_old_h5_loads_and_the_bert4keras_habit_trains_the_loaded_crf():
     other_before = other.trans.numpy()
     model = keras.models.load_model(
         os.path.join(fixtures, 'old_crf_model.h5'),
-        custom_objects={'sparse_loss': other.sparse_loss, 'sparse_accuracy': other.sparse_accuracy})
+        custom_objects={'sparse_loss': other.sparse_loss, 'sparse_accuracy': other.sparse_accuracy}
+        if habit else None)
+    assert isinstance(model.loss, LayerMethod) and model.loss.method == 'sparse_loss'
     assert type(model.optimizer) is LayerwiseAdam
     assert model.optimizer.lr_multipliers == {'Tag-': 2.0}
     for i, weight in enumerate(model.get_weights()):
@@ -175,3 +179,14 @@ def test_a_loaded_layer_method_finds_its_layer_through_casts_or_says_what_is_wro
     with pytest.raises(ValueError, match=r"sparse_accuracy \(saved for layer 'CRF'\): y_pred "
                                          r"must be the output of a layer"):
         loaded(tags, emissions)
+
+
+@pytest.mark.parametrize('name', ['multilabel_categorical_crossentropy',
+                                  'sparse_multilabel_categorical_crossentropy',
+                                  'global_pointer_crossentropy', 'sparse_global_pointer_crossentropy',
+                                  'global_pointer_f1', 'sparse_global_pointer_f1'])
+def test_losses_are_found_under_their_registered_and_their_old_names(name):
+    function = getattr(losses, name)
+    assert keras.utils.get_registered_name(function) == f'crf_lr>{name}'
+    for saved_as in (f'crf_lr>{name}', name):      # the name before registration: the bare one
+        assert keras.losses.get(saved_as) is function
