@@ -123,9 +123,8 @@ def test_reloads_compiled_predicts_the_same_and_keeps_learning(saved, fmt):
         np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize('saved', ['crf'], indirect=True)
 def test_crf_losses_and_metrics_are_saved_as_layer_methods(saved):
-    if saved['head'] != 'crf':
-        pytest.skip('CRF only')
     model = keras.models.load_model(os.path.join(saved['folder'], FORMATS['h5']))
     assert isinstance(model.loss, LayerMethod) and model.loss.get_config() == {
         'method': 'sparse_loss', 'layer': 'CRF'}
