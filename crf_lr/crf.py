@@ -27,6 +27,7 @@ that breaks a constraint costs about 1e4 per violation), and negligible next to 
 import numpy as np
 
 from crf_lr.compat import keras, tf
+from crf_lr.serialization import LayerMethodOwner, layer_method, register
 from crf_lr.viterbi import DISALLOWED_SCORE, _check_mask_array, viterbi_decode, viterbi_decode_tf
 
 _TINY = 1e-300    # floor of float64 sums before log: log(_TINY) ~ -690, never -inf
@@ -295,8 +296,8 @@ def _log_likelihood(emissions, labels, mask, transitions, start, end):
     return tf.minimum(_objective(emissions, labels, mask, transitions, start, end), 0)
 
 
-@keras.utils.register_keras_serializable('crf_lr')
-class ConditionalRandomField(keras.layers.Layer):
+@register
+class ConditionalRandomField(LayerMethodOwner, keras.layers.Layer):
     """CRF output layer with its own learning rate, optional start/end scores and constraints.
 
     Place it after a Dense layer that gives one score per label. ``call`` returns the emissions
@@ -397,12 +398,14 @@ class ConditionalRandomField(keras.layers.Layer):
         mask = tf.reduce_any(y_pred > -np.inf, axis=-1)                   # row all -inf = padding
         return tf.cast(y_pred, _compute_dtype(y_pred)), mask
 
+    @layer_method
     def dense_loss(self, y_true, y_pred):
         """Negative log-likelihood (batch,) of one-hot (or soft) labels ``y_true`` (batch, n, L)."""
         emissions, mask = self._unpack(y_pred)
         labels = tf.cast(tf.reshape(y_true, tf.shape(emissions)), emissions.dtype)
         return self._negative_log_likelihood(emissions, labels, mask)
 
+    @layer_method
     def sparse_loss(self, y_true, y_pred):
         """Negative log-likelihood (batch,) of int labels ``y_true`` (batch, n) or (batch, n, 1)."""
         emissions, mask = self._unpack(y_pred)
@@ -413,10 +416,12 @@ class ConditionalRandomField(keras.layers.Layer):
         parameters = self.effective_parameters(emissions.dtype)
         return -_log_likelihood(emissions, labels, mask, *parameters)
 
+    @layer_method
     def dense_accuracy(self, y_true, y_pred):
         """Per-position accuracy of the emission argmax against one-hot ``y_true`` (no padding)."""
         return self.sparse_accuracy(tf.argmax(y_true, axis=-1), y_pred)
 
+    @layer_method
     def sparse_accuracy(self, y_true, y_pred):
         """Per-position accuracy of the emission argmax against int ``y_true`` (padding excluded).
 

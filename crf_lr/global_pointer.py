@@ -19,6 +19,7 @@ the weight layout equal bert4keras 0.11.5's layers of the same names, so
 import numpy as np
 
 from crf_lr.compat import keras, tf
+from crf_lr.serialization import register
 
 
 def rotary_position_embedding(x, base=10000):
@@ -136,7 +137,7 @@ class _PointerBase(keras.layers.Layer):
         return config
 
 
-@keras.utils.register_keras_serializable('crf_lr')
+@register
 class GlobalPointer(_PointerBase):
     """GlobalPointer: span score ``s_t(i, j) = q_{t,i} . k_{t,j} / sqrt(head_size)``, one query and
     key projection per type ``t`` (with RoPE applied to both when ``RoPE=True``).
@@ -172,7 +173,7 @@ class GlobalPointer(_PointerBase):
         return tf.einsum('bmhd,bnhd->bhmn', q, k) / self.head_size ** 0.5
 
 
-@keras.utils.register_keras_serializable('crf_lr')
+@register
 class EfficientGlobalPointer(_PointerBase):
     """Efficient GlobalPointer: one query/key projection shared by all types plus a per-type term,
     ``s_t(i, j) = q_i . k_j / sqrt(D) + w_t . [q_i; k_i; q_j; k_j] + b_t``.

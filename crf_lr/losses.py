@@ -14,6 +14,8 @@ the two MCCE functions return one value per row (all axes but the last); the two
 losses return one value per example, ``(batch,)``, the **sum over heads** of the per-type MCCE,
 which Keras then averages over the batch. (bert4keras's example ``global_pointer_crossentropy``
 averages over batch and heads instead, i.e. it equals ours divided by ``heads``.)
+Every function is registered with Keras (``'crf_lr>' + name``), so a model compiled with them
+reloads with ``keras.models.load_model`` and no ``custom_objects``.
 
     >>> model.compile(optimizer='adam', loss=sparse_global_pointer_crossentropy,
     ...               metrics=[sparse_global_pointer_f1])
@@ -21,6 +23,7 @@ averages over batch and heads instead, i.e. it equals ours divided by ``heads``.
 import numpy as np
 
 from crf_lr.compat import tf
+from crf_lr.serialization import register
 
 
 def _logits(y_pred):
@@ -40,6 +43,7 @@ def _logsumexp_with_zero(x):
     return shift[..., 0] + tf.math.log(total)
 
 
+@register
 def multilabel_categorical_crossentropy(y_true, y_pred):
     """Dense multilabel categorical crossentropy.
 
@@ -67,6 +71,7 @@ def multilabel_categorical_crossentropy(y_true, y_pred):
     return _logsumexp_with_zero(positive) + _logsumexp_with_zero(negative)
 
 
+@register
 def sparse_multilabel_categorical_crossentropy(y_true, y_pred, mask_zero=False):
     """Multilabel categorical crossentropy with the positive classes given as indices.
 
@@ -135,6 +140,7 @@ def _global_pointer_scores(y_pred):
     return y_pred
 
 
+@register
 def global_pointer_crossentropy(y_true, y_pred):
     """MCCE over all cells of each head of a GlobalPointer output (dense targets).
 
@@ -169,6 +175,7 @@ def _sparse_cell_indices(y_true, n):
         return tf.where(valid, start * n + end, -1)
 
 
+@register
 def sparse_global_pointer_crossentropy(y_true, y_pred):
     """MCCE over all cells of each head of a GlobalPointer output, targets as index pairs.
 
@@ -194,6 +201,7 @@ def sparse_global_pointer_crossentropy(y_true, y_pred):
         sparse_multilabel_categorical_crossentropy(indices, _flatten_cells(y_pred)), 1)
 
 
+@register
 def global_pointer_f1(y_true, y_pred):
     """Cell-level (= span-level) F1 of a batch, for display during training.
 
@@ -216,6 +224,7 @@ def global_pointer_f1(y_true, y_pred):
     return tf.where(total > 0, 2 * true_positives / tf.maximum(total, 1.0), 1.0)
 
 
+@register
 def sparse_global_pointer_f1(y_true, y_pred):
     """``global_pointer_f1`` with targets ``(batch, heads, max_entities, 2)`` as for
     ``sparse_global_pointer_crossentropy`` (densified inside the metric).

@@ -1,30 +1,46 @@
-"""A layer-wise Adam for fine-tuning: per-variable learning-rate multipliers chosen by name
-patterns, a bias-correction switch, decoupled weight decay and a warmup + linear-decay schedule.
+"""Adam for fine-tuning, composed bert4keras style: a base ``Adam`` with a bias-correction switch,
+extensions that wrap any legacy optimizer class, a warmup + linear-decay schedule, and
+``LayerwiseAdam``, the ready-made combination.
 
     >>> from crf_lr.optimizers import LayerwiseAdam, layerwise_decay_multipliers
     >>> multipliers = {**layerwise_decay_multipliers(4, 0.9), 'CRF': 100}  # layer named 'CRF'
-    >>> opt = LayerwiseAdam(2e-5, lr_multipliers=multipliers)
+    >>> opt = LayerwiseAdam(2e-5, lr_multipliers=multipliers, warmup_steps=100, total_steps=1000)
 
-The update of a variable ``w`` with gradient ``g`` at step ``t = iterations + 1`` (see
-``LayerwiseAdam`` for the schedule ``s(t)`` and the multiplier ``mu(w)``)::
+is the same optimizer as
+
+    >>> AdamLW = extend_with_layerwise_lr(extend_with_weight_decay(Adam))
+    >>> opt = AdamLW(WarmupLinearDecay(2e-5, 100, 1000), lr_multipliers=multipliers)
+
+The update of a variable ``w`` with gradient ``g`` at step ``t = k + 1`` (``k`` = updates done)::
 
     m = beta_1 * m + (1 - beta_1) * g
     v = beta_2 * v + (1 - beta_2) * g**2
     m_hat, v_hat = m / (1 - beta_1**t), v / (1 - beta_2**t)   # bias_correction=True
     m_hat, v_hat = m, v                                        # bias_correction=False (BERT)
     u = m_hat / (sqrt(v_hat) + epsilon) + weight_decay_rate * w  # decay only where not excluded
-    w = w - learning_rate * s(t) * mu(w) * u
+    w = w - learning_rate(k) * mu(w) * u
 
-The optimizer is an OptimizerV2 (``keras.optimizers.legacy.Optimizer``), as bert4keras's own
-optimizers are, and is registered in Keras custom objects as ``LayerwiseAdam``, so a compiled
-model saved as ``.h5``, SavedModel or ``.keras`` reloads with ``load_model(path)`` unchanged.
+``learning_rate(k)`` is the rate or its schedule (``WarmupLinearDecay``) and ``mu(w)`` the
+variable's multiplier (``extend_with_layerwise_lr``). The extensions pass the rate down through
+the ``apply_state`` coefficients ``'lr_t'`` / ``'lr'`` that every tf-keras legacy optimizer reads,
+so they wrap ``keras.optimizers.legacy.SGD`` as well as ``Adam``; put the weight decay inside the
+multipliers, as above, so that a multiplier scales the decay too.
+
+Every class is an OptimizerV2 (``keras.optimizers.legacy.Optimizer``), as bert4keras's optimizers
+are, and is registered with Keras (``crf_lr.serialization.register``), so a compiled model
+reloads with ``keras.models.load_model(path)``; an optimizer class made by calling an extension
+yourself must be made again, by the same call, before loading. The state (step count, moments)
+comes back from ``.h5`` files and SavedModels; ``.keras`` files of tf-keras keep none (a warning
+says so).
 """
+import functools
+import inspect
 import math
 import numbers
-import os
 import re
 
 from crf_lr.compat import tf, keras
+from crf_lr.serialization import register, restore_optimizer_state
 
 _VARIABLE_SUFFIX = re.compile(r'(/replica_\d+)?(:\d+)?$')
 
@@ -134,13 +150,24 @@ def _check_patterns(patterns, argument):
                              f'({error})') from None
 
 
-class LayerwiseAdam(keras.optimizers.legacy.Optimizer):
-    """Adam with per-variable learning-rate multipliers, a bias-correction switch, decoupled
-    weight decay and an optional warmup + linear-decay schedule (update rule in the module
-    docstring).
+def _check_learning_rate(learning_rate):
+    if not callable(learning_rate) and not learning_rate > 0:
+        raise ValueError(f'learning_rate must be > 0, got {learning_rate!r}')
+
+
+def _coefficients(optimizer, var, apply_state):
+    """The ``apply_state`` coefficients (``'lr_t'``, ...) of ``var``'s device and dtype."""
+    key = (var.device, var.dtype.base_dtype)
+    return (apply_state or {}).get(key) or optimizer._fallback_apply_state(*key)
+
+
+@register
+class Adam(keras.optimizers.legacy.Optimizer):
+    """Adam with a bias-correction switch (update rule in the module docstring, with ``mu = 1``
+    and no weight decay).
 
     Args:
-        learning_rate: float or ``LearningRateSchedule``, the base rate.
+        learning_rate: float > 0 or ``LearningRateSchedule`` (e.g. ``WarmupLinearDecay``).
         beta_1, beta_2: floats in [0, 1), moment decay rates.
         epsilon: float > 0, added to ``sqrt(v_hat)``. Default 1e-6 as in BERT (Keras uses 1e-7).
             It is added after the bias correction (Kingma & Ba, Algorithm 1), unlike Keras's Adam,
@@ -148,112 +175,34 @@ class LayerwiseAdam(keras.optimizers.legacy.Optimizer):
         bias_correction: True = Adam as published; False = BERT's ``AdamWeightDecayOptimizer``
             (no correction: the first steps are ``1/(1-beta_1)`` times smaller in ``m`` but
             ``sqrt(1/(1-beta_2))`` times smaller in ``sqrt(v)``, i.e. about 3x larger at t=1).
-        lr_multipliers: dict regex -> float >= 0. The multiplier of a variable is that of the
-            pattern whose ``re.search`` match in the variable's name (without ``:0``, e.g.
-            ``'CRF/trans'``, ``'Transformer-0-FeedForward/dense/kernel'``) is longest; no match
-            = 1. Bert4keras names variables ``<layer name>/<weight>``, so a layer name is a
-            pattern. Write ``'Transformer-1-'`` (with the dash) so ``Transformer-10-`` does not
-            match. Equally long matches with different multipliers raise ``ValueError``.
-        weight_decay_rate: float >= 0. Decoupled weight decay as in BERT's AdamW: ``wd * w`` is
-            added to the Adam direction before the multiplication by the learning rate, so the
-            decay step is ``lr * s(t) * mu(w) * wd * w``.
-        exclude_from_weight_decay: regexes; a variable whose name any of them matches
-            (``re.search``) is not decayed. Default: LayerNorm / Norm layers and biases.
-        warmup_steps: int >= 0. The schedule factor is ``s = k / warmup_steps`` at the
-            ``k``-th update (k = 0, 1, ... counts completed updates, as BERT and Hugging Face
-            count, so the very first update has rate 0), for ``k < warmup_steps``.
-        total_steps: int > warmup_steps or None. If given, ``s`` falls linearly from 1 at
-            ``k = warmup_steps`` to ``min_lr_ratio`` at ``k = total_steps`` and stays there.
-            None: ``s = 1`` after the warmup.
-        min_lr_ratio: float in [0, 1], the final schedule factor.
         name: str.
         **kwargs: the OptimizerV2 arguments (``clipnorm``, ``clipvalue``, ``global_clipnorm``).
 
     Sparse gradients (``tf.IndexedSlices``, e.g. from embedding lookups) give the same update as
     the dense gradient with zeros in the rows not looked up (moments decay in every row).
 
-    >>> opt = LayerwiseAdam(1e-3, lr_multipliers={'CRF': 100}, bias_correction=False)
-    >>> crf = ConditionalRandomField(name='CRF')   # ... model = ...
-    >>> model.compile(optimizer=opt, loss=crf.sparse_loss)
+        >>> opt = Adam(1e-3, bias_correction=False)
+        >>> model.compile(optimizer=opt, loss=crf.sparse_loss)
     """
 
     _HAS_AGGREGATE_GRAD = True
 
     def __init__(self, learning_rate=1e-3, beta_1=0.9, beta_2=0.999, epsilon=1e-6,
-                 bias_correction=True, lr_multipliers=None, weight_decay_rate=0.0,
-                 exclude_from_weight_decay=('LayerNorm', 'Norm', 'bias'), warmup_steps=0,
-                 total_steps=None, min_lr_ratio=0.0, name='LayerwiseAdam', **kwargs):
+                 bias_correction=True, name='Adam', **kwargs):
         learning_rate = kwargs.pop('lr', learning_rate)
         super().__init__(name, **kwargs)
-        if not callable(learning_rate) and not learning_rate > 0:
-            raise ValueError(f'learning_rate must be > 0, got {learning_rate!r}')
+        _check_learning_rate(learning_rate)
         for argument, beta in (('beta_1', beta_1), ('beta_2', beta_2)):
             if not 0 <= beta < 1:
                 raise ValueError(f'{argument} must be in [0, 1), got {beta!r}')
         if not epsilon > 0:
             raise ValueError(f'epsilon must be > 0, got {epsilon!r}')
-        if not weight_decay_rate >= 0:
-            raise ValueError(f'weight_decay_rate must be >= 0, got {weight_decay_rate!r}')
-        if not isinstance(warmup_steps, numbers.Integral) or warmup_steps < 0:
-            raise ValueError(f'warmup_steps must be an int >= 0, got {warmup_steps!r}')
-        if total_steps is not None and (not isinstance(total_steps, numbers.Integral)
-                                        or total_steps <= warmup_steps):
-            raise ValueError(f'total_steps must be None or an int > warmup_steps '
-                             f'({warmup_steps}), got {total_steps!r}')
-        if not 0 <= min_lr_ratio <= 1:
-            raise ValueError(f'min_lr_ratio must be in [0, 1], got {min_lr_ratio!r}')
-        lr_multipliers = dict(lr_multipliers or {})
-        _check_patterns(lr_multipliers, 'lr_multipliers')
-        for pattern, multiplier in lr_multipliers.items():
-            if not (isinstance(multiplier, numbers.Real) and math.isfinite(multiplier)
-                    and multiplier >= 0):
-                raise ValueError(f'lr_multipliers[{pattern!r}] must be a finite number >= 0, '
-                                 f'got {multiplier!r}')
-        if isinstance(exclude_from_weight_decay, str):
-            exclude_from_weight_decay = (exclude_from_weight_decay,)
-        exclude_from_weight_decay = tuple(exclude_from_weight_decay or ())
-        _check_patterns(exclude_from_weight_decay, 'exclude_from_weight_decay')
-
         self._set_hyper('learning_rate', learning_rate)
         self._set_hyper('decay', self._initial_decay)
         self._set_hyper('beta_1', beta_1)
         self._set_hyper('beta_2', beta_2)
         self.epsilon = float(epsilon)
         self.bias_correction = bool(bias_correction)
-        self.lr_multipliers = {pattern: float(m) for pattern, m in lr_multipliers.items()}
-        self.weight_decay_rate = float(weight_decay_rate)
-        self.exclude_from_weight_decay = exclude_from_weight_decay
-        self.warmup_steps = int(warmup_steps)
-        self.total_steps = None if total_steps is None else int(total_steps)
-        self.min_lr_ratio = float(min_lr_ratio)
-
-    def multiplier(self, variable):
-        """Learning-rate multiplier of ``variable`` (a ``tf.Variable`` or its name): float."""
-        return match_multiplier(variable, self.lr_multipliers)
-
-    def decays(self, variable):
-        """Whether weight decay applies to ``variable`` (a ``tf.Variable`` or its name): bool."""
-        name = variable_base_name(variable)
-        return self.weight_decay_rate > 0 and not any(
-            re.search(pattern, name) for pattern in self.exclude_from_weight_decay)
-
-    def schedule_factor(self, step):
-        """The schedule factor ``s`` after ``step`` completed updates (a scalar tensor or int):
-        float32 tensor.
-
-        >>> opt = LayerwiseAdam(warmup_steps=10, total_steps=20, min_lr_ratio=0.1)
-        >>> [round(float(opt.schedule_factor(k)), 2) for k in (0, 5, 10, 15, 20, 30)]
-        [0.0, 0.5, 1.0, 0.55, 0.1, 0.1]
-        """
-        step = tf.cast(step, tf.float32)
-        factor = tf.ones_like(step)
-        if self.total_steps is not None:
-            remaining = (self.total_steps - step) / (self.total_steps - self.warmup_steps)
-            factor = self.min_lr_ratio + (1 - self.min_lr_ratio) * tf.clip_by_value(
-                remaining, 0.0, 1.0)
-        if self.warmup_steps > 0:
-            factor = tf.where(step < self.warmup_steps, step / self.warmup_steps, factor)
-        return factor
 
     def _create_slots(self, var_list):
         for var in var_list:
@@ -262,13 +211,11 @@ class LayerwiseAdam(keras.optimizers.legacy.Optimizer):
             self.add_slot(var, 'v')
 
     def _prepare_local(self, var_device, var_dtype, apply_state):
-        super()._prepare_local(var_device, var_dtype, apply_state)
-        coefficients = apply_state[(var_device, var_dtype)]
+        super()._prepare_local(var_device, var_dtype, apply_state)   # lr_t, with the schedule
         local_step = tf.cast(self.iterations + 1, var_dtype)
         beta_1_t = tf.identity(self._get_hyper('beta_1', var_dtype))
         beta_2_t = tf.identity(self._get_hyper('beta_2', var_dtype))
-        coefficients.update(
-            lr_t=coefficients['lr_t'] * tf.cast(self.schedule_factor(self.iterations), var_dtype),
+        apply_state[(var_device, var_dtype)].update(
             epsilon=tf.convert_to_tensor(self.epsilon, var_dtype),
             beta_1_t=beta_1_t,
             beta_2_t=beta_2_t,
@@ -276,12 +223,8 @@ class LayerwiseAdam(keras.optimizers.legacy.Optimizer):
             one_minus_beta_2_power=1 - tf.pow(beta_2_t, local_step),
         )
 
-    def _coefficients(self, var, apply_state):
-        key = (var.device, var.dtype.base_dtype)
-        return (apply_state or {}).get(key) or self._fallback_apply_state(*key)
-
     def _resource_apply_dense(self, grad, var, apply_state=None):
-        c = self._coefficients(var, apply_state)
+        c = _coefficients(self, var, apply_state)
         m, v = self.get_slot(var, 'm'), self.get_slot(var, 'v')
         m_t = tf.compat.v1.assign(m, c['beta_1_t'] * m + (1 - c['beta_1_t']) * grad,
                                   use_locking=self._use_locking)
@@ -290,7 +233,7 @@ class LayerwiseAdam(keras.optimizers.legacy.Optimizer):
         return self._apply_moments(var, m_t, v_t, c)
 
     def _resource_apply_sparse(self, grad, var, indices, apply_state=None):
-        c = self._coefficients(var, apply_state)
+        c = _coefficients(self, var, apply_state)
         m, v = self.get_slot(var, 'm'), self.get_slot(var, 'v')
         m_decayed = tf.compat.v1.assign(m, c['beta_1_t'] * m, use_locking=self._use_locking)
         with tf.control_dependencies([m_decayed]):
@@ -301,14 +244,11 @@ class LayerwiseAdam(keras.optimizers.legacy.Optimizer):
         return self._apply_moments(var, m_t, v_t, c)
 
     def _apply_moments(self, var, m_t, v_t, c):
-        """``w -= lr_t * mu(w) * (m_hat / (sqrt(v_hat) + eps) + wd * w)`` from the new moments."""
+        """``w -= lr_t * m_hat / (sqrt(v_hat) + eps)`` from the new moments."""
         if self.bias_correction:
             m_t, v_t = m_t / c['one_minus_beta_1_power'], v_t / c['one_minus_beta_2_power']
-        update = m_t / (tf.sqrt(v_t) + c['epsilon'])
-        if self.decays(var):
-            update += tf.cast(self.weight_decay_rate, update.dtype) * var
-        rate = c['lr_t'] * tf.cast(self.multiplier(var), update.dtype)
-        var_update = tf.compat.v1.assign_sub(var, rate * update, use_locking=self._use_locking)
+        update = c['lr_t'] * m_t / (tf.sqrt(v_t) + c['epsilon'])
+        var_update = tf.compat.v1.assign_sub(var, update, use_locking=self._use_locking)
         return tf.group(var_update, m_t, v_t)
 
     def get_config(self):
@@ -323,44 +263,278 @@ class LayerwiseAdam(keras.optimizers.legacy.Optimizer):
             beta_2=float(self._serialize_hyperparameter('beta_2')),
             epsilon=self.epsilon,
             bias_correction=self.bias_correction,
-            lr_multipliers=dict(self.lr_multipliers),
-            weight_decay_rate=self.weight_decay_rate,
-            exclude_from_weight_decay=list(self.exclude_from_weight_decay),
-            warmup_steps=self.warmup_steps,
-            total_steps=self.total_steps,
-            min_lr_ratio=self.min_lr_ratio,
         )
         return config
 
 
-def restore_optimizer_state(model, savedmodel_dir):
-    """Read the optimizer's step count and moments back from a SavedModel folder.
+def _check_extensible(BaseOptimizer, extension):
+    """The extensions hand the rate down in ``apply_state``: the base must take it."""
+    if not (isinstance(BaseOptimizer, type)
+            and issubclass(BaseOptimizer, keras.optimizers.legacy.Optimizer)):
+        raise TypeError(f'{extension}: BaseOptimizer must be a legacy (OptimizerV2) optimizer '
+                        f'class, e.g. keras.optimizers.legacy.SGD; got {BaseOptimizer!r}')
+    for method in ('_resource_apply_dense', '_resource_apply_sparse'):
+        if 'apply_state' not in inspect.signature(getattr(BaseOptimizer, method)).parameters:
+            raise TypeError(f'{extension}: {BaseOptimizer.__name__}.{method} takes no '
+                            f'apply_state, so it cannot be handed a per-variable rate (bert4keras\'s '
+                            f'optimizers read theirs elsewhere); extend crf_lr.optimizers.Adam or a '
+                            f'keras.optimizers.legacy optimizer')
 
-    tf-keras's SavedModel loader rebuilds a compiled model's optimizer from its config (so the
-    class and every setting come back) but starts every OptimizerV2 afresh (it logs "Slots
-    cannot be restored from saved_model"). The state is in the folder's checkpoint; this restores
-    it (the moments when the optimizer next creates them, i.e. at the first update). ``.h5`` and
-    ``.keras`` files need no such step.
+
+def _extension(name):
+    """Register the class an ``extend_with_*`` factory returns, under a name that says its
+    base, e.g. ``'crf_lr>WeightDecay(crf_lr>Adam)'``; one class per base (cached)."""
+    def decorate(factory):
+        @functools.lru_cache(maxsize=None)
+        @functools.wraps(factory)
+        def extend(BaseOptimizer):
+            _check_extensible(BaseOptimizer, factory.__name__)
+            cls = factory(BaseOptimizer)
+            cls.__name__ = cls.__qualname__ = f'{BaseOptimizer.__name__}With{name}'
+            base_name = keras.utils.get_registered_name(BaseOptimizer)
+            return register(cls, name=f'{name}({base_name})')
+        return extend
+    return decorate
+
+
+@_extension('WeightDecay')
+def extend_with_weight_decay(BaseOptimizer):
+    """A subclass of ``BaseOptimizer`` with decoupled weight decay, as in BERT's AdamW.
+
+    After the base update, ``w -= lr_t * weight_decay_rate * w`` (``w`` before the update), with
+    the rate ``lr_t`` the base uses (schedule included; the multiplier too when
+    ``extend_with_layerwise_lr`` wraps this class). For Adam this is ``wd * w`` added to the Adam
+    direction before the multiplication by the learning rate. Sparse gradients decay every row.
 
     Args:
-        model: the ``keras.Model`` returned by ``load_model(savedmodel_dir, compile=True)``.
-        savedmodel_dir: str, the folder written by ``model.save(path, save_format='tf')``.
+        BaseOptimizer: a legacy optimizer class that reads its rate from ``apply_state``
+            (``crf_lr.optimizers.Adam``, ``keras.optimizers.legacy.SGD``, ...).
     Returns:
-        None.
+        The class, whose ``__init__`` takes the base's arguments and:
 
-    >>> model = keras.models.load_model('saved/', compile=True)
-    >>> restore_optimizer_state(model, 'saved/')
+        weight_decay_rate: float >= 0.
+        exclude_from_weight_decay: regexes; a variable whose name any of them matches
+            (``re.search``) is not decayed. Default: LayerNorm / Norm layers and biases.
+
+        >>> AdamW = extend_with_weight_decay(Adam)
+        >>> opt = AdamW(1e-3, weight_decay_rate=0.01, exclude_from_weight_decay=['Norm', 'bias'])
     """
-    checkpoint = os.path.join(savedmodel_dir, 'variables', 'variables')
-    if not os.path.exists(checkpoint + '.index'):
-        raise FileNotFoundError(f'{savedmodel_dir!r} is not a SavedModel folder: '
-                                f'{checkpoint}.index does not exist')
-    if model.optimizer is None:
-        raise ValueError('the model has no optimizer: load it with compile=True')
-    model.load_weights(checkpoint).expect_partial()
+
+    class Extended(BaseOptimizer):
+
+        def __init__(self, *args, weight_decay_rate=0.0,
+                     exclude_from_weight_decay=('LayerNorm', 'Norm', 'bias'), **kwargs):
+            super().__init__(*args, **kwargs)
+            if not weight_decay_rate >= 0:
+                raise ValueError(f'weight_decay_rate must be >= 0, got {weight_decay_rate!r}')
+            if isinstance(exclude_from_weight_decay, str):
+                exclude_from_weight_decay = (exclude_from_weight_decay,)
+            exclude_from_weight_decay = tuple(exclude_from_weight_decay or ())
+            _check_patterns(exclude_from_weight_decay, 'exclude_from_weight_decay')
+            self.weight_decay_rate = float(weight_decay_rate)
+            self.exclude_from_weight_decay = exclude_from_weight_decay
+
+        def decays(self, variable):
+            """Whether weight decay applies to ``variable`` (a ``tf.Variable`` or its name)."""
+            name = variable_base_name(variable)
+            return self.weight_decay_rate > 0 and not any(
+                re.search(pattern, name) for pattern in self.exclude_from_weight_decay)
+
+        def _decayed(self, var, apply_state, apply):
+            """Run ``apply()`` (the base update), then decay ``var`` from its value before."""
+            if not self.decays(var):
+                return apply()
+            rate = _coefficients(self, var, apply_state)['lr_t']
+            decay = rate * tf.cast(self.weight_decay_rate, rate.dtype) * tf.identity(var)
+            with tf.control_dependencies([decay]):
+                update = apply()
+            with tf.control_dependencies([update]):
+                return tf.compat.v1.assign_sub(var, decay, use_locking=self._use_locking)
+
+        def _resource_apply_dense(self, grad, var, apply_state=None):
+            return self._decayed(var, apply_state, functools.partial(
+                super()._resource_apply_dense, grad, var, apply_state=apply_state))
+
+        def _resource_apply_sparse_duplicate_indices(self, grad, handle, indices, **kwargs):
+            return self._decayed(handle, kwargs.get('apply_state'), functools.partial(
+                super()._resource_apply_sparse_duplicate_indices, grad, handle, indices,
+                **kwargs))
+
+        def get_config(self):
+            return dict(super().get_config(), weight_decay_rate=self.weight_decay_rate,
+                        exclude_from_weight_decay=list(self.exclude_from_weight_decay))
+
+    return Extended
 
 
-keras.utils.get_custom_objects()['LayerwiseAdam'] = LayerwiseAdam
+@_extension('LayerwiseLR')
+def extend_with_layerwise_lr(BaseOptimizer):
+    """A subclass of ``BaseOptimizer`` whose update of each variable is scaled by a multiplier
+    chosen by name patterns (the rate ``lr_t`` / ``lr`` handed to the base is multiplied).
 
-__all__ = ['LayerwiseAdam', 'layerwise_decay_multipliers', 'match_multiplier',
+    Args:
+        BaseOptimizer: a legacy optimizer class that reads its rate from ``apply_state``
+            (``crf_lr.optimizers.Adam``, ``keras.optimizers.legacy.SGD``, ...).
+    Returns:
+        The class, whose ``__init__`` takes the base's arguments and:
+
+        lr_multipliers: dict regex -> float >= 0. The multiplier of a variable is that of the
+            pattern whose ``re.search`` match in the variable's name (without ``:0``, e.g.
+            ``'CRF/trans'``, ``'Transformer-0-FeedForward/dense/kernel'``) is longest; no match
+            = 1. Bert4keras names variables ``<layer name>/<weight>``, so a layer name is a
+            pattern. Write ``'Transformer-1-'`` (with the dash) so ``Transformer-10-`` does not
+            match. Equally long matches with different multipliers raise ``ValueError``.
+
+        >>> SGDLW = extend_with_layerwise_lr(keras.optimizers.legacy.SGD)
+        >>> opt = SGDLW(0.1, momentum=0.9, lr_multipliers={'CRF': 10})
+    """
+
+    class Extended(BaseOptimizer):
+
+        def __init__(self, *args, lr_multipliers=None, **kwargs):
+            super().__init__(*args, **kwargs)
+            lr_multipliers = dict(lr_multipliers or {})
+            _check_patterns(lr_multipliers, 'lr_multipliers')
+            for pattern, multiplier in lr_multipliers.items():
+                if not (isinstance(multiplier, numbers.Real) and math.isfinite(multiplier)
+                        and multiplier >= 0):
+                    raise ValueError(f'lr_multipliers[{pattern!r}] must be a finite number >= 0, '
+                                     f'got {multiplier!r}')
+            self.lr_multipliers = {pattern: float(m) for pattern, m in lr_multipliers.items()}
+
+        def multiplier(self, variable):
+            """Learning-rate multiplier of ``variable`` (a ``tf.Variable`` or its name): float."""
+            return match_multiplier(variable, self.lr_multipliers)
+
+        def _scaled(self, var, apply_state):
+            """``apply_state`` with the rates of ``var``'s device and dtype multiplied."""
+            multiplier = self.multiplier(var)
+            if multiplier == 1:
+                return apply_state
+            coefficients = dict(_coefficients(self, var, apply_state))
+            for name in ('lr_t', 'lr'):
+                if name in coefficients:
+                    coefficients[name] *= tf.cast(multiplier, coefficients[name].dtype)
+            return {**(apply_state or {}), (var.device, var.dtype.base_dtype): coefficients}
+
+        def _resource_apply_dense(self, grad, var, apply_state=None):
+            return super()._resource_apply_dense(grad, var,
+                                                 apply_state=self._scaled(var, apply_state))
+
+        def _resource_apply_sparse_duplicate_indices(self, grad, handle, indices, **kwargs):
+            kwargs['apply_state'] = self._scaled(handle, kwargs.get('apply_state'))
+            return super()._resource_apply_sparse_duplicate_indices(grad, handle, indices,
+                                                                    **kwargs)
+
+        def get_config(self):
+            return dict(super().get_config(), lr_multipliers=dict(self.lr_multipliers))
+
+    return Extended
+
+
+@register
+class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
+    """``learning_rate * s(k)`` after ``k`` completed updates, as BERT and Hugging Face count:
+    ``s = k / warmup_steps`` while ``k < warmup_steps`` (so the first update has rate 0); then,
+    with ``total_steps``, a linear fall from 1 at ``warmup_steps`` to ``min_lr_ratio`` at
+    ``total_steps``, constant afterwards; without it, ``s = 1``.
+
+    Args:
+        learning_rate: float > 0, or a ``LearningRateSchedule`` (the two multiply).
+        warmup_steps: int >= 0.
+        total_steps: int > warmup_steps, or None.
+        min_lr_ratio: float in [0, 1], the final factor.
+    Call with the step ``k`` (a scalar tensor or int); returns a scalar tensor, float64 for a
+    float64 step (Keras passes the step in the variables' dtype), else float32.
+
+        >>> schedule = WarmupLinearDecay(1e-3, warmup_steps=10, total_steps=20, min_lr_ratio=0.1)
+        >>> opt = Adam(schedule)       # rates 0, 5e-4, 1e-3, 5.5e-4, 1e-4 at k = 0, 5, 10, 15, 20
+    """
+
+    def __init__(self, learning_rate, warmup_steps=0, total_steps=None, min_lr_ratio=0.0):
+        _check_learning_rate(learning_rate)
+        if not isinstance(warmup_steps, numbers.Integral) or warmup_steps < 0:
+            raise ValueError(f'warmup_steps must be an int >= 0, got {warmup_steps!r}')
+        if total_steps is not None and (not isinstance(total_steps, numbers.Integral)
+                                        or total_steps <= warmup_steps):
+            raise ValueError(f'total_steps must be None or an int > warmup_steps '
+                             f'({warmup_steps}), got {total_steps!r}')
+        if not 0 <= min_lr_ratio <= 1:
+            raise ValueError(f'min_lr_ratio must be in [0, 1], got {min_lr_ratio!r}')
+        self.learning_rate = learning_rate
+        self.warmup_steps = int(warmup_steps)
+        self.total_steps = None if total_steps is None else int(total_steps)
+        self.min_lr_ratio = float(min_lr_ratio)
+
+    @property
+    def constant(self):
+        """True when ``s = 1`` at every step (no warmup, no decay)."""
+        return self.warmup_steps == 0 and self.total_steps is None
+
+    def __call__(self, step):
+        rate = self.learning_rate(step) if callable(self.learning_rate) else self.learning_rate
+        step = tf.convert_to_tensor(step)
+        dtype = tf.float64 if step.dtype == tf.float64 else tf.float32   # Keras: the variables'
+        step = tf.cast(step, tf.float32)
+        factor = tf.ones_like(step)
+        if self.total_steps is not None:
+            remaining = (self.total_steps - step) / (self.total_steps - self.warmup_steps)
+            factor = self.min_lr_ratio + (1 - self.min_lr_ratio) * tf.clip_by_value(
+                remaining, 0.0, 1.0)
+        if self.warmup_steps > 0:
+            factor = tf.where(step < self.warmup_steps, step / self.warmup_steps, factor)
+        return tf.cast(rate, dtype) * tf.cast(factor, dtype)
+
+    def get_config(self):
+        learning_rate = self.learning_rate
+        if isinstance(learning_rate, keras.optimizers.schedules.LearningRateSchedule):
+            learning_rate = keras.optimizers.schedules.serialize(learning_rate)
+        return dict(learning_rate=learning_rate, warmup_steps=self.warmup_steps,
+                    total_steps=self.total_steps, min_lr_ratio=self.min_lr_ratio)
+
+    @classmethod
+    def from_config(cls, config):
+        if isinstance(config['learning_rate'], dict):
+            config = dict(config, learning_rate=keras.optimizers.schedules.deserialize(
+                config['learning_rate']))
+        return cls(**config)
+
+
+@register(aliases=('LayerwiseAdam',))   # the name files written before 'crf_lr>' use
+class LayerwiseAdam(extend_with_layerwise_lr(extend_with_weight_decay(Adam))):
+    """``Adam`` with per-variable learning-rate multipliers, decoupled weight decay and a
+    warmup + linear-decay schedule: ``extend_with_layerwise_lr(extend_with_weight_decay(Adam))``
+    with ``WarmupLinearDecay(learning_rate, warmup_steps, total_steps, min_lr_ratio)`` as its rate.
+
+    Args:
+        learning_rate, beta_1, beta_2, epsilon, bias_correction: as ``Adam``.
+        lr_multipliers: as ``extend_with_layerwise_lr``.
+        weight_decay_rate, exclude_from_weight_decay: as ``extend_with_weight_decay``; the decay
+            step is ``lr * s(k) * mu(w) * wd * w``.
+        warmup_steps, total_steps, min_lr_ratio: as ``WarmupLinearDecay``.
+        name: str.
+        **kwargs: the OptimizerV2 arguments (``clipnorm``, ``clipvalue``, ``global_clipnorm``).
+
+        >>> opt = LayerwiseAdam(1e-3, lr_multipliers={'CRF': 100}, bias_correction=False)
+        >>> model.compile(optimizer=opt, loss=crf.sparse_loss)   # crf named 'CRF'
+    """
+
+    def __init__(self, learning_rate=1e-3, beta_1=0.9, beta_2=0.999, epsilon=1e-6,
+                 bias_correction=True, lr_multipliers=None, weight_decay_rate=0.0,
+                 exclude_from_weight_decay=('LayerNorm', 'Norm', 'bias'), warmup_steps=0,
+                 total_steps=None, min_lr_ratio=0.0, name='LayerwiseAdam', **kwargs):
+        schedule = WarmupLinearDecay(kwargs.pop('lr', learning_rate), warmup_steps, total_steps,
+                                     min_lr_ratio)
+        super().__init__(schedule.learning_rate if schedule.constant else schedule, beta_1,
+                         beta_2, epsilon, bias_correction, lr_multipliers=lr_multipliers,
+                         weight_decay_rate=weight_decay_rate,
+                         exclude_from_weight_decay=exclude_from_weight_decay, name=name, **kwargs)
+        self.schedule = schedule
+
+    def get_config(self):
+        return dict(super().get_config(), **self.schedule.get_config())
+
+
+__all__ = ['Adam', 'LayerwiseAdam', 'WarmupLinearDecay', 'extend_with_layerwise_lr',
+           'extend_with_weight_decay', 'layerwise_decay_multipliers', 'match_multiplier',
            'restore_optimizer_state', 'variable_base_name']

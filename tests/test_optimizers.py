@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from crf_lr.compat import tf, keras
-from crf_lr.optimizers import (LayerwiseAdam, layerwise_decay_multipliers, match_multiplier,
-                               restore_optimizer_state)
+from crf_lr.optimizers import (Adam, LayerwiseAdam, WarmupLinearDecay, extend_with_layerwise_lr,
+                               extend_with_weight_decay, layerwise_decay_multipliers,
+                               match_multiplier, restore_optimizer_state)
 
 
 def f32(x):
@@ -349,3 +350,104 @@ def test_crf_lr_multiplier_equals_optimizer_multiplier_under_adam():
     np.testing.assert_allclose(by_optimizer - initial, change, rtol=0, atol=atol)
     # measured: 6e-7 and 3e-5 of the largest change
     np.testing.assert_allclose(same_eps - initial, change, rtol=0, atol=1e-4 * np.abs(change).max())
+
+
+def reference_sgd(weights, gradient, steps, lr, multipliers, decayed, momentum=0.0,
+                  weight_decay_rate=0.0, **schedule):
+    """Closed-form SGD with momentum (Keras's: ``a = momentum * a - rate * g; w += a``), the rate
+    scaled per variable, then decoupled decay ``w -= rate * wd * w_before``; float64."""
+    w = {name: np.asarray(value, np.float64).copy() for name, value in weights.items()}
+    accumulator = {name: np.zeros_like(value) for name, value in w.items()}
+    for k in range(steps):
+        for name in w:
+            rate = lr * reference_schedule(k, **schedule) * multipliers[name]
+            before = w[name].copy()
+            accumulator[name] = momentum * accumulator[name] - rate * gradient(name, before)
+            w[name] = w[name] + accumulator[name]
+            if decayed[name]:
+                w[name] = w[name] - rate * weight_decay_rate * before
+    return w
+
+
+@pytest.mark.parametrize('with_decay', [False, True])
+def test_extensions_wrap_keras_sgd_as_its_closed_form(with_decay):
+    """The wrappers compose on another base: SGD with momentum, per-variable multipliers, the
+    schedule as its learning rate and (outermost extension inside) decoupled weight decay."""
+    base = keras.optimizers.legacy.SGD
+    cls = extend_with_layerwise_lr(extend_with_weight_decay(base) if with_decay else base)
+    assert cls is extend_with_layerwise_lr(extend_with_weight_decay(base) if with_decay else base)
+    rng = np.random.default_rng(7)
+    initial = {name: rng.normal(size=shape) for name, shape in SHAPES.items()}
+    linear = {name: rng.normal(size=shape) for name, shape in SHAPES.items()}
+    variables = [tf.Variable(value, name=name) for name, value in initial.items()]
+    decay = dict(weight_decay_rate=0.05) if with_decay else {}
+    opt = cls(WarmupLinearDecay(0.1, warmup_steps=2, total_steps=5, min_lr_ratio=0.1),
+              momentum=0.9, lr_multipliers=PATTERNS, **decay)
+    steps = 7
+    for _ in range(steps):
+        with tf.GradientTape() as tape:
+            loss = sum(tf.reduce_sum(linear[name] * var + var ** 2)
+                       for name, var in zip(SHAPES, variables))
+        opt.apply_gradients(zip(tape.gradient(loss, variables), variables))
+    decayed = EXPECTED_DECAYED if with_decay else dict.fromkeys(SHAPES, False)
+    expected = reference_sgd(initial, lambda name, w: linear[name] + 2 * w, steps, f32(0.1),
+                             EXPECTED_MULTIPLIERS, decayed, momentum=f32(0.9),
+                             warmup_steps=2, total_steps=5, min_lr_ratio=0.1, **decay)
+    for name, var in zip(SHAPES, variables):
+        moved = np.abs(expected[name] - initial[name]).max()
+        assert moved > 1e-2, name
+        np.testing.assert_allclose(var.numpy(), expected[name], rtol=1e-6, atol=1e-6 * moved,
+                                   err_msg=name)
+
+
+def test_schedule_equals_closed_form_and_round_trips():
+    schedule = WarmupLinearDecay(1e-3, warmup_steps=10, total_steps=20, min_lr_ratio=0.1)
+    for k in range(0, 31):
+        for dtype in (tf.int64, tf.float32, tf.float64):
+            rate = schedule(tf.constant(k, dtype))
+            assert rate.dtype == (tf.float64 if dtype == tf.float64 else tf.float32)
+            assert float(rate) == pytest.approx(1e-3 * reference_schedule(k, 10, 20, 0.1),
+                                                rel=1e-6, abs=1e-12), k
+    assert float(WarmupLinearDecay(0.5, warmup_steps=4)(100)) == 0.5    # no total: constant
+    nested = WarmupLinearDecay(keras.optimizers.schedules.ExponentialDecay(1.0, 1, 0.5),
+                               warmup_steps=2)
+    assert float(nested(3)) == pytest.approx(0.5 ** 3)                   # the two multiply
+    for original in (schedule, nested):
+        serialized = json.loads(json.dumps(keras.optimizers.schedules.serialize(original)))
+        restored = keras.optimizers.schedules.deserialize(serialized)
+        assert type(restored) is WarmupLinearDecay
+        assert float(restored(13)) == float(original(13))
+    with pytest.raises(ValueError, match='warmup_steps'):
+        WarmupLinearDecay(1e-3, warmup_steps=-1)
+
+
+def test_layerwise_adam_is_the_composition_and_every_class_round_trips():
+    composed = extend_with_layerwise_lr(extend_with_weight_decay(Adam))
+    assert issubclass(LayerwiseAdam, composed)
+    options = dict(lr_multipliers=PATTERNS, weight_decay_rate=0.05, bias_correction=False)
+    ready = LayerwiseAdam(1e-2, warmup_steps=2, total_steps=5, **options)
+    by_hand = composed(WarmupLinearDecay(1e-2, warmup_steps=2, total_steps=5), **options)
+    results = []
+    for opt in (ready, by_hand):
+        var = tf.Variable(np.linspace(-1, 1, 6).reshape(2, 3), name='CRF/trans')
+        for _ in range(4):
+            opt.minimize(lambda: tf.reduce_sum((var - 0.3) ** 4), [var])
+        results.append(var.numpy())
+    assert np.abs(results[0] - np.linspace(-1, 1, 6).reshape(2, 3)).max() > 1e-2
+    np.testing.assert_array_equal(results[0], results[1])
+    sgd = extend_with_layerwise_lr(keras.optimizers.legacy.SGD)(0.1, momentum=0.5,
+                                                               lr_multipliers={'CRF': 3.0})
+    for opt in (Adam(1e-3, bias_correction=False), by_hand, sgd):   # not Keras's Adam or SGD
+        for legacy in (False, True):        # the .keras / SavedModel and the .h5 formats
+            serialized = keras.optimizers.serialize(opt, use_legacy_format=legacy)
+            restored = keras.optimizers.deserialize(json.loads(json.dumps(serialized)),
+                                                    use_legacy_format=legacy)
+            assert type(restored) is type(opt) and restored.get_config() == opt.get_config()
+
+
+def test_extensions_refuse_bases_that_cannot_take_a_rate():
+    from bert4keras.optimizers import Adam as Bert4kerasAdam
+    with pytest.raises(TypeError, match='takes no apply_state'):
+        extend_with_layerwise_lr(Bert4kerasAdam)
+    with pytest.raises(TypeError, match='BaseOptimizer must be a legacy'):
+        extend_with_weight_decay(keras.optimizers.Adam)
