@@ -108,28 +108,29 @@ def guard(tensor, is_bad, owner, argument, what, always=False, context=()):
         return tensor
     from crf_lr.compat import tf
     tensor = tf.convert_to_tensor(tensor)
-    bad = is_bad(tensor)
-    if tf.executing_eagerly():
-        if bool(tf.reduce_any(bad)):
-            found = tf.where(bad)
-            raise tf.errors.InvalidArgumentError(None, None, _message(
-                owner, argument, what, len(found), tensor.shape.as_list(),
-                found[:_MAX_INDEX].numpy().tolist(),
-                tf.gather_nd(tensor, found[:_MAX_INDEX]).numpy().tolist(),
-                ''.join(f'; {label} = {int(value)}' for label, value in context)))
-        return tensor
-    valid = tf.logical_not(tf.reduce_any(bad))
+    with tf.name_scope('check_numerics'):
+        bad = is_bad(tensor)
+        if tf.executing_eagerly():
+            if bool(tf.reduce_any(bad)):
+                found = tf.where(bad)
+                raise tf.errors.InvalidArgumentError(None, None, _message(
+                    owner, argument, what, len(found), tensor.shape.as_list(),
+                    found[:_MAX_INDEX].numpy().tolist(),
+                    tf.gather_nd(tensor, found[:_MAX_INDEX]).numpy().tolist(),
+                    ''.join(f'; {label} = {int(value)}' for label, value in context)))
+            return tensor
+        valid = tf.logical_not(tf.reduce_any(bad))
 
-    def report():                    # traced into the failing branch: costs nothing on success
-        first = tf.where(bad)[:_MAX_INDEX]
-        data = [f'{owner}: {argument} holds {what}; first at', first, 'values',
-                tf.gather_nd(tensor, first), 'of shape', tf.shape(tensor)]
-        for label, value in context:
-            data += [label, value]
-        with tf.control_dependencies([tf.debugging.Assert(valid, data, 4 * _MAX_INDEX)]):
-            return tf.identity(valid)
-    with tf.control_dependencies([tf.cond(valid, lambda: valid, report)]):
-        return tf.identity(tensor)
+        def report():                # traced into the failing branch: costs nothing on success
+            first = tf.where(bad)[:_MAX_INDEX]
+            data = [f'{owner}: {argument} holds {what}; first at', first, 'values',
+                    tf.gather_nd(tensor, first), 'of shape', tf.shape(tensor)]
+            for label, value in context:
+                data += [label, value]
+            with tf.control_dependencies([tf.debugging.Assert(valid, data, 4 * _MAX_INDEX)]):
+                return tf.identity(valid)
+        with tf.control_dependencies([tf.cond(valid, lambda: valid, report)]):
+            return tf.identity(tensor)
 
 
 def guard_finite(tensor, owner, argument, minus_inf_allowed=False):
