@@ -320,11 +320,11 @@ def _load_state(archive, path):
                               f'{_short(pickles)}')
     root = pickles[0][:-len('data.pkl')]
     names = set(archive.namelist())
-    for name in names:
-        if archive.getinfo(name).compress_type != zipfile.ZIP_STORED:
-            raise ConversionError(f'{path}: zip member {_short(name)!r} is compressed; torch.save '
-                                  f'stores every member uncompressed (refused: a compressed '
-                                  f'member can expand far beyond the file)')
+    for info in archive.infolist():
+        if info.compress_type != zipfile.ZIP_STORED:
+            raise ConversionError(f'{path}: zip member {_short(info.filename)!r} is compressed; '
+                                  f'torch.save stores every member uncompressed (refused: a '
+                                  f'compressed member can expand far beyond the file)')
     order = '>' if (root + 'byteorder' in names
                     and archive.read(root + 'byteorder').strip() == b'big') else '<'
     storages = {}
