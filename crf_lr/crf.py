@@ -412,7 +412,8 @@ class ConditionalRandomField(keras.layers.Layer):
         return tf.where(mask, inputs, tf.constant(-np.inf, inputs.dtype))
 
     def _owner(self, method):
-        return f'ConditionalRandomField {self.name!r}.{method}'
+        # no quotes: a graph Assert prints its message escaped (\'), which a user cannot grep
+        return f'ConditionalRandomField(name={self.name}).{method}'
 
     def _unpack(self, y_pred, method):
         """Emissions (compute dtype, -inf kept: the maths floors them) and mask from ``y_pred``;

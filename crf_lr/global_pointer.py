@@ -120,7 +120,7 @@ class _PointerBase(keras.layers.Layer):
         (Keras passes the encoder's padding mask here; without one, no position is masked).
         Under ``crf_lr.set_check_numerics``, NaN or inf in ``inputs`` or in the unmasked scores
         (weights gone NaN, overflow) raise ``InvalidArgumentError`` naming the layer."""
-        owner = f'{type(self).__name__} {self.name!r}'
+        owner = f'{type(self).__name__}(name={self.name})'       # no quotes: see crf.py
         scores = guard_finite(self._scores(guard_finite(inputs, owner, 'inputs')), owner, 'scores')
         keep = None
         if mask is not None:
