@@ -182,7 +182,7 @@ def test_malicious_or_malformed_torch_pickles_are_conversion_errors(tmp_path, st
     assert peak < 2 ** 20, f'{peak} bytes allocated before the refusal'   # nothing amplified
 
 
-def test_truncated_pickle_and_compressed_members_are_refused(tmp_path):
+def test_a_truncated_pickle_is_refused(tmp_path):
     path = _torch_bin(tmp_path, {'w': _tensor(0, (4,), (1,), 4)})
     with zipfile.ZipFile(path) as z:
         payload = z.read('archive/data.pkl')
@@ -190,7 +190,10 @@ def test_truncated_pickle_and_compressed_members_are_refused(tmp_path):
     with pytest.raises(ConversionError) as error:
         read_torch_bin(path)
     _check_message(error, path, 'truncated')
-    # 4 MB of zeros deflate to a few kB: a zip bomb in small
+
+
+def test_a_compressed_zip_member_is_refused(tmp_path):
+    """4 MB of zeros deflate to a few kB: a zip bomb in small."""
     path = _torch_bin(tmp_path, {'w': _tensor(0, (2 ** 20,), (1,), 2 ** 20)},
                       storage=np.zeros(2 ** 20, '<f4'), compress=True)
     assert os.path.getsize(path) < 2 ** 15
@@ -215,22 +218,32 @@ def test_cli_refuses_a_malicious_checkpoint_in_one_line(tmp_path):
 
 # ----------------------------------------------------------------------------- config, vocab, weights
 
-def test_config_vocab_and_weights_that_would_break_later_are_refused_up_front(tmp_path):
+BASE_CONFIG = dict(model_type='bert', vocab_size=8, hidden_size=4, num_hidden_layers=1,
+                   num_attention_heads=1, intermediate_size=8)
+
+
+@pytest.mark.parametrize('config, fault', [
+    ([1, 2], 'JSON list'),
+    ({**BASE_CONFIG, 'hidden_size': '4'}, 'hidden_size must be a positive int'),
+    ({**BASE_CONFIG, 'num_hidden_layers': 0}, 'num_hidden_layers must be a positive int'),
+    ({**BASE_CONFIG, 'vocab_size': True}, 'vocab_size must be a positive int'),
+], ids=['list', 'string-size', 'zero-layers', 'bool-vocab'])
+def test_a_config_that_would_break_later_is_refused_up_front(config, fault):
     with pytest.raises(ConversionError) as error:
-        google_config([1, 2], 'hf/config.json')
-    _check_message(error, 'hf/config.json', 'JSON list')
-    base = dict(model_type='bert', vocab_size=8, hidden_size=4, num_hidden_layers=1,
-                num_attention_heads=1, intermediate_size=8)
-    for field, value in (('hidden_size', '4'), ('num_hidden_layers', 0), ('vocab_size', True)):
-        with pytest.raises(ConversionError) as error:
-            google_config({**base, field: value}, 'hf/config.json')
-        _check_message(error, 'hf/config.json', f'{field} must be a positive int')
+        google_config(config, 'hf/config.json')
+    _check_message(error, 'hf/config.json', fault)
+
+
+def test_a_vocab_that_is_not_utf8_names_the_file(tmp_path):
     src = _tiny_hf_bert(str(tmp_path / 'hf'))
     with open(os.path.join(src, 'vocab.txt'), 'ab') as f:
         f.write(b'\xff\xfe bad bytes\n')
     with pytest.raises(ConversionError) as error:
         convert_checkpoint(src, str(tmp_path / 'out'))
     _check_message(error, 'vocab.txt', 'not UTF-8')
+
+
+def test_a_nan_weight_names_the_file_and_the_tensor(tmp_path):
     src = _tiny_hf_bert(str(tmp_path / 'nan'))
     weights = read_safetensors(os.path.join(src, 'model.safetensors'))
     weights['encoder.layer.0.output.dense.bias'][1] = np.nan
@@ -241,14 +254,14 @@ def test_config_vocab_and_weights_that_would_break_later_are_refused_up_front(tm
     _check_message(error, 'model.safetensors', 'encoder.layer.0.output.dense.bias', '1 NaN or inf')
 
 
-def test_a_damaged_converted_cache_is_not_returned(tmp_path):
+@pytest.mark.parametrize('saved', [
+    '[1, 2]',
+    '{"stamp": {"source": "x"}, "files": ["c", "m", "v"], "model_type": "bert", "ignored": []}',
+], ids=['stamp-a-list', 'files-gone'])
+def test_a_damaged_converted_cache_is_not_returned(tmp_path, saved):
     from crf_lr.pretrained import _STAMP, _cached
-    stamp = {'source': 'x'}
-    (tmp_path / _STAMP).write_text('[1, 2]')
-    assert _cached(str(tmp_path), stamp) is None                      # a stamp that is a list
-    (tmp_path / _STAMP).write_text('{"stamp": {"source": "x"}, "files": ["c", "m", "v"], '
-                                   '"model_type": "bert", "ignored": []}')
-    assert _cached(str(tmp_path), stamp) is None                      # the files are gone
+    (tmp_path / _STAMP).write_text(saved)
+    assert _cached(str(tmp_path), {'source': 'x'}) is None
 
 
 # ----------------------------------------------------------------------------- the switch
@@ -318,6 +331,10 @@ def test_crf_nan_and_inf_emissions_raise_under_the_switch(check_numerics):
                    'NaN or +inf in 2 of its 24 values', '[[0, 1, 2], [1, 2, 0]]')
     emissions[0, 1, 2] = emissions[1, 2, 0] = 0
     assert np.isfinite(layer.sparse_loss(tags, emissions).numpy()).all()
+
+
+def test_crf_nan_transitions_raise_under_the_switch(check_numerics):
+    emissions, tags = _crf_case(0.0)
     with pytest.raises(tf.errors.InvalidArgumentError) as error:
         crf_log_likelihood(emissions, tags, np.ones((2, 4)), np.full((3, 3), np.nan))
     _check_message(error, 'crf_log_likelihood', 'transitions', 'NaN or inf')
@@ -346,6 +363,9 @@ def test_crf_decode_always_refuses_nan_emissions():
     with pytest.raises(ValueError) as error:
         layer.decode(emissions)
     _check_message(error, "ConditionalRandomField(name=crf).decode", 'emissions', 'NaN or +inf')
+
+
+def test_crf_lr_multiplier_must_be_finite():
     with pytest.raises(ValueError) as error:
         ConditionalRandomField(lr_multiplier=np.inf)
     _check_message(error, 'lr_multiplier', 'positive finite')
@@ -396,28 +416,35 @@ def test_fit_with_the_switch_on_names_the_layer_not_just_a_nan_loss():
 
 # ----------------------------------------------------------------------------- losses
 
-def test_dense_mcce_targets_outside_zero_one_raise_under_the_switch():
+@pytest.mark.parametrize('y_true', [[[2., 0., 0.]], [[-1., 0., 0.]], [[np.nan, 0., 0.]]],
+                         ids=['two', 'minus-one', 'nan'])
+def test_dense_mcce_targets_outside_zero_one_raise_under_the_switch(y_true):
+    """Documented: off, the loss is NaN (no cost); on, the target raises."""
     y_pred = np.array([[2., -1., 0.5]], 'float32')
-    for y_true in ([[2., 0., 0.]], [[-1., 0., 0.]], [[np.nan, 0., 0.]]):
-        assert np.isnan(multilabel_categorical_crossentropy(y_true, y_pred).numpy()).all()  # doc
-        with crf_lr.set_check_numerics(True), \
-                pytest.raises(tf.errors.InvalidArgumentError) as error:
-            multilabel_categorical_crossentropy(y_true, y_pred)
-        _check_message(error, 'multilabel_categorical_crossentropy', 'y_true',
-                       'outside [0, 1]')
-    soft = multilabel_categorical_crossentropy([[0.5, 0., 1.]], y_pred)      # soft: allowed
+    assert np.isnan(multilabel_categorical_crossentropy(y_true, y_pred).numpy()).all()
+    with crf_lr.set_check_numerics(True), pytest.raises(tf.errors.InvalidArgumentError) as error:
+        multilabel_categorical_crossentropy(y_true, y_pred)
+    _check_message(error, 'multilabel_categorical_crossentropy', 'y_true', 'outside [0, 1]')
+
+
+def test_dense_mcce_soft_targets_in_zero_one_pass_the_switch_unchanged():
+    y_pred = np.array([[2., -1., 0.5]], 'float32')
+    soft = multilabel_categorical_crossentropy([[0.5, 0., 1.]], y_pred)
     with crf_lr.set_check_numerics(True):
         np.testing.assert_array_equal(
             multilabel_categorical_crossentropy([[0.5, 0., 1.]], y_pred), soft)
 
 
-def test_nan_logits_raise_under_the_switch_naming_the_loss(check_numerics):
+def test_nan_global_pointer_logits_raise_under_the_switch_naming_the_loss(check_numerics):
     scores = np.zeros((1, 2, 3, 3), 'float32')
     scores[0, 1, 0, 2] = np.nan
     scores[0, :, 1, 0] = -np.inf                                    # masked cells: allowed
     with pytest.raises(tf.errors.InvalidArgumentError) as error:
         global_pointer_crossentropy(np.zeros_like(scores), scores)
     _check_message(error, 'global_pointer_crossentropy', 'y_pred', 'NaN or +inf')
+
+
+def test_plus_inf_logit_of_sparse_mcce_raises_under_the_switch(check_numerics):
     with pytest.raises(tf.errors.InvalidArgumentError) as error:
         sparse_multilabel_categorical_crossentropy([[0]], [[np.inf, 0.]])
     _check_message(error, 'sparse_multilabel_categorical_crossentropy', 'y_pred')
@@ -451,16 +478,20 @@ def test_decode_spans_refuses_nan_and_plus_inf_scores(value):
     _check_message(error, 'decode_spans', 'scores', 'NaN or +inf', '[[1, 0, 0, 2]]')
 
 
-def test_decode_spans_refuses_a_nan_threshold_and_lengths_past_n():
-    scores = np.ones((1, 3, 3))
+def test_decode_spans_refuses_a_nan_threshold():
     with pytest.raises(ValueError) as error:
-        decode_spans(scores, threshold=np.nan)
+        decode_spans(np.ones((1, 3, 3)), threshold=np.nan)
     _check_message(error, 'decode_spans', 'threshold')
-    for lengths in (4, -1):
-        with pytest.raises(ValueError) as error:
-            decode_spans(scores, lengths=lengths)
-        _check_message(error, 'decode_spans', 'lengths', 'in [0, 3]')
-    big = np.full((1, 1, 400, 400), np.nan)                   # a large bad input: a short message
+
+
+@pytest.mark.parametrize('lengths', [4, -1])
+def test_decode_spans_refuses_lengths_outside_zero_n(lengths):
     with pytest.raises(ValueError) as error:
-        decode_spans(big)
-    _check_message(error, 'in 160000 of its 160000 values')
+        decode_spans(np.ones((1, 3, 3)), lengths=lengths)
+    _check_message(error, 'decode_spans', 'lengths', 'in [0, 3]')
+
+
+def test_decode_spans_message_on_a_large_nan_input_stays_short():
+    with pytest.raises(ValueError) as error:
+        decode_spans(np.full((1, 1, 400, 400), np.nan))
+    _check_message(error, 'decode_spans', 'scores', 'in 160000 of its 160000 values')
