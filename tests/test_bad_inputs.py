@@ -2,8 +2,9 @@
 error of the stated class whose message names the file / layer / loss and the argument at fault,
 in one readable line, or (where documented) an exact result checked against an oracle.
 
-Every test here failed on main before the change (see docs/reliability.md); new names are
-imported inside the tests so that the file also runs against the old code and counts them.
+Every test here but the pickle assembler's control fails on main's code (66 of 67 items, see
+docs/reliability.md); new names are imported inside the tests so that the file also runs
+against the old code and counts them.
 """
 import json
 import os
