@@ -51,6 +51,7 @@ _PUBLIC = {
     'sparse_global_pointer_f1': 'crf_lr.losses',
     'LayerwiseAdam': 'crf_lr.optimizers',
     'layerwise_decay_multipliers': 'crf_lr.optimizers',
+    'set_check_numerics': 'crf_lr.numerics',
 }
 
 __all__ = sorted(_PUBLIC)

@@ -15,8 +15,10 @@ other global, so a checkpoint cannot run code. Writing the checkpoint needs Tens
 import argparse
 import collections
 import json
+import math
 import os
 import pickle
+import reprlib
 import shutil
 import struct
 import sys
@@ -41,6 +43,27 @@ class ConversionError(ValueError):
     """A source folder or checkpoint that cannot be converted (the message says why and where)."""
 
 
+class CheckpointPickleError(ConversionError, pickle.UnpicklingError):
+    """A ``pytorch_model.bin`` pickle that is malicious or malformed, refused before it can run
+    code or allocate more than its file holds (a ``ConversionError`` and an ``UnpicklingError``)."""
+
+
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = 80
+
+
+def _short(value, limit=120):
+    """A value read from a checkpoint as text cut to a readable length (a str as it is, anything
+    else by ``reprlib``), so that a hostile file cannot fill a message."""
+    text = value if isinstance(value, str) else _REPR.repr(value)
+    return text if len(text) <= limit else f'{text[:limit // 2]}...{text[-(limit // 2):]}'
+
+
+def _is_count(value):
+    """An int >= 0 (not a bool): what sizes, strides, offsets and element counts must be."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 # ---------------------------------------------------------------------------------------------
 # Reading: safetensors
 # ---------------------------------------------------------------------------------------------
@@ -60,10 +83,16 @@ def read_safetensors(path):
     The format is an 8-byte little-endian header length, a JSON header
     ``{name: {dtype, shape, data_offsets: [begin, end]}}`` and the raw little-endian bytes.
 
+    Every header entry is checked (a known dtype, a shape of ints >= 0, a byte range inside the
+    file that holds exactly that shape, no two ranges overlapping) before any tensor is read, so
+    the arrays take no more memory than the file.
+
     Args:
         path: str, the ``.safetensors`` file.
     Returns:
         dict str -> np.ndarray (bfloat16 is widened to float32).
+    Raises:
+        ConversionError naming the file and the tensor at fault.
 
     >>> weights = read_safetensors('model.safetensors')
     >>> weights['embeddings.word_embeddings.weight'].shape      # (vocab_size, hidden_size)
@@ -79,27 +108,58 @@ def read_safetensors(path):
                                   f'{size}; not a safetensors file or truncated')
         try:
             header = json.loads(f.read(header_len))
-        except ValueError as exc:
-            raise ConversionError(f'{path}: header is not valid JSON ({exc})') from None
+        except (ValueError, RecursionError) as exc:
+            raise ConversionError(f'{path}: header is not valid JSON '
+                                  f'({_short(str(exc))})') from None
+    if not isinstance(header, dict):
+        raise ConversionError(f'{path}: header is a JSON {type(header).__name__}, expected an '
+                              f'object {{name: {{dtype, shape, data_offsets}}}}')
     data_start = 8 + header_len
+    entries = sorted(_safetensors_entry(path, name, info, size - data_start)
+                     for name, info in header.items() if name != '__metadata__')
+    filled = [entry for entry in entries if entry[1] > entry[0]]          # by begin
+    for (_, end, name, *_), (begin, _, other, *_) in zip(filled, filled[1:]):
+        if end > begin:      # shared bytes would let a small file stand for many large tensors
+            raise ConversionError(f'{path}: tensors {_short(name)!r} and {_short(other)!r} overlap '
+                                  f'in the data (bytes [{begin}, {end}))')
     tensors = {}
-    for name, info in header.items():
-        if name == '__metadata__':
-            continue
-        dtype = _SAFETENSORS_DTYPES.get(info.get('dtype'))
-        if dtype is None:
-            raise ConversionError(f'{path}: tensor {name!r} has unsupported dtype '
-                                  f'{info.get("dtype")!r}; expected one of {sorted(_SAFETENSORS_DTYPES)}')
-        shape = tuple(info['shape'])
-        begin, end = info['data_offsets']
-        itemsize = 2 if dtype == 'bf16' else np.dtype(dtype).itemsize
-        if end - begin != int(np.prod(shape)) * itemsize or data_start + end > size:
-            raise ConversionError(f'{path}: tensor {name!r} of shape {shape} and dtype '
-                                  f'{info["dtype"]} does not fit its byte range [{begin}, {end})')
-        raw = np.fromfile(path, dtype='<u2' if dtype == 'bf16' else dtype,
-                          count=int(np.prod(shape)), offset=data_start + begin)
+    for begin, end, name, dtype, shape in entries:
+        count = math.prod(shape)
+        raw = np.fromfile(path, dtype='<u2' if dtype == 'bf16' else dtype, count=count,
+                          offset=data_start + begin)
         tensors[name] = (_bfloat16_to_float32(raw) if dtype == 'bf16' else raw).reshape(shape)
     return tensors
+
+
+def _safetensors_entry(path, name, info, data_size):
+    """``(begin, end, name, NumPy dtype, shape)`` of one header entry, after checking that it has
+    a known dtype, a shape of ints >= 0 and a byte range inside the data that holds exactly
+    that many elements; else ``ConversionError`` naming ``path`` and the tensor."""
+    where = f'{path}: tensor {_short(name)!r}'
+    if not isinstance(info, dict) or not {'dtype', 'shape', 'data_offsets'} <= set(info):
+        found = sorted(info) if isinstance(info, dict) else type(info).__name__
+        raise ConversionError(f'{where}: its header entry must be an object with dtype, shape '
+                              f'and data_offsets; found {_short(found)}')
+    code, shape, offsets = info['dtype'], info['shape'], info['data_offsets']
+    dtype = _SAFETENSORS_DTYPES.get(code) if isinstance(code, str) else None
+    if dtype is None:
+        raise ConversionError(f'{where}: unsupported dtype {_short(code)}; expected one of '
+                              f'{sorted(_SAFETENSORS_DTYPES)}')
+    if not isinstance(shape, list) or not all(_is_count(n) for n in shape):
+        raise ConversionError(f'{where}: shape {_short(shape)} must be a list of ints >= 0')
+    if (not isinstance(offsets, list) or len(offsets) != 2 or not all(map(_is_count, offsets))
+            or offsets[0] > offsets[1]):
+        raise ConversionError(f'{where}: data_offsets {_short(offsets)} must be [begin, end] '
+                              f'with 0 <= begin <= end')
+    begin, end = offsets
+    if end > data_size:
+        raise ConversionError(f'{where} does not fit its byte range [{begin}, {end}): the data '
+                              f'holds {data_size} bytes (a truncated file?)')
+    nbytes = math.prod(shape) * (2 if dtype == 'bf16' else np.dtype(dtype).itemsize)
+    if end - begin != nbytes:
+        raise ConversionError(f'{where} of shape {tuple(shape)} and dtype {code} needs {nbytes} '
+                              f'bytes; it does not fit its byte range [{begin}, {end})')
+    return begin, end, name, dtype, tuple(shape)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -120,22 +180,32 @@ class _StorageType:
 
 
 def _rebuild_tensor(storage, storage_offset, size, stride, *unused):
-    """NumPy version of ``torch._utils._rebuild_tensor(_v2)``: a strided view of a storage."""
-    size, stride = tuple(size), tuple(stride)
-    if len(size) != len(stride) or min(size, default=0) < 0:
-        raise pickle.UnpicklingError(f'invalid tensor size {size} for stride {stride}')
-    if all(size):
-        last = storage_offset + sum((n - 1) * s for n, s in zip(size, stride))
-        if storage_offset < 0 or min(stride, default=0) < 0 or last >= storage.size:
-            raise pickle.UnpicklingError(
-                f'tensor of size {size}, stride {stride}, offset {storage_offset} reads past '
-                f'its storage of {storage.size} elements')
-    else:
+    """NumPy version of ``torch._utils._rebuild_tensor(_v2)``: a read-only strided view of a
+    storage (no copy: tensors that share a storage share its memory).
+
+    Checked before anything is allocated: sizes, strides and offset are ints >= 0, the tensor has
+    no more elements than its storage and its furthest element lies inside it, so a checkpoint
+    cannot make a few bytes of storage stand for a huge array (stride 0)."""
+    if not isinstance(storage, np.ndarray):
+        raise pickle.UnpicklingError(f'a tensor\'s storage must be a persistent storage id, got '
+                                     f'{_short(storage)}')
+    if not (isinstance(size, (tuple, list)) and isinstance(stride, (tuple, list))
+            and len(size) == len(stride) and all(map(_is_count, [*size, *stride, storage_offset]))):
+        raise pickle.UnpicklingError(
+            f'invalid tensor: size {_short(size)}, stride {_short(stride)}, offset '
+            f'{_short(storage_offset)}; expected ints >= 0 and one stride per dimension')
+    size, numel = tuple(size), math.prod(size)
+    if numel == 0:
         return np.zeros(size, storage.dtype)
-    view = np.lib.stride_tricks.as_strided(
+    last = storage_offset + sum((n - 1) * s for n, s in zip(size, stride))
+    if numel > storage.size or last >= storage.size:
+        raise pickle.UnpicklingError(
+            f'tensor of size {size}, stride {tuple(stride)}, offset {storage_offset} '
+            f'({numel} elements, the furthest at {last}) does not fit its storage of '
+            f'{storage.size} elements')
+    return np.lib.stride_tricks.as_strided(
         storage[storage_offset:], shape=size,
         strides=[s * storage.itemsize for s in stride], writeable=False)
-    return np.array(view)
 
 
 def _rebuild_parameter(data, requires_grad, backward_hooks, *unused):
@@ -157,8 +227,9 @@ class RestrictedUnpickler(pickle.Unpickler):
 
     ``find_class`` resolves only ``collections.OrderedDict``, the tensor/parameter rebuild
     functions of ``torch._utils`` and the ``torch.<X>Storage`` classes (mapped to NumPy
-    equivalents); any other global raises ``pickle.UnpicklingError``, so a checkpoint can
-    neither import modules nor call functions.
+    equivalents); any other global raises, so a checkpoint can neither import modules nor call
+    functions. Every fault of the pickle (a refused global, a tensor outside its storage, a
+    truncated or malformed stream) raises :class:`CheckpointPickleError` naming ``source``.
 
     Args:
         file: binary file object of the pickle.
@@ -173,34 +244,51 @@ class RestrictedUnpickler(pickle.Unpickler):
         super().__init__(file)
         self._load_storage, self._source = load_storage, source
 
+    def load(self):
+        try:
+            return super().load()
+        except ConversionError:
+            raise                                        # from load_storage: says where already
+        except pickle.UnpicklingError as exc:
+            raise CheckpointPickleError(f'{self._source}: {exc}') from None
+        except Exception as exc:      # noqa: BLE001  any fault of untrusted bytes is the file's
+            raise CheckpointPickleError(
+                f'{self._source}: not a plain PyTorch state-dict pickle '
+                f'({type(exc).__name__}: {_short(str(exc))})') from None
+
     def find_class(self, module, name):
         allowed = _ALLOWED_GLOBALS.get((module, name))
         if allowed is None:
             raise pickle.UnpicklingError(
-                f'{self._source}: refusing to load global {module}.{name} from the checkpoint '
-                f'pickle; only tensor storages and rebuild functions are allowed '
+                f'refusing to load global {_short(f"{module}.{name}")} from the '
+                f'checkpoint pickle; only tensor storages and rebuild functions are allowed '
                 f'(the file may be malicious or not a plain state dict)')
         return allowed
 
     def persistent_load(self, pid):
         if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == 'storage'
-                and isinstance(pid[1], _StorageType)):
-            raise pickle.UnpicklingError(f'{self._source}: unexpected persistent id {pid!r}; '
-                                         f'expected (\'storage\', <torch Storage>, key, location, numel)')
+                and isinstance(pid[1], _StorageType) and isinstance(pid[2], (str, int))
+                and _is_count(pid[4])):
+            raise pickle.UnpicklingError(f'unexpected persistent id {_short(pid)}; expected '
+                                         f'(\'storage\', <torch Storage>, key, location, numel)')
         _, storage_type, key, _location, numel = pid
-        return self._load_storage(str(key), storage_type.dtype, int(numel))
+        return self._load_storage(str(key), storage_type.dtype, numel)
 
 
 def read_torch_bin(path):
     """Read a PyTorch (>= 1.6, zip format) state-dict file with NumPy, without PyTorch.
 
     The file is a zip of ``<archive>/data.pkl`` (the pickled dict) and ``<archive>/data/<key>``
-    (raw storages); the pickle is read by :class:`RestrictedUnpickler`.
+    (raw storages); the pickle is read by :class:`RestrictedUnpickler`. Members must be stored
+    uncompressed, as ``torch.save`` writes them, and each storage is read once, so the arrays take
+    no more memory than the file (bfloat16: twice).
 
     Args:
         path: str, the ``pytorch_model.bin`` file.
     Returns:
-        dict str -> np.ndarray (bfloat16 widened to float32).
+        dict str -> np.ndarray (read-only views of the storages; bfloat16 widened to float32).
+    Raises:
+        ConversionError naming the file (:class:`CheckpointPickleError` for the pickle's faults).
 
     >>> weights = read_torch_bin('pytorch_model.bin')
     >>> sorted(weights)[:2]
@@ -209,33 +297,55 @@ def read_torch_bin(path):
         raise ConversionError(f'{path}: not a zip-format PyTorch checkpoint (the legacy format of '
                               f'torch < 1.6 is not supported); re-save it with a recent torch or '
                               f'as model.safetensors')
-    with zipfile.ZipFile(path) as archive:
-        pickles = [n for n in archive.namelist() if n.endswith('/data.pkl') or n == 'data.pkl']
-        if len(pickles) != 1:
-            raise ConversionError(f'{path}: expected one data.pkl in the zip, found {pickles}')
-        root = pickles[0][:-len('data.pkl')]
-        names = set(archive.namelist())
-        order = '>' if (root + 'byteorder' in names
-                        and archive.read(root + 'byteorder').strip() == b'big') else '<'
-
-        def load_storage(key, dtype, numel):
-            member = f'{root}data/{key}'
-            if member not in names:
-                raise ConversionError(f'{path}: storage {member} referenced by data.pkl is missing')
-            raw = archive.read(member)
-            if len(raw) < numel * (2 if dtype == 'bf16' else np.dtype(dtype).itemsize):
-                raise ConversionError(f'{path}: storage {member} has {len(raw)} bytes, too few '
-                                      f'for {numel} elements of {dtype}')
-            if dtype == 'bf16':
-                return _bfloat16_to_float32(np.frombuffer(raw, order + 'u2', numel))
-            return np.frombuffer(raw, np.dtype(dtype).newbyteorder(order), numel).astype(dtype)
-
-        with archive.open(pickles[0]) as f:
-            state = RestrictedUnpickler(f, load_storage, path).load()
+    try:
+        with zipfile.ZipFile(path) as archive:
+            state = _load_state(archive, path)
+    except (zipfile.BadZipFile, EOFError) as exc:
+        raise ConversionError(f'{path}: damaged zip archive ({_short(str(exc))})') from None
     if not isinstance(state, dict):
         raise ConversionError(f'{path}: the pickle holds a {type(state).__name__}, expected a '
                               f'state dict (name -> tensor)')
+    for name, value in state.items():
+        if not isinstance(name, str) or not isinstance(value, np.ndarray):
+            raise ConversionError(f'{path}: entry {_short(name)!r} of the state dict is a '
+                                  f'{type(value).__name__}, expected a tensor')
     return dict(state)
+
+
+def _load_state(archive, path):
+    """The unpickled ``data.pkl`` of an open PyTorch zip ``archive`` (``path``: for errors)."""
+    pickles = [n for n in archive.namelist() if n.endswith('/data.pkl') or n == 'data.pkl']
+    if len(pickles) != 1:
+        raise ConversionError(f'{path}: expected one data.pkl in the zip, found '
+                              f'{_short(pickles)}')
+    root = pickles[0][:-len('data.pkl')]
+    names = set(archive.namelist())
+    for info in archive.infolist():
+        if info.compress_type != zipfile.ZIP_STORED:
+            raise ConversionError(f'{path}: zip member {_short(info.filename)!r} is compressed; '
+                                  f'torch.save stores every member uncompressed (refused: a '
+                                  f'compressed member can expand far beyond the file)')
+    order = '>' if (root + 'byteorder' in names
+                    and archive.read(root + 'byteorder').strip() == b'big') else '<'
+    storages = {}
+
+    def load_storage(key, dtype, numel):
+        member = f'{root}data/{key}'
+        if member not in names:
+            raise ConversionError(f'{path}: storage {_short(member)!r} referenced by data.pkl is '
+                                  f'missing')
+        if (member, dtype, numel) not in storages:
+            raw = archive.read(member)
+            if len(raw) < numel * (2 if dtype == 'bf16' else np.dtype(dtype).itemsize):
+                raise ConversionError(f'{path}: storage {_short(member)!r} has {len(raw)} bytes, '
+                                      f'too few for {numel} elements of {dtype}')
+            storages[member, dtype, numel] = (
+                _bfloat16_to_float32(np.frombuffer(raw, order + 'u2', numel)) if dtype == 'bf16'
+                else np.frombuffer(raw, np.dtype(dtype).newbyteorder(order), numel).astype(dtype))
+        return storages[member, dtype, numel]
+
+    with archive.open(pickles[0]) as f:
+        return RestrictedUnpickler(f, load_storage, path).load()
 
 
 def read_hf_weights(src_dir):
@@ -264,6 +374,7 @@ _ACTIVATIONS = {'gelu': 'gelu_erf', 'gelu_new': 'gelu_tanh', 'gelu_pytorch_tanh'
 _GOOGLE_FIELDS = ('vocab_size', 'hidden_size', 'num_hidden_layers', 'num_attention_heads',
                   'intermediate_size', 'max_position_embeddings', 'type_vocab_size',
                   'initializer_range', 'hidden_dropout_prob', 'attention_probs_dropout_prob')
+_SIZE_FIELDS = _GOOGLE_FIELDS[:7] + ('embedding_size',)
 _BERT4KERAS_LAYER_NORM_EPS = 1e-12
 
 
@@ -279,10 +390,13 @@ def google_config(hf_config, source='config.json'):
     >>> model_type, config = google_config(json.load(open('hf/config.json')))
     >>> config['hidden_act']                            # 'gelu_erf' for HF's exact 'gelu'
     """
+    if not isinstance(hf_config, dict):
+        raise ConversionError(f'{source}: holds a JSON {type(hf_config).__name__}, expected an '
+                              f'object of config fields')
     model_type = hf_config.get('model_type')
     if model_type not in SUPPORTED_MODEL_TYPES:
-        raise ConversionError(f'{source}: model_type {model_type!r} is not supported; expected '
-                              f'one of {SUPPORTED_MODEL_TYPES}')
+        raise ConversionError(f'{source}: model_type {_short(repr(model_type))} is not '
+                              f'supported; expected one of {SUPPORTED_MODEL_TYPES}')
     defaults = dict(type_vocab_size=2, initializer_range=0.02, hidden_dropout_prob=0.1,
                     attention_probs_dropout_prob=0.1, max_position_embeddings=512)
     config = {}
@@ -314,6 +428,10 @@ def google_config(hf_config, source='config.json'):
         config.update(embedding_size=hf_config.get('embedding_size', 128), num_hidden_groups=1,
                       inner_group_num=1, down_scale_factor=1, net_structure_type=0, gap_size=0,
                       num_memory_blocks=0)
+    for field in _SIZE_FIELDS:
+        if field in config and not (_is_count(config[field]) and config[field] > 0):
+            raise ConversionError(f'{source}: {field} must be a positive int, got '
+                                  f'{_short(config[field])}')
     return model_type, config
 
 
@@ -412,7 +530,7 @@ def tf_variables(weights, model_type, config, source='checkpoint'):
             if key not in names:
                 missing.append(key)
                 continue
-            value = np.asarray(weights[names[key]], dtype=np.float32)
+            value = np.asarray(weights[names[key]])       # cast only once its shape is checked
             value = value.T if transpose else value
             expected = shape if tf_suffix in ('', '/kernel') else shape[-1:]
             if value.shape != tuple(expected):
@@ -423,7 +541,11 @@ def tf_variables(weights, model_type, config, source='checkpoint'):
                                       f'{config["hidden_size"]}, intermediate_size='
                                       f'{config["intermediate_size"]}, vocab_size='
                                       f'{config["vocab_size"]})')
-            variables[scope + tf_suffix] = np.ascontiguousarray(value)
+            value = np.ascontiguousarray(value, dtype=np.float32)
+            if not np.isfinite(value).all():
+                raise ConversionError(f'{source}: tensor {names[key]!r} holds '
+                                      f'{np.count_nonzero(~np.isfinite(value))} NaN or inf values')
+            variables[scope + tf_suffix] = value
             used.add(names[key])
     if missing:
         raise ConversionError(f'{source}: {len(missing)} tensors of a {model_type} encoder are '
@@ -455,8 +577,11 @@ def write_tf_checkpoint(variables, prefix):
 
 
 def _read_vocab_size(path):
-    with open(path, encoding='utf-8') as f:
-        return sum(1 for _ in f)
+    try:
+        with open(path, encoding='utf-8') as f:
+            return sum(1 for _ in f)
+    except UnicodeDecodeError as exc:
+        raise ConversionError(f'{path}: not UTF-8 text ({_short(str(exc))})') from None
 
 
 def convert_checkpoint(src_dir, dst_dir):
@@ -523,7 +648,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     try:
         out = convert_checkpoint(args.src, args.dst)
-    except ConversionError as exc:
+    except (ConversionError, OSError) as exc:       # OSError: unreadable source, unwritable DST
         print(f'error: {exc}', file=sys.stderr)
         return 1
     print(f'model type : {out.model_type}\nconfig     : {out.config_path}\n'

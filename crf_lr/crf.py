@@ -21,12 +21,18 @@ raise ``InvalidArgumentError`` otherwise. Disallowed transitions / starts / ends
 ``DISALLOWED_SCORE`` (-1e4): finite, so no loss or gradient is ever inf or NaN (a gold path
 that breaks a constraint costs about 1e4 per violation), and negligible next to any allowed path.
 
+Emissions of any finite size (up to float32's 3.4e38) give the exact loss; ``-inf`` rules a label
+out. NaN or ``+inf`` scores make the loss NaN, and raise ``InvalidArgumentError`` naming the
+function or layer and the argument once ``crf_lr.set_check_numerics(True)`` is on; ``decode``
+always refuses them (``ValueError``).
+
     >>> ll = crf_log_likelihood(emissions, tags, mask, transitions)   # (batch,)
     >>> crf = ConditionalRandomField(lr_multiplier=100); loss = crf.sparse_loss
 """
 import numpy as np
 
 from crf_lr.compat import keras, tf
+from crf_lr.numerics import guard_finite, require_finite
 from crf_lr.serialization import LayerMethodOwner, layer_method, register
 from crf_lr.viterbi import DISALLOWED_SCORE, _check_mask_array, viterbi_decode, viterbi_decode_tf
 
@@ -38,15 +44,18 @@ def _compute_dtype(emissions):
     return tf.float64 if emissions.dtype == tf.float64 else tf.float32
 
 
-def _validated(emissions, mask, transitions, start, end):
-    """Cast inputs to the compute dtype; check their shapes and that the mask is left-aligned."""
+def _validated(emissions, mask, transitions, start, end, owner):
+    """Cast inputs to the compute dtype; check their shapes and that the mask is left-aligned, and
+    under ``crf_lr.set_check_numerics`` that no score is NaN or inf (``-inf`` emissions allowed).
+    ``owner``: the public function named in errors."""
     emissions = tf.convert_to_tensor(emissions)
     if emissions.shape.rank != 3:
         raise ValueError(f'emissions must have shape (batch, n, num_labels), got {emissions.shape}')
     dtype = _compute_dtype(emissions)
-    emissions = tf.cast(emissions, dtype)
+    emissions = guard_finite(tf.cast(emissions, dtype), owner, 'emissions', minus_inf_allowed=True)
     num_labels = emissions.shape[-1]
-    transitions = tf.cast(tf.convert_to_tensor(transitions), dtype)
+    transitions = guard_finite(tf.cast(tf.convert_to_tensor(transitions), dtype), owner,
+                               'transitions')
     if transitions.shape.rank != 2 or not transitions.shape.is_compatible_with(
             [num_labels, num_labels]):
         raise ValueError(f'transitions must have shape ({num_labels}, {num_labels}), '
@@ -57,6 +66,7 @@ def _validated(emissions, mask, transitions, start, end):
             vector = tf.cast(vector, dtype)
             if not vector.shape.is_compatible_with([num_labels]):
                 raise ValueError(f'{name} must have shape ({num_labels},), got {vector.shape}')
+            vector = guard_finite(vector, owner, name)
         vectors.append(vector)
     mask = tf.convert_to_tensor(mask)
     if mask.shape.rank != 2:
@@ -117,18 +127,24 @@ def _forward_backward(emissions, labels, mask, transitions, start, end):
                          tf.maximum(tf.cast(emissions, dtype), DISALLOWED_SCORE), 0)
     labels, transitions, start, end = (tf.cast(x, dtype) for x in (labels, transitions, start, end))
     labels = labels * tf.cast(mask, dtype)[..., None]
-    score = _path_score(emissions, labels, mask, transitions, start, end)
+    # Emissions relative to each position's best label: score and log Z both lose the sum of the
+    # peaks, which a one-hot row (label mass 1) cancels exactly instead of by subtracting two
+    # huge numbers, so emissions of any finite size (1e30, float32's 3e38) give the exact loss.
+    emission_peak = tf.reduce_max(emissions, axis=2, keepdims=True)          # (B, n, 1)
+    emissions -= emission_peak
+    label_mass = tf.reduce_sum(labels, axis=2, keepdims=True)               # 1 for one-hot rows
+    score = (_path_score(emissions, labels, mask, transitions, start, end)
+             + tf.reduce_sum((label_mass - 1) * emission_peak, axis=[1, 2]))
     # time-major from here on: (n, B, L), so that a step reads contiguous rows
     emissions, labels = (tf.transpose(x, [1, 0, 2]) for x in (emissions, labels))
     mask = tf.transpose(mask)
-    emission_peak = tf.reduce_max(emissions, axis=2)                        # (n, B)
-    weights = tf.exp(emissions - emission_peak[..., None])
+    weights = tf.exp(emissions)
     exp_trans = tf.exp(transitions - tf.reduce_max(transitions))
     peaks = [tf.reduce_max(transitions), tf.reduce_max(start), tf.reduce_max(end)]
     exp_start, exp_end = tf.exp(start - peaks[1]), tf.exp(end - peaks[2])
-    # log Z = these peaks + log of the rescaled sum over paths
-    log_z = (tf.reduce_sum(tf.where(mask[1:], emission_peak[1:] + peaks[0], 0), axis=0)
-             + emission_peak[0] + peaks[1] + peaks[2])
+    # log Z - sum of the emission peaks = these peaks + log of the rescaled sum over paths
+    log_z = (tf.reduce_sum(tf.where(mask[1:], peaks[0], tf.zeros_like(peaks[0])), axis=0)
+             + peaks[1] + peaks[2])
 
     def step(i, alpha, beta, log_z, alphas, betas, totals):
         moved = tf.matmul(alpha, exp_trans) * weights[i]                    # forward to i
@@ -241,7 +257,8 @@ def crf_log_partition(emissions, mask, transitions, start=None, end=None):
         >>> log_z = crf_log_partition(emissions, tf.sequence_mask(lengths, n), transitions)
         >>> log_z.shape                     # (batch,)
     """
-    emissions, mask, transitions, start, end = _validated(emissions, mask, transitions, start, end)
+    emissions, mask, transitions, start, end = _validated(
+        emissions, mask, transitions, start, end, 'crf_log_partition')
     return -_objective(emissions, tf.zeros_like(emissions), mask, transitions, start, end)
 
 
@@ -257,7 +274,8 @@ def crf_sequence_score(emissions, tags, mask, transitions, start=None, end=None)
         >>> s = crf_sequence_score(emissions, tags, mask, transitions)
         >>> s.shape                         # (batch,)
     """
-    emissions, mask, transitions, start, end = _validated(emissions, mask, transitions, start, end)
+    emissions, mask, transitions, start, end = _validated(
+        emissions, mask, transitions, start, end, 'crf_sequence_score')
     zeros = tf.zeros_like(transitions[0])
     return _path_score(emissions, _one_hot(tags, emissions, mask), mask, transitions,
                        zeros if start is None else start, zeros if end is None else end)
@@ -285,7 +303,8 @@ def crf_log_likelihood(emissions, tags, mask, transitions, start=None, end=None)
         >>> ll = crf_log_likelihood(emissions, tags, mask, transitions, start, end)
         >>> loss = -tf.reduce_mean(ll)
     """
-    emissions, mask, transitions, start, end = _validated(emissions, mask, transitions, start, end)
+    emissions, mask, transitions, start, end = _validated(
+        emissions, mask, transitions, start, end, 'crf_log_likelihood')
     labels = _one_hot(tags, emissions, mask)
     return _log_likelihood(emissions, labels, mask, transitions, start, end)
 
@@ -324,8 +343,9 @@ class ConditionalRandomField(LayerMethodOwner, keras.layers.Layer):
     def __init__(self, lr_multiplier=1, allowed_transitions=None, allowed_starts=None,
                  allowed_ends=None, boundary_scores=False, **kwargs):
         super().__init__(**kwargs)
-        if not np.isscalar(lr_multiplier) or not lr_multiplier > 0:
-            raise ValueError(f'lr_multiplier must be a positive number, got {lr_multiplier!r}')
+        if not np.isscalar(lr_multiplier) or not 0 < lr_multiplier < np.inf:
+            raise ValueError(f'lr_multiplier must be a positive finite number, '
+                             f'got {lr_multiplier!r}')
         self.lr_multiplier = lr_multiplier
         self.allowed_transitions = _as_bool_array(allowed_transitions, 2, 'allowed_transitions')
         self.allowed_starts = _as_bool_array(allowed_starts, 1, 'allowed_starts')
@@ -392,29 +412,38 @@ class ConditionalRandomField(LayerMethodOwner, keras.layers.Layer):
         mask = tf.cast(mask, tf.bool)[..., None]
         return tf.where(mask, inputs, tf.constant(-np.inf, inputs.dtype))
 
-    def _unpack(self, y_pred):
-        """Emissions (compute dtype, -inf kept: the maths floors them) and mask from ``y_pred``."""
-        y_pred = tf.convert_to_tensor(y_pred)
+    def _owner(self, method):
+        # no quotes: a graph Assert prints its message escaped (\'), which a user cannot grep
+        return f'ConditionalRandomField(name={self.name}).{method}'
+
+    def _unpack(self, y_pred, method):
+        """Emissions (compute dtype, -inf kept: the maths floors them) and mask from ``y_pred``;
+        under ``crf_lr.set_check_numerics``, NaN or +inf emissions raise, naming ``method``."""
+        y_pred = guard_finite(tf.convert_to_tensor(y_pred), self._owner(method), 'y_pred',
+                              minus_inf_allowed=True)
         mask = tf.reduce_any(y_pred > -np.inf, axis=-1)                   # row all -inf = padding
         return tf.cast(y_pred, _compute_dtype(y_pred)), mask
 
     @layer_method
     def dense_loss(self, y_true, y_pred):
         """Negative log-likelihood (batch,) of one-hot (or soft) labels ``y_true`` (batch, n, L)."""
-        emissions, mask = self._unpack(y_pred)
+        emissions, mask = self._unpack(y_pred, 'dense_loss')
         labels = tf.cast(tf.reshape(y_true, tf.shape(emissions)), emissions.dtype)
-        return self._negative_log_likelihood(emissions, labels, mask)
+        labels = guard_finite(labels, self._owner('dense_loss'), 'y_true')
+        return self._negative_log_likelihood(emissions, labels, mask, 'dense_loss')
 
     @layer_method
     def sparse_loss(self, y_true, y_pred):
         """Negative log-likelihood (batch,) of int labels ``y_true`` (batch, n) or (batch, n, 1)."""
-        emissions, mask = self._unpack(y_pred)
-        return self._negative_log_likelihood(emissions, _one_hot(y_true, emissions, mask), mask)
+        emissions, mask = self._unpack(y_pred, 'sparse_loss')
+        return self._negative_log_likelihood(emissions, _one_hot(y_true, emissions, mask), mask,
+                                             'sparse_loss')
 
-    def _negative_log_likelihood(self, emissions, labels, mask):
+    def _negative_log_likelihood(self, emissions, labels, mask, method):
         _assert_left_aligned(mask)
-        parameters = self.effective_parameters(emissions.dtype)
-        return -_log_likelihood(emissions, labels, mask, *parameters)
+        transitions, start, end = self.effective_parameters(emissions.dtype)
+        transitions = guard_finite(transitions, self._owner(method), 'trans')
+        return -_log_likelihood(emissions, labels, mask, transitions, start, end)
 
     @layer_method
     def dense_accuracy(self, y_true, y_pred):
@@ -426,7 +455,7 @@ class ConditionalRandomField(LayerMethodOwner, keras.layers.Layer):
         """Per-position accuracy of the emission argmax against int ``y_true`` (padding excluded).
 
         Like bert4keras, this is a cheap training-time proxy; decode with ``decode`` to evaluate."""
-        _, mask = self._unpack(y_pred)
+        _, mask = self._unpack(y_pred, 'sparse_accuracy')
         y_true = tf.cast(tf.reshape(y_true, tf.shape(mask)), tf.int32)
         hits = tf.logical_and(tf.equal(y_true, tf.argmax(y_pred, -1, output_type=tf.int32)), mask)
         return (tf.reduce_sum(tf.cast(hits, 'float32'))
@@ -444,11 +473,13 @@ class ConditionalRandomField(LayerMethodOwner, keras.layers.Layer):
 
             >>> paths = crf.decode(model.predict(token_ids), mask=token_ids > 0)
         """
-        emissions = np.asarray(emissions, dtype=np.float64)
+        emissions = require_finite(np.asarray(emissions, dtype=np.float64), self._owner('decode'),
+                                   'emissions', minus_inf_allowed=True)
         if lengths is None and mask is None:
             mask = (emissions > -np.inf).any(axis=-1)
         transitions, start, end = (None if p is None else p.numpy()
                                    for p in self.effective_parameters('float64'))
+        require_finite(transitions, self._owner('decode'), 'trans')
         return viterbi_decode(np.maximum(emissions, DISALLOWED_SCORE), transitions,
                               lengths=lengths, mask=mask, start=start, end=end)
 
@@ -462,7 +493,7 @@ class ConditionalRandomField(LayerMethodOwner, keras.layers.Layer):
 
             >>> serving = keras.Model(model.input, crf.decode_tf(model.output))
         """
-        emissions, mask = self._unpack(y_pred)
+        emissions, mask = self._unpack(y_pred, 'decode_tf')
         transitions, start, end = self.effective_parameters()
         return viterbi_decode_tf(emissions, transitions, mask=mask, start=start, end=end)
 

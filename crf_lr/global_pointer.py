@@ -19,6 +19,7 @@ the weight layout equal bert4keras 0.11.5's layers of the same names, so
 import numpy as np
 
 from crf_lr.compat import keras, tf
+from crf_lr.numerics import guard_finite
 from crf_lr.serialization import register
 
 
@@ -92,8 +93,16 @@ class _PointerBase(keras.layers.Layer):
 
     @staticmethod
     def _affine(x, kernel, bias):
-        y = tf.tensordot(x, kernel, axes=1)
-        return y if bias is None else y + bias
+        """``x @ kernel + bias`` in the dtype of ``x`` (weights cast to it)."""
+        y = tf.tensordot(x, tf.cast(kernel, x.dtype), axes=1)
+        return y if bias is None else y + tf.cast(bias, x.dtype)
+
+    def _projection(self, inputs, kernel, bias):
+        """The query/key projection, computed in the layer's compute dtype and returned in at
+        least float32: span logits are products of two of its units, summed over ``head_size``,
+        which overflow float16 (65504) at activations that the projection itself keeps finite."""
+        qk = self._affine(inputs, kernel, bias)
+        return tf.cast(qk, 'float32') if qk.dtype.size < 4 else qk
 
     def _input_dim(self, input_shape):
         input_shape = tf.TensorShape(input_shape)
@@ -109,8 +118,11 @@ class _PointerBase(keras.layers.Layer):
 
     def call(self, inputs, mask=None):
         """Scores ``(batch, heads, n, n)``; ``mask`` ``(batch, n)`` (bool or 0/1) marks real tokens
-        (Keras passes the encoder's padding mask here; without one, no position is masked)."""
-        scores = self._scores(inputs)
+        (Keras passes the encoder's padding mask here; without one, no position is masked).
+        Under ``crf_lr.set_check_numerics``, NaN or inf in ``inputs`` or in the unmasked scores
+        (weights gone NaN, overflow) raise ``InvalidArgumentError`` naming the layer."""
+        owner = f'{type(self).__name__}(name={self.name})'       # no quotes: see crf.py
+        scores = guard_finite(self._scores(guard_finite(inputs, owner, 'inputs')), owner, 'scores')
         keep = None
         if mask is not None:
             mask = tf.cast(mask, 'bool')
@@ -155,7 +167,8 @@ class GlobalPointer(_PointerBase):
         tril_mask: mask the strict lower triangle (``start > end``) with ``-inf``.
         kernel_initializer: Keras initializer of the kernel.
     Input ``(batch, n, hidden)`` float, with an optional Keras mask ``(batch, n)``; output
-    ``(batch, heads, n, n)`` in the layer's compute dtype, ``-inf`` in masked cells.
+    ``(batch, heads, n, n)``, ``-inf`` in masked cells, in the compute dtype but at least float32:
+    under ``mixed_float16`` the projection runs in float16 and the span logits in float32.
 
         >>> scores = GlobalPointer(heads=len(labels), head_size=64)(bert.model.output)
         >>> model = keras.Model(bert.model.input, scores)
@@ -167,7 +180,7 @@ class GlobalPointer(_PointerBase):
         super().build(input_shape)
 
     def _scores(self, inputs):
-        qk = self._affine(inputs, self.kernel, self.bias)
+        qk = self._projection(inputs, self.kernel, self.bias)
         qk = tf.reshape(qk, tf.concat([tf.shape(qk)[:2], [self.heads, 2 * self.head_size]], 0))
         q, k = self._rope(qk[..., :self.head_size], qk[..., self.head_size:])
         return tf.einsum('bmhd,bnhd->bhmn', q, k) / self.head_size ** 0.5
@@ -202,7 +215,7 @@ class EfficientGlobalPointer(_PointerBase):
         super().build(input_shape)
 
     def _scores(self, inputs):
-        qk = self._affine(inputs, self.qk_kernel, self.qk_bias)              # (b, n, 2D)
+        qk = self._projection(inputs, self.qk_kernel, self.qk_bias)         # (b, n, 2D)
         q, k = self._rope(qk[..., ::2], qk[..., 1::2])
         shared = tf.einsum('bmd,bnd->bmn', q, k) / self.head_size ** 0.5
         per_type = tf.transpose(self._affine(qk, self.type_kernel, self.type_bias), [0, 2, 1]) / 2

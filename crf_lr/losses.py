@@ -17,21 +17,30 @@ averages over batch and heads instead, i.e. it equals ours divided by ``heads``.
 Every function is registered with Keras (``'crf_lr>' + name``), so a model compiled with them
 reloads with ``keras.models.load_model`` and no ``custom_objects``.
 
+Bad input: a sparse target index out of range always raises ``InvalidArgumentError`` naming the
+loss, the index and the range. NaN or ``+inf`` logits and dense targets outside [0, 1] make the
+loss NaN, and raise (naming the loss and the argument) once ``crf_lr.set_check_numerics(True)``
+is on.
+
     >>> model.compile(optimizer='adam', loss=sparse_global_pointer_crossentropy,
     ...               metrics=[sparse_global_pointer_f1])
 """
 import numpy as np
 
 from crf_lr.compat import tf
+from crf_lr.numerics import guard, guard_finite
 from crf_lr.serialization import register
 
 
-def _logits(y_pred):
-    """``y_pred`` as a float tensor of at least float32 precision."""
+def _logits(y_pred, owner=None):
+    """``y_pred`` as a float tensor of at least float32 precision; with an ``owner`` (a loss
+    name), NaN or +inf raise under ``crf_lr.set_check_numerics`` (``-inf`` = masked cell)."""
     y_pred = tf.convert_to_tensor(y_pred)
     if not y_pred.dtype.is_floating:
         raise TypeError(f'y_pred must hold float logits, got dtype {y_pred.dtype.name}')
-    return tf.cast(y_pred, 'float32') if y_pred.dtype.size < 4 else y_pred
+    y_pred = tf.cast(y_pred, 'float32') if y_pred.dtype.size < 4 else y_pred
+    return y_pred if owner is None else guard_finite(y_pred, owner, 'y_pred',
+                                                     minus_inf_allowed=True)
 
 
 def _logsumexp_with_zero(x):
@@ -49,7 +58,8 @@ def multilabel_categorical_crossentropy(y_true, y_pred):
 
     Args:
         y_true: float tensor ``(..., C)``: 1 for a positive class, 0 for a negative one (values in
-            between are soft targets, as in bert4keras).
+            between are soft targets, as in bert4keras; outside [0, 1] the loss is NaN, and
+            ``crf_lr.set_check_numerics(True)`` makes them raise).
         y_pred: float tensor ``(..., C)`` of real logits (no sigmoid/softmax); ``-inf`` excludes a
             class from the loss (a positive target on such a cell is ignored).
     Returns:
@@ -58,12 +68,19 @@ def multilabel_categorical_crossentropy(y_true, y_pred):
         >>> multilabel_categorical_crossentropy([[1., 0., 0.]], [[2., -1., 0.5]])
         <tf.Tensor: shape=(1,), ...>
     """
-    y_pred = _logits(y_pred)
+    return _dense_mcce(y_true, y_pred, 'multilabel_categorical_crossentropy')
+
+
+def _dense_mcce(y_true, y_pred, owner):
+    """``multilabel_categorical_crossentropy``; ``owner``: the loss named in errors."""
+    y_pred = _logits(y_pred, owner)
     y_true = tf.cast(y_true, y_pred.dtype)
     if y_true.shape.rank is not None and y_pred.shape.rank is not None:
         if not y_true.shape.is_compatible_with(y_pred.shape):
-            raise ValueError(f'y_true and y_pred must have the same shape; got {y_true.shape} '
-                             f'and {y_pred.shape}')
+            raise ValueError(f'{owner}: y_true and y_pred must have the same shape; got '
+                             f'{y_true.shape} and {y_pred.shape}')
+    y_true = guard(y_true, lambda t: ~((t >= 0) & (t <= 1)), owner, 'y_true',
+                   'values outside [0, 1] (or NaN)')
     neg_inf = tf.constant(-np.inf, y_pred.dtype)
     # Masked cells: -y_pred would be +inf, so they are replaced by -inf before the logsumexp.
     positive = tf.where(tf.not_equal(y_pred, neg_inf), -y_pred, neg_inf) + tf.math.log(y_true)
@@ -88,7 +105,8 @@ def sparse_multilabel_categorical_crossentropy(y_true, y_pred, mask_zero=False):
         y_true: int tensor ``(..., P)``: indices into the last axis of ``y_pred`` of the positive
             classes, each at most once per row (a repeated index counts twice in the positive
             term). Negative indices are padding; with ``mask_zero=True`` index 0 is padding too and
-            class 0 is removed from the loss altogether (the bert4keras convention).
+            class 0 is removed from the loss altogether (the bert4keras convention). An index
+            >= C raises ``InvalidArgumentError`` (always: the check is O(P)).
         y_pred: float tensor ``(..., C)`` of real logits; ``-inf`` cells count as neither positive
             nor negative (a positive index on such a cell is ignored, as in the dense loss).
         mask_zero: treat class 0 as padding (see above).
@@ -98,7 +116,12 @@ def sparse_multilabel_categorical_crossentropy(y_true, y_pred, mask_zero=False):
         >>> sparse_multilabel_categorical_crossentropy([[0, -1]], [[2., -1., 0.5]])
         <tf.Tensor: shape=(1,), ...>
     """
-    y_pred = _logits(y_pred)
+    return _sparse_mcce(y_true, y_pred, mask_zero, 'sparse_multilabel_categorical_crossentropy')
+
+
+def _sparse_mcce(y_true, y_pred, mask_zero, owner):
+    """``sparse_multilabel_categorical_crossentropy``; ``owner``: the loss named in errors."""
+    y_pred = _logits(y_pred, owner)
     y_true = tf.convert_to_tensor(y_true)
     if y_true.dtype.is_floating:
         y_true = tf.round(y_true)
@@ -106,8 +129,12 @@ def sparse_multilabel_categorical_crossentropy(y_true, y_pred, mask_zero=False):
     if y_true.shape.rank is None or y_pred.shape.rank is None or \
             y_true.shape.rank != y_pred.shape.rank or \
             not y_true.shape[:-1].is_compatible_with(y_pred.shape[:-1]):
-        raise ValueError(f'y_true (..., P) and y_pred (..., C) must have a known rank and agree '
-                         f'on every axis but the last; got {y_true.shape} and {y_pred.shape}')
+        raise ValueError(f'{owner}: y_true (..., P) and y_pred (..., C) must have a known rank '
+                         f'and agree on every axis but the last; got {y_true.shape} and '
+                         f'{y_pred.shape}')
+    classes = tf.shape(y_pred)[-1]
+    y_true = guard(y_true, lambda t: t >= classes, owner, 'y_true', 'class indices >= C',
+                   always=True, context=[('C', classes)])
     neg_inf = tf.constant(-np.inf, y_pred.dtype)
     valid = y_true >= 0
     if mask_zero:
@@ -132,11 +159,13 @@ def _flatten_cells(y):
     return tf.reshape(y, tf.concat([shape[:2], [shape[2] * shape[3]]], 0))
 
 
-def _global_pointer_scores(y_pred):
-    """Validated GlobalPointer scores (batch, heads, n, n), at least float32."""
-    y_pred = _logits(y_pred)
+def _global_pointer_scores(y_pred, owner=None):
+    """Validated GlobalPointer scores (batch, heads, n, n), at least float32 (``owner``: as in
+    ``_logits``)."""
+    y_pred = _logits(y_pred, owner)
     if y_pred.shape.rank is not None and y_pred.shape.rank != 4:
-        raise ValueError(f'GlobalPointer scores must be (batch, heads, n, n); got {y_pred.shape}')
+        raise ValueError(f'{owner or "GlobalPointer"}: scores y_pred must be (batch, heads, n, n); '
+                         f'got {y_pred.shape}')
     return y_pred
 
 
@@ -154,25 +183,27 @@ def global_pointer_crossentropy(y_true, y_pred):
         >>> model.compile(optimizer='adam', loss=global_pointer_crossentropy,
         ...               metrics=[global_pointer_f1])
     """
-    y_pred = _flatten_cells(_global_pointer_scores(y_pred))
-    return tf.reduce_sum(multilabel_categorical_crossentropy(_flatten_cells(y_true), y_pred), 1)
+    owner = 'global_pointer_crossentropy'
+    y_pred = _flatten_cells(_global_pointer_scores(y_pred, owner))
+    return tf.reduce_sum(_dense_mcce(_flatten_cells(y_true), y_pred, owner), 1)
 
 
-def _sparse_cell_indices(y_true, n):
-    """(batch, heads, E, 2) start/end pairs -> (batch, heads, E) flat cell indices, -1 = padding."""
+def _sparse_cell_indices(y_true, n, owner):
+    """(batch, heads, E, 2) start/end pairs -> (batch, heads, E) flat cell indices, -1 = padding.
+    An index outside [-1, n) raises ``InvalidArgumentError`` naming ``owner`` (always: O(E))."""
     y_true = tf.convert_to_tensor(y_true)
     if y_true.dtype.is_floating:
         y_true = tf.round(y_true)
     y_true = tf.cast(y_true, 'int32')
     if y_true.shape.rank is not None and (y_true.shape.rank != 4 or y_true.shape[-1] != 2):
-        raise ValueError(f'sparse GlobalPointer targets must be (batch, heads, max_entities, 2) '
-                         f'start/end pairs; got shape {y_true.shape}')
+        raise ValueError(f'{owner}: sparse GlobalPointer targets y_true must be (batch, heads, '
+                         f'max_entities, 2) start/end pairs; got shape {y_true.shape}')
+    y_true = guard(y_true, lambda t: (t < -1) | (t >= n), owner, 'y_true',
+                   'start/end indices outside [-1, n), the sequence length n', always=True,
+                   context=[('n', n)])
     start, end = y_true[..., 0], y_true[..., 1]
     valid = (start >= 0) & (end >= 0)
-    checks = [tf.debugging.assert_less(tf.where(valid, tf.maximum(start, end), 0), n, message=(
-        'sparse GlobalPointer targets: a start/end index is >= the sequence length n'))]
-    with tf.control_dependencies(checks):
-        return tf.where(valid, start * n + end, -1)
+    return tf.where(valid, start * n + end, -1)
 
 
 @register
@@ -185,8 +216,9 @@ def sparse_global_pointer_crossentropy(y_true, y_pred):
     Args:
         y_true: int tensor ``(batch, heads, max_entities, 2)``: ``[b, t, e] = (i, j)`` lists the
             entity of type ``t`` from token ``i`` to token ``j`` *inclusive* (the cell ``[t, i, j]``).
-            Padding slots are ``(-1, -1)`` (any slot with a negative index); each entity at most
-            once. ``crf_lr.spans.sparse_targets`` builds this. Unlike bert4keras's examples, which
+            Padding slots are ``(-1, -1)`` (any slot with a -1); each entity at most once; an
+            index below -1 or >= n raises ``InvalidArgumentError``.
+            ``crf_lr.spans.sparse_targets`` builds this. Unlike bert4keras's examples, which
             pad with ``(0, 0)`` and rely on cell (0, 0) being ``[CLS]``, no real cell is reserved.
         y_pred: the layer's scores ``(batch, heads, n, n)``.
     Returns:
@@ -195,10 +227,10 @@ def sparse_global_pointer_crossentropy(y_true, y_pred):
         >>> model.compile(optimizer='adam', loss=sparse_global_pointer_crossentropy,
         ...               metrics=[sparse_global_pointer_f1])
     """
-    y_pred = _global_pointer_scores(y_pred)
-    indices = _sparse_cell_indices(y_true, tf.shape(y_pred)[2])
-    return tf.reduce_sum(
-        sparse_multilabel_categorical_crossentropy(indices, _flatten_cells(y_pred)), 1)
+    owner = 'sparse_global_pointer_crossentropy'
+    y_pred = _global_pointer_scores(y_pred, owner)
+    indices = _sparse_cell_indices(y_true, tf.shape(y_pred)[2], owner)
+    return tf.reduce_sum(_sparse_mcce(indices, _flatten_cells(y_pred), False, owner), 1)
 
 
 @register
@@ -234,7 +266,7 @@ def sparse_global_pointer_f1(y_true, y_pred):
     """
     y_pred = _global_pointer_scores(y_pred)
     shape = tf.shape(y_pred)
-    cells = _sparse_cell_indices(y_true, shape[2])                       # (batch, heads, E)
+    cells = _sparse_cell_indices(y_true, shape[2], 'sparse_global_pointer_f1')
     slots = tf.where(cells >= 0)                                          # (k, 3): b, t, e
     flat = tf.gather_nd(cells, slots)
     indices = tf.stack([slots[:, 0], slots[:, 1], tf.cast(flat, 'int64')], axis=1)

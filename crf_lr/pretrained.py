@@ -62,16 +62,19 @@ def _source_stamp(folder):
 
 
 def _cached(target, stamp):
-    """The Converted of an up-to-date cache folder, else None."""
+    """The Converted of an up-to-date, complete cache folder, else None (so that a damaged cache,
+    e.g. a stamp file edited or a checkpoint deleted by hand, is converted again)."""
     try:
         with open(os.path.join(target, _STAMP), encoding='utf-8') as f:
             saved = json.load(f)
-    except (OSError, ValueError):
+        if saved['stamp'] != stamp:
+            return None
+        out = Converted(*(os.path.join(target, file) for file in saved['files']),
+                        saved['model_type'], tuple(saved['ignored']))
+    except (OSError, ValueError, KeyError, TypeError):
         return None
-    if saved.get('stamp') != stamp:
-        return None
-    paths = [os.path.join(target, file) for file in saved['files']]
-    return Converted(*paths, saved['model_type'], tuple(saved['ignored']))
+    needed = (out.config_path, out.vocab_path, out.checkpoint_path + '.index')
+    return out if all(os.path.isfile(path) for path in needed) else None
 
 
 def packaged_checkpoint(name, cache_dir=None):

@@ -10,6 +10,8 @@ leading ``[CLS]``). Nested and overlapping spans are allowed everywhere.
 """
 import numpy as np
 
+from crf_lr.numerics import require_finite
+
 
 def _type_names(labels, heads=None):
     """``labels`` (int count or sequence of names) -> list of names or None, and the count."""
@@ -26,22 +28,22 @@ def _type_names(labels, heads=None):
     return names, count
 
 
-def _check_offset(offset):
-    if isinstance(offset, bool) or not isinstance(offset, (int, np.integer)) or offset < 0:
-        raise ValueError(f'offset must be an int >= 0, got {offset!r}')
+def _check_count(value, name):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise ValueError(f'{name} must be an int >= 0, got {value!r}')
 
 
 def decode_spans(scores, threshold=0.0, lengths=None, labels=None, offset=0):
     """Spans whose GlobalPointer score exceeds ``threshold``.
 
-    Only cells with ``i <= j``, ``offset <= i``, ``j < length`` and a finite score
-    ``> threshold`` are returned, so masked (``-inf``) cells never are.
+    Only cells with ``i <= j``, ``offset <= i``, ``j < length`` and a score ``> threshold`` are
+    returned, so masked (``-inf``) cells never are. NaN or ``+inf`` scores raise ``ValueError``.
 
     Args:
         scores: float array ``(heads, n, n)`` for one sequence or ``(batch, heads, n, n)``.
         threshold: a cell is a mention when its score is strictly greater.
-        lengths: number of real positions (including any ``[CLS]``/``[SEP]``): an int for one
-            sequence, a sequence of ``batch`` ints for a batch; default ``n``.
+        lengths: number of real positions (including any ``[CLS]``/``[SEP]``): an int in
+            ``[0, n]`` for one sequence, a sequence of ``batch`` of them for a batch; default ``n``.
         labels: optional sequence of ``heads`` type names returned in place of the type index.
         offset: positions before the text; cells starting before it are ignored.
     Returns:
@@ -53,8 +55,13 @@ def decode_spans(scores, threshold=0.0, lengths=None, labels=None, offset=0):
     """
     scores = np.asarray(scores)
     if scores.ndim not in (3, 4) or scores.shape[-1] != scores.shape[-2]:
-        raise ValueError(f'scores must be (heads, n, n) or (batch, heads, n, n); '
+        raise ValueError(f'decode_spans: scores must be (heads, n, n) or (batch, heads, n, n); '
                          f'got shape {scores.shape}')
+    if not np.issubdtype(scores.dtype, np.floating) and not np.issubdtype(scores.dtype, np.integer):
+        raise ValueError(f'decode_spans: scores must be real numbers; got dtype {scores.dtype}')
+    require_finite(scores, 'decode_spans', 'scores', minus_inf_allowed=True)
+    if not isinstance(threshold, (int, float, np.integer, np.floating)) or np.isnan(threshold):
+        raise ValueError(f'decode_spans: threshold must be a real number, got {threshold!r}')
     single = scores.ndim == 3
     batch = scores[None] if single else scores
     size, heads, n = batch.shape[:3]
@@ -63,15 +70,17 @@ def decode_spans(scores, threshold=0.0, lengths=None, labels=None, offset=0):
         lengths = np.full(size, n)
     else:
         lengths = np.atleast_1d(np.asarray(lengths))
-        if lengths.shape != (size,) or not np.issubdtype(lengths.dtype, np.integer):
-            raise ValueError(f'lengths must be {"an int" if single else f"{size} ints"} '
-                             f'for scores of shape {scores.shape}; got {lengths!r}')
-    _check_offset(offset)
+        if (lengths.shape != (size,) or not np.issubdtype(lengths.dtype, np.integer)
+                or not ((0 <= lengths) & (lengths <= n)).all()):
+            expected = 'an int' if single else f'{size} ints'
+            raise ValueError(f'decode_spans: lengths must be {expected} in [0, {n}] for scores '
+                             f'of shape {scores.shape}; got {np.array2string(lengths, threshold=8)}')
+    _check_count(offset, 'offset')
     position = np.arange(n)
     inside = position[None, :] < lengths[:, None]                          # (batch, n)
     valid = (inside[:, :, None] & inside[:, None, :]
              & (position[:, None] <= position[None, :]) & (position >= offset)[:, None])
-    hit = np.isfinite(batch) & (batch > threshold) & valid[:, None]
+    hit = (batch > threshold) & (batch > -np.inf) & valid[:, None]
     found = [[] for _ in range(size)]
     for b, t, i, j in zip(*np.nonzero(hit)):
         found[b].append((int(i) - offset, int(j) + 1 - offset, int(t)))
@@ -83,7 +92,8 @@ def decode_spans(scores, threshold=0.0, lengths=None, labels=None, offset=0):
 def _target_cells(spans, length, labels, offset):
     """Validated, de-duplicated ``(type, i, j)`` cells of ``spans``, as an int array (k, 3)."""
     names, heads = _type_names(labels)
-    _check_offset(offset)
+    _check_count(offset, 'offset')
+    _check_count(length, 'length')
     cells = set()
     for span in spans:
         if len(span) != 3:
