@@ -380,9 +380,11 @@ class ConditionalRandomField(keras.layers.Layer):
         emissions = ops.cast(y_pred, _compute_dtype(y_pred))
         labels = (_one_hot(y_true, emissions, mask) if sparse else
                   ops.cast(ops.reshape(y_true, ops.shape(emissions)), emissions.dtype))
-        return -_log_likelihood(emissions, labels, mask, *self._parameters(emissions.dtype))
+        return -_log_likelihood(emissions, labels, mask, *self._scoring_parameters(emissions.dtype))
 
-    def _parameters(self, dtype):
+    def _scoring_parameters(self, dtype):
+        """``effective_parameters`` with zeros for a missing start / end (not ``_parameters``:
+        on the PyTorch backend a layer is a ``torch.nn.Module``, which owns that name)."""
         zeros = ops.zeros((self._trans.shape[0],), dtype)
         return tuple(zeros if p is None else p for p in self.effective_parameters(dtype))
 
@@ -416,8 +418,9 @@ class ConditionalRandomField(keras.layers.Layer):
             >>> tags = crf.decode_ops(model(x))
         """
         y_pred = ops.convert_to_tensor(y_pred)
-        return viterbi_decode_ops(y_pred, *self._parameters('float32'),
-                                  mask=ops.any(y_pred > -np.inf, axis=-1))
+        transitions, start, end = self._scoring_parameters('float32')
+        return viterbi_decode_ops(y_pred, transitions, mask=ops.any(y_pred > -np.inf, axis=-1),
+                                  start=start, end=end)
 
     def get_config(self):
         def listed(array):

@@ -39,7 +39,11 @@ class PositionEmbedding(keras.layers.Layer):
                                           initializer=keras.initializers.TruncatedNormal(0, 0.02))
 
     def call(self, inputs):
-        return inputs + ops.cast(self.embeddings[:ops.shape(inputs)[1]], inputs.dtype)[None]
+        positions = ops.slice(self.embeddings, (0, 0), (ops.shape(inputs)[1], inputs.shape[-1]))
+        return inputs + ops.cast(positions, inputs.dtype)[None]
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
 
     def get_config(self):
         return dict(super().get_config(), max_positions=self.max_positions)
@@ -69,6 +73,7 @@ def build_bert(config, dropout=True):
     rate = (lambda key: config.get(key, 0.1) if dropout else 0.0)
     eps = config.get('layer_norm_eps', 1e-12)
     token_ids = keras.Input((None,), dtype='int32', name='Input-Token')
+    real = ops.not_equal(token_ids, 0)                                    # (batch, n) bool
     segment_ids = keras.Input((None,), dtype='int32', name='Input-Segment')
     x = keras.layers.Embedding(config['vocab_size'], hidden, mask_zero=True,
                                name='Embedding-Token')(token_ids)
@@ -79,9 +84,10 @@ def build_bert(config, dropout=True):
     x = keras.layers.Dropout(rate('hidden_dropout_prob'), name='Embedding-Dropout')(x)
     for i in range(config['num_hidden_layers']):
         name = f'Transformer-{i}-MultiHeadSelfAttention'
+        # explicit masks: Keras 3's MultiHeadAttention attends to padding keys otherwise
         y = keras.layers.MultiHeadAttention(heads, hidden // heads,
                                             dropout=rate('attention_probs_dropout_prob'),
-                                            name=name)(x, x)
+                                            name=name)(x, x, query_mask=real, value_mask=real)
         y = keras.layers.Dropout(rate('hidden_dropout_prob'), name=f'{name}-Dropout')(y)
         x = keras.layers.Add(name=f'{name}-Add')([x, y])
         x = keras.layers.LayerNormalization(epsilon=eps, name=f'{name}-Norm')(x)
