@@ -45,8 +45,9 @@ def value_and_gradients(function, *arrays):
             *[ops.convert_to_tensor(a) for a in arrays])
     elif BACKEND == 'tensorflow':
         import tensorflow as tf
-        tensors = [tf.Variable(a) for a in arrays]
+        tensors = [tf.constant(a) for a in arrays]
         with tf.GradientTape() as tape:
+            tape.watch(tensors)
             value = function(*tensors)
         grads = tape.gradient(value, tensors)
     else:

@@ -39,7 +39,8 @@ class PositionEmbedding(keras.layers.Layer):
                                           initializer=keras.initializers.TruncatedNormal(0, 0.02))
 
     def call(self, inputs):
-        positions = ops.slice(self.embeddings, (0, 0), (ops.shape(inputs)[1], inputs.shape[-1]))
+        table = ops.convert_to_tensor(self.embeddings)        # (max_positions, dim)
+        positions = ops.slice(table, (0, 0), (ops.shape(inputs)[1], inputs.shape[-1]))
         return inputs + ops.cast(positions, inputs.dtype)[None]
 
     def compute_output_shape(self, input_shape):
