@@ -240,3 +240,56 @@ def test_each_side_imports_only_its_own_keras(side):
     result = _run(['-c', SEPARATION, side], **extra)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     assert 'FORBIDDEN []' in result.stdout
+
+
+CONLL_SAMPLE = [[('EU', 'B-ORG'), ('rejects', 'O'), ('German', 'B-MISC'), ('lamb', 'O')],
+                [('Peter', 'B-PER'), ('runs', 'O'), ('in', 'O'), ('London', 'B-LOC')],
+                [('German', 'B-MISC'), ('Peter', 'B-PER'), ('rejects', 'O'), ('EU', 'B-ORG')],
+                [('London', 'B-LOC'), ('lamb', 'O'), ('runs', 'O')]]
+
+
+def write_tiny_hf_bert(folder, words):
+    """A Hugging Face BERT folder (config.json, vocab.txt, model.safetensors): 1 layer, hidden
+    16, random weights of every tensor crf_lr.convert expects."""
+    from crf_lr.convert import _variable_table, google_config
+    from test_convert import _write_safetensors
+    os.makedirs(folder)
+    vocab = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]'] + sorted({w.lower() for w in words})
+    with open(os.path.join(folder, 'vocab.txt'), 'w') as f:
+        f.write('\n'.join(vocab) + '\n')
+    hf_config = dict(model_type='bert', vocab_size=len(vocab), hidden_size=16,
+                     num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
+                     hidden_act='gelu', max_position_embeddings=32, type_vocab_size=2,
+                     hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    with open(os.path.join(folder, 'config.json'), 'w') as f:
+        json.dump(hf_config, f)
+    rng, tensors = np.random.default_rng(0), {}
+    for hf, _, kind, shape, optional in _variable_table('bert', google_config(hf_config)[1]):
+        if optional:
+            continue
+        weight = rng.normal(scale=0.1, size=shape[::-1] if kind == 'dense' else shape)
+        tensors[f'bert.{hf}.weight'] = (np.ones(shape, 'float32') if kind == 'norm'
+                                        else weight.astype('float32'), None)
+        if kind != 'embedding':
+            tensors[f'bert.{hf}.bias'] = (np.zeros(shape[-1:], 'float32'), None)
+    _write_safetensors(os.path.join(folder, 'model.safetensors'), tensors)
+
+
+@pytest.mark.slow
+def test_ner_example_learns_a_tiny_sample_on_jax(tmp_path):
+    if importlib.util.find_spec('jax') is None:
+        pytest.skip('jax is not installed: `make install` installs it')
+    sample = tmp_path / 'sample.txt'
+    sample.write_text('\n\n'.join('\n'.join(f'{w} X {t}' for w, t in s) for s in CONLL_SAMPLE * 4)
+                      + '\n')
+    write_tiny_hf_bert(str(tmp_path / 'bert'), [w for s in CONLL_SAMPLE for w, _ in s])
+    output = tmp_path / 'results.json'
+    result = _run([os.path.join('examples', 'task_ner_keras3.py'), '--train-file', str(sample),
+                   '--test-file', str(sample), '--encoder', str(tmp_path / 'bert'),
+                   '--maxlen', '12', '--batch-size', '4', '--epochs', '6', '--lr', '1e-2',
+                   '--output', str(output)])
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    report = json.loads(output.read_text())
+    assert report['backend'] == 'jax' and report['test_sentences'] == 16
+    assert report['epochs'][-1]['loss'] < report['epochs'][0]['loss'], report['epochs']
+    assert report['test_f1'] >= 0.9, report['epochs']          # the training sentences themselves
