@@ -4,6 +4,7 @@ flag errors answer at once.
     >>> parser = add_common_arguments(argparse.ArgumentParser(), default_output='runs/ner')
     >>> args = parse_checked(parser, ['--train-file', 'data/char-bio/train.txt'])
 """
+import contextlib
 import os
 
 FORMATS_HELP = ("conll (word per line, tag in the last column), char-bio, char-bmes, char-bioes "
@@ -68,6 +69,8 @@ def add_common_arguments(parser, default_output='runs/run', default_maxlen=128):
                        help="CRF: give the scheme's impossible transitions -1e4 in training too "
                             "(decoding respects them always; scores without them are reported "
                             "beside)")
+    model.add_argument('--boundary-scores', action='store_true',
+                       help='CRF: learn a start and an end score per label as well')
     model.add_argument('--head-size', type=int, default=64,
                        help='GlobalPointer head size (default: %(default)s)')
     model.add_argument('--spans', choices=('auto', 'flat', 'nested'), default='auto',
@@ -79,6 +82,11 @@ def add_common_arguments(parser, default_output='runs/run', default_maxlen=128):
     train.add_argument('--lr', type=float, default=None,
                        help='main learning rate (default: chosen for the encoder from our '
                             'experiments: crf_lr.encoders.default_learning_rate)')
+    train.add_argument('--stop-gain', type=float, default=None,
+                       help='stop early once the best development score has risen by less than '
+                            'this over --stop-epochs epochs, e.g. 0.003 (0.3 F1 points); '
+                            '--epochs is then the cap (default: train every epoch)')
+    train.add_argument('--stop-epochs', type=int, default=2, help='(default: %(default)s)')
     train.add_argument('--seed', type=int, default=0,
                        help='seed of initialisation, dropout and batch order (default: 0)')
     train.add_argument('--no-bias-correction', dest='bias_correction', action='store_false',
@@ -104,7 +112,7 @@ def parse_checked(parser, argv=None):
     """Parse ``argv`` and reject values no run can use, through ``parser.error`` (exit status 2);
     quiet TensorFlow's start-up log unless ``--verbose``."""
     args = parser.parse_args(argv)
-    for name in ('epochs', 'batch_size', 'maxlen', 'head_size'):
+    for name in ('epochs', 'batch_size', 'maxlen', 'head_size', 'stop_epochs'):
         if getattr(args, name) < 1:
             parser.error(f'--{name.replace("_", "-")} must be >= 1, got {getattr(args, name)}')
     for name in ('train_limit', 'eval_limit', 'layers', 'holdout'):
@@ -135,3 +143,17 @@ def quiet_tensorflow(verbose=False):
     import warnings
     os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
     warnings.filterwarnings('ignore', message='The initializer')
+
+
+@contextlib.contextmanager
+def user_errors():
+    """End the script with the one-line message of a data or file error (exit status 1) instead of
+    a traceback: bad files name their ``path:line`` already.
+
+        >>> with user_errors():
+        ...     data = load_splits(train_file='my/train.txt')
+    """
+    try:
+        yield
+    except (ValueError, OSError) as error:
+        raise SystemExit(f'error: {error}') from None

@@ -23,11 +23,13 @@ from crf_lr.crf import ConditionalRandomField
 from crf_lr.global_pointer import EfficientGlobalPointer, GlobalPointer
 from crf_lr.losses import sparse_global_pointer_crossentropy, sparse_global_pointer_f1
 from crf_lr.pieces import piece_spans_to_unit_spans, unit_spans_to_piece_spans
+from crf_lr.serialization import register
 from crf_lr.spans import decode_spans, non_overlapping, pad_sparse_targets, sparse_targets
 from crf_lr.tagging import get_scheme
 from crf_lr.viterbi import DISALLOWED_SCORE, viterbi_decode
 
 
+@register(aliases=('PieceStates',))
 class PieceStates(keras.layers.Layer):
     """The hidden states of the text pieces: ``[CLS]`` dropped, ``[SEP]`` and padding masked.
 
@@ -54,8 +56,6 @@ class PieceStates(keras.layers.Layer):
         shape = input_shape[0]
         return (shape[0], None if shape[1] is None else shape[1] - 1, shape[2])
 
-
-keras.utils.get_custom_objects()['PieceStates'] = PieceStates
 
 
 def piece_states(encoder):
@@ -214,6 +214,7 @@ class CRFHead(TagHead):
     Args:
         lr_multiplier: the CRF's own learning-rate multiplier (see docs/results.md).
         constrain_training: give the scheme's impossible transitions -1e4 in training too.
+        boundary_scores: learn start and end scores per label as well.
 
         >>> head = CRFHead(['PER'], 'BIO', lr_multiplier=100)
         >>> head.build(states); head.crf.trans.shape          # (3, 3)
@@ -222,18 +223,21 @@ class CRFHead(TagHead):
     layer_class = ConditionalRandomField
 
     def __init__(self, types=(), scheme='BIO', lr_multiplier=1.0, constrain_training=False,
-                 layer_class=None):
+                 boundary_scores=False, layer_class=None):
         super().__init__(types, scheme, layer_class)
         self.lr_multiplier, self.constrain_training = lr_multiplier, constrain_training
+        self.boundary_scores = boundary_scores
         self.crf = None
 
     def options(self):
-        return dict(lr_multiplier=self.lr_multiplier, constrain_training=self.constrain_training)
+        return dict(lr_multiplier=self.lr_multiplier, constrain_training=self.constrain_training,
+                    boundary_scores=self.boundary_scores)
 
     def build(self, states):
         constraints = self.scheme.allowed(self.labels) if self.constrain_training else (None,) * 3
         scores = self._add(keras.layers.Dense(len(self.labels), name='Tag-Scores'))(states)
-        self.crf = self._add(self.layer_class(self.lr_multiplier, *constraints, name='CRF'))
+        self.crf = self._add(self.layer_class(self.lr_multiplier, *constraints, name='CRF',
+                                              boundary_scores=self.boundary_scores))
         self.loss, self.metrics = self.crf.sparse_loss, [self.crf.sparse_accuracy]
         return self.crf(scores)
 

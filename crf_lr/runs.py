@@ -34,7 +34,8 @@ def machine():
 
 
 # Flags that may change between a run and its resumption.
-RESUMABLE_CHANGES = ('epochs', 'output', 'overwrite', 'data_dir', 'verbose')
+RESUMABLE_CHANGES = ('epochs', 'output', 'overwrite', 'data_dir', 'verbose', 'stop_gain',
+                     'stop_epochs')
 
 
 class RunLog:
@@ -221,8 +222,18 @@ def _remove_partial_checkpoints(prefix):
         shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else os.remove(path)
 
 
+def plateaued(values, min_gain, epochs=2):
+    """True when the best of ``values`` (one per epoch) rose by less than ``min_gain`` over the
+    last ``epochs`` epochs.
+
+        >>> plateaued([0.50, 0.70, 0.702, 0.704], min_gain=0.003)     # +0.004 over 2 epochs
+        False
+    """
+    return len(values) > epochs and max(values) - max(values[:-epochs]) < min_gain
+
+
 def fit(model, run, batches_for_epoch, evaluate, epochs, metric, save_best, extra=None,
-        final_test=None, progress=True):
+        final_test=None, progress=True, stop_gain=None, stop_epochs=2):
     """Train epoch by epoch; after each, evaluate, log, keep the best model and checkpoint.
 
     Resumable: the epochs ``run`` has finished are skipped after restoring the model and
@@ -242,6 +253,8 @@ def fit(model, run, batches_for_epoch, evaluate, epochs, metric, save_best, extr
         final_test: function -> dict of test scores of the selected model (run once, after the
             last epoch; stored as ``test`` in ``results.json``), or None.
         progress: show a tqdm bar per epoch.
+        stop_gain: stop before ``epochs`` once the best ``metric`` has risen by less than this
+            over the last ``stop_epochs`` epochs (:func:`plateaued`); None: run every epoch.
     Returns:
         the results dict written to ``results.json``.
 
@@ -261,6 +274,13 @@ def fit(model, run, batches_for_epoch, evaluate, epochs, metric, save_best, extr
     epoch = run.finished_epochs
     try:
         for epoch in range(run.finished_epochs, epochs):
+            if stop_gain is not None and plateaued([r[metric] for r in run.records], stop_gain,
+                                                   stop_epochs):
+                extra = dict(extra or {}, stopped_after_epoch=epoch)
+                results = run.write_results(metric, **extra)
+                print(f'stopped after epoch {epoch}: {metric} rose by less than {stop_gain} over '
+                      f'{stop_epochs} epochs')
+                break
             record = _train_epoch(model, batches_for_epoch(epoch), epoch, epochs, progress, tqdm)
             started = time.time()
             scores = evaluate(epoch + 1)

@@ -71,7 +71,10 @@ def _user_files(train_file, dev_file, test_file, format, repair):
     train = read_corpus(train_file, format=format, repair=repair)
     read = [read_corpus(path, format=format or train.format, types=train.types, repair=repair)
             if path else None for path in (dev_file, test_file)]
-    names = dict(train=train_file, dev=dev_file, test=test_file or 'no --test-file given')
+    names = {role: path + (f' ({data.note})' if data.note else '') for role, path, data in
+             (('train', train_file, train), ('dev', dev_file, read[0]), ('test', test_file, read[1]))
+             if path}
+    names.setdefault('test', 'no --test-file given')
     return train, read[0], read[1], train.units, False, names
 
 

@@ -16,7 +16,8 @@ import argparse
 import os
 import time
 
-from crf_lr.cli import add_common_arguments, parse_checked   # no TensorFlow before --help
+# no TensorFlow before --help:
+from crf_lr.cli import add_common_arguments, parse_checked, user_errors
 
 
 def parse_args(argv=None):
@@ -31,6 +32,7 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     import numpy as np
+    from crf_lr import set_check_numerics
     from crf_lr.compat import keras
     from crf_lr.datasets import read_word_list, resolve_data_dir
     from crf_lr.diagnostics import count_violations, diagnose, format_sanity, format_transitions
@@ -45,10 +47,11 @@ def main(argv=None):
     from crf_lr.tagging import SCHEMES
 
     # ---- data: PFR 1998-01 (or your file) to train, a hold-out (or your dev file) to select ----
-    data = load_splits(None if args.train_file else 'pku', args.train_file, args.dev_file,
-                       args.test_file, args.format or ('segmented' if args.train_file else None),
-                       args.repair, args.data_dir, args.train_limit, args.eval_limit,
-                       args.holdout, args.sample_seed)
+    with user_errors():                                    # a bad file: its path:line, no traceback
+        data = load_splits(None if args.train_file else 'pku', args.train_file, args.dev_file,
+                           args.test_file, args.format or (args.train_file and 'segmented'),
+                           args.repair, args.data_dir, args.train_limit, args.eval_limit,
+                           args.holdout, args.sample_seed)
     print(data.describe())
     data_dir = None if args.train_file else resolve_data_dir(args.data_dir)
     words_file = data_dir and os.path.join(data_dir, 'icwb2', 'pku_training_words.utf8')
@@ -58,11 +61,12 @@ def main(argv=None):
                  program=__file__)
 
     # ---- model: encoder (first k layers) -> Dense -> CRF whose transitions learn faster ----
+    set_check_numerics(True)            # NaN/inf in a layer or loss stops the run, naming it
     keras.utils.set_random_seed(args.seed)
     seg = SCHEMES['SEG']
     bert, vocab_path, encoder_info = load_encoder(args.encoder, args.layers, args.vocab)
     head = make_head(args.head, scheme=seg, lr_multiplier=args.crf_lr_multiplier,
-                     constrain_training=args.constrain)
+                     constrain_training=args.constrain, boundary_scores=args.boundary_scores)
     model = keras.Model(bert.inputs, head.build(piece_states(bert)))
     units = UnitEncoder(vocab_path)
     samples = make_samples([(e.text, e.tags, seg.decode(e.tags)) for e in data.train], units,
@@ -145,7 +149,7 @@ def main(argv=None):
     return fit(model, run, lambda epoch: epoch_batches(samples, args.batch_size, args.seed,
                                                        epoch, head),
                evaluate, args.epochs, 'dev_f1', lambda: tagger.save(run.model_dir), extra,
-               final_test=final_test)
+               final_test=final_test, stop_gain=args.stop_gain, stop_epochs=args.stop_epochs)
 
 
 def _rounded(value):

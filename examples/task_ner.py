@@ -17,7 +17,8 @@ import argparse
 import os
 import time
 
-from crf_lr.cli import add_common_arguments, parse_checked   # no TensorFlow before --help
+# no TensorFlow before --help:
+from crf_lr.cli import add_common_arguments, parse_checked, user_errors
 from crf_lr.datasets import DATASETS
 
 
@@ -44,6 +45,7 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
+    from crf_lr import set_check_numerics
     from crf_lr.compat import keras
     from crf_lr.encoders import default_learning_rate, load_encoder
     from crf_lr.heads import make_head, piece_states
@@ -57,14 +59,16 @@ def main(argv=None):
     from crf_lr.tagging import label_list, spans_to_tags
 
     # ---- data: train, dev (selects the epoch), test (scored once at the end) ----
-    data = load_splits(args.dataset, args.train_file, args.dev_file, args.test_file, args.format,
-                       args.repair, args.data_dir, args.train_limit, args.eval_limit,
-                       args.holdout, args.sample_seed)
+    with user_errors():                                    # a bad file: its path:line, no traceback
+        data = load_splits(args.dataset, args.train_file, args.dev_file, args.test_file,
+                           args.format, args.repair, args.data_dir, args.train_limit,
+                           args.eval_limit, args.holdout, args.sample_seed)
     print(data.describe() + f'\ntypes: {list(data.types)}')
     run = RunLog(args.output, dict(vars(args), script='task_ner'), args.overwrite, argv,
                  program=__file__)
 
     # ---- model: encoder -> piece states -> head (Dense + CRF, Dense + softmax, span scores) ----
+    set_check_numerics(True)            # NaN/inf in a layer or loss stops the run, naming it
     keras.utils.set_random_seed(args.seed)
     bert, vocab_path, encoder_info = load_encoder(args.encoder, args.layers, args.vocab)
     if args.reinit_top:
@@ -72,7 +76,8 @@ def main(argv=None):
         reinitialize_top_layers(bert, args.reinit_top, seed=args.seed)
     flat = args.spans == 'flat' or (args.spans == 'auto' and not data.nested)
     head = make_head(args.head, data.types, 'BIO', lr_multiplier=args.crf_lr_multiplier,
-                     constrain_training=args.constrain, head_size=args.head_size, flat=flat)
+                     constrain_training=args.constrain, boundary_scores=args.boundary_scores,
+                     head_size=args.head_size, flat=flat)
     model = keras.Model(bert.inputs, head.build(piece_states(bert)))
     units = UnitEncoder(vocab_path, data.units)
     samples = make_samples([(e.tokens, e.tags, e.spans) for e in data.train], units, args.maxlen,
@@ -143,7 +148,7 @@ def main(argv=None):
     return fit(model, run, lambda epoch: epoch_batches(samples, args.batch_size, args.seed,
                                                        epoch, head),
                evaluate, args.epochs, 'dev_f1', lambda: tagger.save(run.model_dir), extra,
-               final_test=final_test)
+               final_test=final_test, stop_gain=args.stop_gain, stop_epochs=args.stop_epochs)
 
 
 if __name__ == '__main__':

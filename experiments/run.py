@@ -32,6 +32,9 @@ EXP1_SETTINGS = [  # name, main lr, CRF multiplier, head
     ('CRF-1', 1e-3, 1, 'crf'), ('CRF-2', 1e-3, 10, 'crf'), ('CRF-3', 1e-2, 1, 'crf'),
     ('Softmax', 1e-3, 1, 'softmax'), ('CRF-x100', 1e-3, 100, 'crf'),
     ('CRF-x1000', 1e-3, 1000, 'crf')]
+# What the library adds on top of the seed's CRF-2 (10x): constraints in training (decoding always
+# has them), start/end scores, 4 epochs. The later --epochs overrides EXP1_SCALE's.
+EXP1_PLUS = [('CRF-2-plus', 1e-3, 10, 'crf', ['--constrain', '--boundary-scores', '--epochs', '4'])]
 EXP1_FINETUNE = [('FT-1e-4-x1', 1e-4, 1), ('FT-1e-4-x1000', 1e-4, 1000), ('FT-1e-5-x1', 1e-5, 1),
                  ('FT-1e-5-x1000', 1e-5, 1000)]
 
@@ -42,6 +45,11 @@ EXP2_SCALE = ['--train-limit', '3000', '--eval-limit', '1000', '--epochs', '2', 
               '--crf-lr-multiplier', '100', '--test-every-epoch']
 EXP2_DATASETS = ('cluener', 'cmeee', 'msra')
 EXP2_HEADS = ('crf', 'global_pointer', 'efficient_global_pointer')
+# Experiment 2 to convergence: the whole training sets, every dev sentence; stop once dev F1 has
+# risen by less than 0.3 points over two epochs, at most 15 epochs.
+EXP2C_SCALE = ['--epochs', '15', '--stop-gain', '0.003', '--stop-epochs', '2', '--lr', '2e-4',
+               '--crf-lr-multiplier', '100']
+EXP2C_DATASETS = ('cluener', 'cmeee')
 
 # Experiment 3: few-sample fine-tuning, 400 seeded training sentences, CRF head, Adam with and
 # without bias correction. Not a full factorial (that is 240 runs, ~4.5 h on 2 cores): blocks in
@@ -79,7 +87,7 @@ def exp3_runs(seeds=None):
     return runs
 
 
-DEFAULT_SEEDS = {'exp1': '0,1,2', 'exp2': '0,1'}   # exp3: each block's own (EXP3_BLOCKS)
+DEFAULT_SEEDS = {'exp1': '0,1,2', 'exp2': '0,1', 'exp2c': '0,1,2'}   # exp3: each block's own (EXP3_BLOCKS)
 
 
 def experiment(name, seeds=None):
@@ -93,11 +101,13 @@ def experiment(name, seeds=None):
         if name == 'exp1':
             for encoder, label, layers in (('albert-tiny-zh', 'albert-L1', '1'),
                                            ('random:1:312', 'random-L1', '1')):
-                for setting, lr, mult, head in EXP1_SETTINGS:
+                plus = EXP1_PLUS if label == 'albert-L1' else []
+                for setting, lr, mult, head, *more in EXP1_SETTINGS + plus:
                     runs.append((f'{label}/{setting}/seed{seed}', 'task_cws_crf.py',
                                  EXP1_SCALE + s + ['--encoder', encoder, '--layers', layers,
                                                    '--lr', str(lr), '--crf-lr-multiplier',
-                                                   str(mult), '--head', head]))
+                                                   str(mult), '--head', head]
+                                 + [flag for flags in more for flag in flags]))
             for setting, lr, mult in EXP1_FINETUNE:
                 runs.append((f'albert-L4/{setting}/seed{seed}', 'task_cws_crf.py',
                              EXP1_SCALE + s + ['--encoder', 'albert-tiny-zh', '--lr', str(lr),
@@ -107,18 +117,29 @@ def experiment(name, seeds=None):
                 for head in EXP2_HEADS:
                     runs.append((f'{dataset}/{head}/seed{seed}', 'task_ner.py',
                                  EXP2_SCALE + s + ['--dataset', dataset, '--head', head]))
+        elif name == 'exp2c':
+            for dataset in EXP2C_DATASETS:
+                for head in EXP2_HEADS:
+                    runs.append((f'{dataset}/{head}/seed{seed}', 'task_ner.py',
+                                 EXP2C_SCALE + s + ['--dataset', dataset, '--head', head]))
         else:
-            raise SystemExit(f'unknown experiment {name!r}: expected exp1, exp2 or exp3')
+            raise SystemExit(f'unknown experiment {name!r}: expected exp1, exp2, exp2c or exp3')
     return runs
 
 
 def finished(output, epochs):
-    """True if the run folder holds ``epochs`` finished epochs."""
+    """True if the run folder holds ``epochs`` finished epochs, or a run that stopped early."""
     try:
         with open(os.path.join(output, 'results.json'), encoding='utf-8') as f:
-            return len(json.load(f)['epochs']) >= epochs
+            results = json.load(f)
+        return len(results['epochs']) >= epochs or 'stopped_after_epoch' in results
     except (OSError, ValueError, KeyError):
         return False
+
+
+def epochs_of(flags):
+    """The ``--epochs`` a run asks for (the last one given wins, as in argparse)."""
+    return int(flags[len(flags) - 1 - flags[::-1].index('--epochs') + 1])
 
 
 CLAIM = 'driver.pid'     # in a run folder while a driver trains it
@@ -170,12 +191,12 @@ def start(name, script, flags, output, data_dir, epochs, heading):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    parser.add_argument('experiment', choices=('exp1', 'exp2', 'exp3'))
+    parser.add_argument('experiment', choices=('exp1', 'exp2', 'exp2c', 'exp3'))
     parser.add_argument('--data-dir', default=os.environ.get('CRF_LR_DATA'),
                         help='shared data folder (default: $CRF_LR_DATA)')
     parser.add_argument('--seeds', default=None,
-                        help='comma-separated (default: exp1 0,1,2; exp2 0,1; exp3 each block\'s '
-                             'own, see EXP3_BLOCKS)')
+                        help='comma-separated (default: exp1 0,1,2; exp2 0,1; exp2c 0,1,2; exp3 '
+                             'each block\'s own, see EXP3_BLOCKS)')
     parser.add_argument('--only', default='', help='run only names containing this string')
     parser.add_argument('--output', default=os.path.join(ROOT, 'runs'),
                         help='parent folder of the run folders (default: runs/)')
@@ -193,7 +214,7 @@ def main(argv=None):
     os.makedirs(folder, exist_ok=True)
     for k, (name, script, flags) in enumerate(runs, 1):
         output = os.path.join(folder, name)
-        epochs = int(flags[flags.index('--epochs') + 1])
+        epochs = epochs_of(flags)
         if finished(output, epochs):
             continue
         os.makedirs(output, exist_ok=True)

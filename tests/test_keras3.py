@@ -232,14 +232,9 @@ assert not loaded, loaded
 '''
 
 
-# crf_lr/__init__.py sets TF_USE_LEGACY_KERAS=1 on import, and TensorFlow then loads tf_keras even
-# under Keras 3 (harmless: every TensorFlow-backend check passes) until crf_lr.keras3 stops going
-# through that set-up (see docs/keras3.md)
-LEGACY_LOADED = pytest.mark.xfail(strict=True, reason='crf_lr/__init__.py sets TF_USE_LEGACY_KERAS')
 
 
-@pytest.mark.parametrize('side', ['tf-keras', pytest.param('tensorflow', marks=LEGACY_LOADED),
-                                  'jax'])
+@pytest.mark.parametrize('side', ['tf-keras', 'tensorflow', 'jax'])
 def test_each_side_imports_only_its_own_keras(side):
     if side == 'jax' and importlib.util.find_spec('jax') is None:
         pytest.skip('jax is not installed')

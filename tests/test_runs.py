@@ -88,3 +88,30 @@ def test_model_files_name_what_is_missing_and_hint_at_the_model_folder(tmp_path)
     (tmp_path / 'run' / 'model' / 'vocab.txt').unlink()
     with pytest.raises(FileNotFoundError, match='missing vocab.txt'):
         model_files(str(tmp_path / 'run' / 'model'))
+
+
+def test_plateaued_compares_the_best_score_with_the_best_before_the_last_epochs():
+    from crf_lr.runs import plateaued
+    assert not plateaued([0.5, 0.6], 0.003)                       # too few epochs to judge
+    assert not plateaued([0.5, 0.70, 0.702, 0.704], 0.003)        # +0.004 over the last two
+    assert plateaued([0.5, 0.70, 0.702, 0.7025], 0.003)           # +0.0025
+    assert plateaued([0.5, 0.70, 0.69, 0.68], 0.003)              # fell: no gain at all
+    assert not plateaued([0.5, 0.70, 0.69, 0.71], 0.003, epochs=3)
+
+
+def test_early_stop_ends_the_run_and_a_rerun_does_not_train_again(tiny_model, tmp_path):
+    model, batches = tiny_model
+    dev = {1: 0.5, 2: 0.8, 3: 0.801, 4: 0.802, 5: 0.9}
+    trained = []
+
+    def batches_for(epoch):
+        trained.append(epoch)
+        return batches
+
+    results = fit(model, _run(tmp_path), batches_for, lambda e: {'f1': dev[e]}, 5, 'f1',
+                  lambda: None, progress=False, stop_gain=0.003)
+    assert trained == [0, 1, 2, 3] and results['stopped_after_epoch'] == 4
+    assert results['best_epoch'] == 4
+    fit(model, _run(tmp_path), batches_for, lambda e: {'f1': dev[e]}, 5, 'f1', lambda: None,
+        progress=False, stop_gain=0.003)
+    assert trained == [0, 1, 2, 3]                                 # resumed: still stopped

@@ -8,6 +8,14 @@ registered for ``.keras`` files (package ``crf_lr``), so ``keras.saving.load_mod
     >>> from crf_lr.keras3 import ConditionalRandomField, LayerwiseAdam
     >>> crf = ConditionalRandomField(lr_multiplier=100, name='CRF')
 """
+import os
+import sys
+
+# crf_lr/__init__.py selects tf-keras for the Keras 2 side; undo that before Keras 3 (and, on the
+# TensorFlow backend, TensorFlow) loads, so that this side never pulls tf-keras in.
+if 'tensorflow' not in sys.modules:
+    os.environ.pop('TF_USE_LEGACY_KERAS', None)
+
 from crf_lr.keras3.crf import (ConditionalRandomField, ConditionalRandomFieldLoss,
                                crf_log_likelihood, crf_log_partition, crf_sequence_score,
                                crf_dense_accuracy, crf_sparse_accuracy, viterbi_decode_ops)
