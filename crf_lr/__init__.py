@@ -50,6 +50,10 @@ _PUBLIC = {
     'global_pointer_f1': 'crf_lr.losses',
     'sparse_global_pointer_f1': 'crf_lr.losses',
     'LayerwiseAdam': 'crf_lr.optimizers',
+    'Adam': 'crf_lr.optimizers',
+    'extend_with_layerwise_lr': 'crf_lr.optimizers',
+    'extend_with_weight_decay': 'crf_lr.optimizers',
+    'WarmupLinearDecay': 'crf_lr.optimizers',
     'layerwise_decay_multipliers': 'crf_lr.optimizers',
     'set_check_numerics': 'crf_lr.numerics',
 }

@@ -222,6 +222,18 @@ def _remove_partial_checkpoints(prefix):
         shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else os.remove(path)
 
 
+def warmup_schedule(warmup_proportion, windows, batch_size, epochs):
+    """``LayerwiseAdam`` keyword arguments that warm the rate up over ``warmup_proportion`` of a
+    run's steps, then decay it linearly to 0; ``{}`` (a constant rate) when the proportion is 0.
+
+        >>> warmup_schedule(0.1, windows=1000, batch_size=16, epochs=3)
+        {'warmup_steps': 19, 'total_steps': 189}
+    """
+    steps = -(-windows // batch_size) * epochs
+    return (dict(warmup_steps=round(warmup_proportion * steps), total_steps=steps)
+            if warmup_proportion else {})
+
+
 def plateaued(values, min_gain, epochs=2):
     """True when the best of ``values`` (one per epoch) rose by less than ``min_gain`` over the
     last ``epochs`` epochs.

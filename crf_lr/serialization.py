@@ -96,7 +96,7 @@ class layer_method:  # noqa: N801  (a decorator, like property)
         keras.utils.get_custom_objects().setdefault(name, LayerMethod(name))
 
     def __get__(self, layer, owner=None):
-        return self if layer is None else LayerMethod(self.__name__, layer)
+        return self if layer is None else LayerMethod(self.__name__, layer, self.function)
 
     def __call__(self, layer, y_true, y_pred):
         return self.function(layer, y_true, y_pred)
@@ -122,20 +122,24 @@ class LayerMethod:
         >>> keras.models.load_model('model.h5')          # no custom_objects
     """
 
-    def __init__(self, method, layer=None):
+    def __init__(self, method, layer=None, function=None):
         self.method = self.name = self.__name__ = method   # Keras names the loss / metric so
         self.layer = None if isinstance(layer, str) else layer
         self._layer_name = getattr(layer, 'name', layer)
+        self._function = function      # the definition read (so ``super().sparse_loss`` works)
 
     def __call__(self, y_true, y_pred):
-        layer = _producer(y_pred)
-        layer = self.layer if layer is None else layer
-        if not isinstance(getattr(type(layer), self.method, None), layer_method):
+        producer = _producer(y_pred)
+        if self._function is not None and producer in (None, self.layer):
+            return self._function(self.layer, y_true, y_pred)
+        producer = self.layer if producer is None else producer
+        if not (isinstance(producer, LayerMethodOwner)
+                and callable(getattr(producer, self.method, None))):
             raise ValueError(
                 f'{self.method} (saved for layer {self._layer_name!r}): y_pred must be the output '
-                f'of a layer with a layer_method {self.method!r}, e.g. the model output of a '
-                f'ConditionalRandomField; got {y_pred!r}, produced by {layer!r}')
-        return getattr(type(layer), self.method)(layer, y_true, y_pred)
+                f'of a layer with a method {self.method!r}, e.g. the model output of a '
+                f'ConditionalRandomField; got {y_pred!r}, produced by {producer!r}')
+        return getattr(producer, self.method)(y_true, y_pred)   # its own (or its subclass's)
 
     def get_config(self):
         return {'method': self.method, 'layer': self._layer_name}

@@ -41,7 +41,7 @@ def main(argv=None):
     from crf_lr.metrics import segmentation_scores
     from crf_lr.optimizers import LayerwiseAdam
     from crf_lr.pieces import UnitEncoder
-    from crf_lr.runs import RunLog, epoch_batches, fit, make_samples
+    from crf_lr.runs import RunLog, epoch_batches, fit, make_samples, warmup_schedule
     from crf_lr.splits import load_splits
     from crf_lr.tagger import Tagger
     from crf_lr.tagging import SCHEMES
@@ -72,9 +72,7 @@ def main(argv=None):
     samples = make_samples([(e.text, e.tags, seg.decode(e.tags)) for e in data.train], units,
                            args.maxlen, head)
     lr = args.lr or default_learning_rate(args.encoder, args.layers)
-    steps = -(-len(samples) // args.batch_size) * args.epochs
-    schedule = (dict(warmup_steps=round(args.warmup_proportion * steps), total_steps=steps)
-                if args.warmup_proportion else {})
+    schedule = warmup_schedule(args.warmup_proportion, len(samples), args.batch_size, args.epochs)
     model.compile(optimizer=LayerwiseAdam(lr, bias_correction=args.bias_correction, **schedule),
                   loss=head.loss, metrics=head.metrics)
     tagger = Tagger(model, units, head, args.maxlen, args.batch_size)

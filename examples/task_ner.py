@@ -52,7 +52,7 @@ def main(argv=None):
     from crf_lr.metrics import confusion_matrix, format_confusion_matrix, relaxed_scores, span_scores
     from crf_lr.optimizers import LayerwiseAdam
     from crf_lr.pieces import UnitEncoder
-    from crf_lr.runs import RunLog, epoch_batches, fit, make_samples
+    from crf_lr.runs import RunLog, epoch_batches, fit, make_samples, warmup_schedule
     from crf_lr.spans import outermost
     from crf_lr.splits import load_splits
     from crf_lr.tagger import Tagger
@@ -83,9 +83,7 @@ def main(argv=None):
     samples = make_samples([(e.tokens, e.tags, e.spans) for e in data.train], units, args.maxlen,
                            head)
     lr = args.lr or default_learning_rate(args.encoder, args.layers)
-    steps = -(-len(samples) // args.batch_size) * args.epochs
-    schedule = (dict(warmup_steps=round(args.warmup_proportion * steps), total_steps=steps)
-                if args.warmup_proportion else {})
+    schedule = warmup_schedule(args.warmup_proportion, len(samples), args.batch_size, args.epochs)
     model.compile(optimizer=LayerwiseAdam(lr, bias_correction=args.bias_correction, **schedule),
                   loss=head.loss, metrics=head.metrics)
     tagger = Tagger(model, units, head, args.maxlen, args.batch_size)

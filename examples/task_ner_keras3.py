@@ -48,7 +48,7 @@ from crf_lr.keras3.tokenizer import WordPieceTokenizer  # noqa: E402
 from crf_lr.metrics import entity_scores  # noqa: E402
 from crf_lr.pretrained import packaged_source  # noqa: E402
 from crf_lr.tagging import allowed_transitions, label_list  # noqa: E402
-from crf_lr.training import command_line, machine  # noqa: E402
+from crf_lr.runs import command_line, machine  # noqa: E402
 
 # ---- data ----
 train_data = read_conll(args.train_file)[:args.train_limit]

@@ -166,7 +166,7 @@ def _encoder_reference(config_path, tmp_path):
 
 def _tokenizer_reference():
     from crf_lr.pretrained import packaged_source
-    from crf_lr.training import UnitEncoder
+    from crf_lr.pieces import UnitEncoder
     try:
         vocab_path = os.path.join(packaged_source('minilm-en'), 'vocab.txt')
     except FileNotFoundError:
