@@ -139,8 +139,8 @@ def load_splits(dataset=None, train_file=None, dev_file=None, test_file=None, fo
                              f'or a smaller --holdout')
         dev = [examples[i] for i in sorted(order[len(order) - size:])]
         order = order[:len(order) - size]
-        names['dev'] = (f'{size} sentences held out of {names["train"]} (sample seed '
-                        f'{sample_seed}): no development split')
+        names['dev'] = (f'a seeded hold-out of {names["train"]} (sample seed {sample_seed}): '
+                        f'no development split')
     train = [examples[i] for i in sorted(order[:train_limit])]
     dev = list(dev)[:eval_limit]
     test = None if test is None else list(test)[:eval_limit]

@@ -164,7 +164,7 @@ def test_the_epoch_is_selected_on_dev_and_test_is_scored_with_it(cws_run):
     selected = dev.index(max(dev)) + 1
     assert results['best_epoch'] == selected and results['metric'] == 'dev_f1'
     assert results['test']['f1'] == pytest.approx(records[selected - 1]['test_f1'], abs=1e-9)
-    assert results['splits']['dev'].startswith('1 sentences held out of pku/train')
+    assert results['splits']['dev'].startswith('a seeded hold-out of pku/train')
 
 
 def test_resumed_run_equals_an_uninterrupted_one(cws_run, tiny):
