@@ -322,6 +322,7 @@ class ConditionalRandomField(keras.layers.Layer):
 
     def __init__(self, lr_multiplier=1, allowed_transitions=None, allowed_starts=None,
                  allowed_ends=None, boundary_scores=False, **kwargs):
+        kwargs.setdefault('autocast', False)    # mixed precision: see call
         super().__init__(**kwargs)
         if not np.isscalar(lr_multiplier) or not lr_multiplier > 0:
             raise ValueError(f'lr_multiplier must be a positive number, got {lr_multiplier!r}')
@@ -386,6 +387,9 @@ class ConditionalRandomField(keras.layers.Layer):
         return None
 
     def call(self, inputs, mask=None):
+        # Under mixed precision the emissions leave in float32 (the model's output), and are never
+        # cast down on entry (autocast off): the losses and decoders compute in float32 / float64.
+        inputs = tf.cast(inputs, tf.float32) if inputs.dtype.size < 4 else inputs
         if mask is None:
             return inputs
         mask = tf.cast(mask, tf.bool)[..., None]
