@@ -34,6 +34,10 @@ from typing import Any, Optional
 
 import numpy as np
 
+# The length_multiple that training scripts should pass: a maxlen-128 run then sees 4 shapes of
+# (batch, n), and at most 4 more for a last, smaller batch (docs/performance.md, *One trace*).
+LENGTH_MULTIPLE = 32
+
 
 @dataclasses.dataclass
 class Encoded:
@@ -58,7 +62,7 @@ class Encoded:
 
 @dataclasses.dataclass
 class Batch:
-    """One padded batch; ``n`` is the length of its longest item.
+    """One padded batch; ``n`` is its longest item's length rounded up (``length_multiple``).
 
     Attributes:
         token_ids, segment_ids: int32 arrays (batch, n), padding = ``pad_id`` / 0.
@@ -157,15 +161,22 @@ class Batches:
         seed: int (or list of ints, e.g. ``[seed, epoch]``) seeding the shuffles (numpy default_rng).
         special_tokens: True if every item starts with [CLS] and ends with [SEP].
         pad_id, label_pad: int padding values of token ids and labels.
+        length_multiple: int >= 1; every batch is padded to a multiple of it (but never beyond
+            ``maxlen`` unless its longest item is), so an epoch has few distinct batch shapes
+            and a compiled train step is traced (and the CRF's XLA op compiled) a few times per
+            run instead of once per length. 1: pad to the longest item only. The mask keeps the
+            extra padding out of every loss.
 
         >>> batches = Batches(items, batch_size=16, maxlen=128, seed=0)
         >>> for batch in batches: loss = model.train_on_batch(batch.inputs, batch.labels)
     """
 
     def __init__(self, items, batch_size=32, label_fn=None, maxlen=None, overflow='error', shuffle=True,
-                 bucket=100, seed=0, special_tokens=True, pad_id=0, label_pad=0):
-        if not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f'batch_size must be an int >= 1, got {batch_size!r}')
+                 bucket=100, seed=0, special_tokens=True, pad_id=0, label_pad=0,
+                 length_multiple=1):
+        for name, value in (('batch_size', batch_size), ('length_multiple', length_multiple)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f'{name} must be an int >= 1, got {value!r}')
         if overflow not in ('error', 'truncate'):
             raise ValueError(f"overflow must be 'error' or 'truncate', got {overflow!r}")
         if overflow == 'truncate' and label_fn is not None:
@@ -176,7 +187,7 @@ class Batches:
             raise ValueError(f'maxlen must be None or an int >= {minimum}, got {maxlen!r}')
         self.batch_size, self.label_fn, self.maxlen, self.overflow = batch_size, label_fn, maxlen, overflow
         self.shuffle, self.bucket, self.special_tokens = shuffle, bucket, special_tokens
-        self.pad_id, self.label_pad = pad_id, label_pad
+        self.pad_id, self.label_pad, self.length_multiple = pad_id, label_pad, length_multiple
         self.rng = np.random.default_rng(seed)
         self.truncated = []  # (source, original length) of every truncated item
         self.items = [self._check(item if isinstance(item, Encoded) else Encoded(**item))
@@ -237,10 +248,15 @@ class Batches:
             batches = [batches[i] for i in self.rng.permutation(len(batches))]
         return batches
 
+    def padded_length(self, longest):
+        """The padded length of a batch whose longest item has ``longest`` ids."""
+        n = -(-longest // self.length_multiple) * self.length_multiple
+        return n if self.maxlen is None else max(longest, min(n, self.maxlen))
+
     def _pad(self, indices):
         items = [self.items[i] for i in indices]
         lengths = self.lengths[indices]
-        b, n = len(items), int(lengths.max())
+        b, n = len(items), self.padded_length(int(lengths.max()))
         token_ids = np.full((b, n), self.pad_id, dtype=np.int32)
         segment_ids = np.zeros((b, n), dtype=np.int32)
         label_mask = np.zeros((b, n), dtype=np.float32)
