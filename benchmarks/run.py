@@ -29,7 +29,6 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 warnings.filterwarnings('ignore', category=UserWarning)   # TFA's end-of-life notice, Keras
 
 import cases  # noqa: E402
-import epochs  # noqa: E402
 import models  # noqa: E402
 from precision_steps import precision_step_cases  # noqa: E402
 from timing import interleaved, load_average, machine, matmul_gflops, paired_ratios  # noqa: E402
@@ -41,10 +40,10 @@ FULL = dict(crf_shapes=[(n, labels) for n in (64, 128, 256, 512) for labels in (
                    (4, 64, 10), (4, 512, 5)],
             heads=models.HEADS,
             # (layers, batch, n, rounds): batch 16 is the task scripts' default
-            precision_steps=[(4, batch, n, 5) for batch in (8, 16, 32) for n in (64, 128)],
+            precision_steps=[(4, 16, 64, 5)] + [(4, batch, 128, 5) for batch in (8, 16, 32)],
             precision_heads=('softmax', 'CRF (crf_lr)', 'GlobalPointer sparse',
                              'EfficientGlobalPointer sparse'),
-            first_epoch=dict(heads=('crf', 'softmax'), multiples=(1, 32), layers=4,
+            first_epoch=dict(heads=('crf',), multiples=(1, 32), layers=4,
                              sentences=1000, epochs=2))
 QUICK = dict(crf_shapes=[(256, 7)], crf_rounds=10, viterbi_rounds=5, matmul_rounds=5,
              steps=[(1, 64, 4)],
@@ -132,7 +131,8 @@ def versions(tf, tfa):
 
 def precision_part(tf, keras, plan, results, progress):
     """Fill ``results`` with the bf16 matmul rate, the float32 / XLA / bf16 step table and the
-    first-epoch case (epoch 1 against epoch 2, per ``Batches`` length_multiple)."""
+    first-epoch case (epoch 1 against epoch 2, per ``Batches`` length_multiple, each in a
+    process of its own: ``epochs.py``)."""
     results['matmul_bf16'] = matmul_gflops(tf, rounds=plan['matmul_rounds'], dtype='bfloat16')
     progress(f"matmul 2048^3 bfloat16: best {results['matmul_bf16']['gflops']} GFLOP/s")
     rates = {'float32': max(m['gflops'] for m in results['matmul']),
@@ -141,10 +141,17 @@ def precision_part(tf, keras, plan, results, progress):
         tf, keras, plan['precision_steps'], plan['precision_heads'], rates=rates,
         progress=progress)
     options = dict(plan['first_epoch'])
+    heads, multiples = options.pop('heads'), options.pop('multiples')
     results['first_epoch'] = []
-    for head in options.pop('heads'):
-        results['first_epoch'] += epochs.epoch_times(tf, keras, head, **options)
-        progress(f'first epoch, {head}: {results["first_epoch"][-len(options["multiples"]):]}')
+    for head in heads:
+        for multiple in multiples:
+            command = [sys.executable, os.path.join(HERE, 'epochs.py'), '--head', head,
+                       '--length-multiple', str(multiple)]
+            for name, value in options.items():
+                command += [f'--{name}', str(value)]
+            output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+            results['first_epoch'].append(json.loads(output.strip().splitlines()[-1]))
+            progress(f'first epoch, {head}: {results["first_epoch"][-1]}')
 
 
 def run(quick, out, part='all'):
@@ -404,10 +411,11 @@ def precision_report(results):
     out += ['### First epoch against a steady one (`model.train_on_batch`, as `crf_lr.runs.fit`)',
             '', markdown_table(['head', 'layers', 'sentences', 'batch', 'maxlen',
                                 'length_multiple', 'batch shapes', 'epoch seconds',
-                                'epoch 1 / last'],
+                                'epoch 1 / last', 'first 3 steps, s'],
                                [[r['head'], r['layers'], r['sentences'], r['batch'], r['maxlen'],
                                  r['length_multiple'], r['shapes'],
-                                 ' / '.join(f'{s:.1f}' for s in r['epoch_s']), r['ratio']]
+                                 ' / '.join(f'{s:.1f}' for s in r['epoch_s']), r['ratio'],
+                                 ', '.join(f'{s:.1f}' for s in r.get('first_steps_s', []))]
                                 for r in results['first_epoch']])]
     return '\n'.join(out)
 

@@ -34,10 +34,6 @@ from typing import Any, Optional
 
 import numpy as np
 
-# The length_multiple that training scripts should pass: a maxlen-128 run then sees 4 shapes of
-# (batch, n), and at most 4 more for a last, smaller batch (docs/performance.md, *One trace*).
-LENGTH_MULTIPLE = 32
-
 
 @dataclasses.dataclass
 class Encoded:
@@ -154,7 +150,10 @@ class Batches:
             for s in spans])`` (``crf_lr.spans``) for GlobalPointer.
         maxlen: int or None; items longer than this follow ``overflow``.
         overflow: 'error' or 'truncate' (per-token labels only; see the module docstring).
-        shuffle: True: a new seeded order every epoch; False: the same order every epoch.
+        shuffle: True: a new seeded order every epoch, a smaller last batch first (so the first
+            two batches differ in size and length, and a Keras train function is traced twice
+            per run, not a third time when the small batch comes); False: the same order every
+            epoch.
         bucket: pool size, in batches, inside which items are sorted by length (0: no sorting). With
             ``shuffle=False`` and ``bucket > 0`` all items are sorted by length (fastest prediction;
             ``Batch.indices`` / :meth:`collect` restore the item order).
@@ -162,10 +161,11 @@ class Batches:
         special_tokens: True if every item starts with [CLS] and ends with [SEP].
         pad_id, label_pad: int padding values of token ids and labels.
         length_multiple: int >= 1; every batch is padded to a multiple of it (but never beyond
-            ``maxlen`` unless its longest item is), so an epoch has few distinct batch shapes
-            and a compiled train step is traced (and the CRF's XLA op compiled) a few times per
-            run instead of once per length. 1: pad to the longest item only. The mask keeps the
-            extra padding out of every loss.
+            ``maxlen`` unless its longest item is), so an epoch has few distinct batch shapes:
+            for a model compiled with ``jit_compile=True`` (XLA compiles the whole step once per
+            shape). 1 (default): pad to the longest item only; Keras's own train function
+            generalises its shapes after two traces, and extra padding is extra compute there
+            (docs/performance.md, *First epoch*). The masks keep the padding out of every loss.
 
         >>> batches = Batches(items, batch_size=16, maxlen=128, seed=0)
         >>> for batch in batches: loss = model.train_on_batch(batch.inputs, batch.labels)
@@ -246,6 +246,10 @@ class Batches:
         batches = np.split(order, range(size, n, size))
         if self.shuffle:
             batches = [batches[i] for i in self.rng.permutation(len(batches))]
+            # A smaller last batch goes first (a stable sort moves only it): the first two batches
+            # then differ in size and length, so Keras's train function, traced for the first
+            # shape, is traced once more for any (batch, n) instead of again later in the epoch.
+            batches.sort(key=len)
         return batches
 
     def padded_length(self, longest):

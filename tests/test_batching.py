@@ -81,6 +81,17 @@ def test_length_multiple_pads_to_few_shapes_and_never_past_maxlen(corpus):
     assert len({b.token_ids.shape[1] for b in Batches(items, 6, seed=3, length_multiple=8)}) <= 4
 
 
+def test_a_smaller_last_batch_comes_first_when_shuffling(corpus):
+    """40 items in batches of 6: the batch of 4 opens every shuffled epoch (the others keep
+    their seeded order); unshuffled batches keep the item order."""
+    _, items = corpus
+    batches = Batches(items, 6, seed=3)
+    orders = [[tuple(b.indices) for b in batches] for _ in range(3)]
+    assert all(len(order[0]) == 4 and {len(o) for o in order[1:]} == {6} for order in orders)
+    assert len({tuple(order) for order in orders}) == 3
+    assert [len(b.indices) for b in Batches(items, 6, shuffle=False, bucket=0)] == [6] * 6 + [4]
+
+
 @pytest.mark.parametrize('name', ['crf', 'softmax', 'global_pointer', 'efficient_global_pointer'])
 def test_extra_padding_never_changes_the_loss(tiny_bert_config_path, corpus, name):
     """Each head's loss on every batch is the same with length_multiple=1 and 32 (the masks keep

@@ -139,8 +139,8 @@ def test_precision_report_quotes_median_min_max_and_ratios():
                                 'softmax | bf16': dict(timing, median_ms=100.0)})],
                    first_epoch=[dict(head='crf', layers=4, sentences=1000, batch=16, maxlen=128,
                                      length_multiple=32, shapes=5, epoch_s=[38.5, 30.0],
-                                     ratio=1.283)])
+                                     ratio=1.283, first_steps_s=[6.1, 4.0, 0.3])])
     text = run.report(results)
     assert '| 4 | 16 | 128 | softmax | 200 [180–260] (1.00× fp32, 1.5× limit) |  | ' \
            '100 [180–260] (2.00× fp32, 1.2× limit) |' in text
-    assert '| crf | 4 | 1000 | 16 | 128 | 32 | 5 | 38.5 / 30.0 | 1.283 |' in text
+    assert '| crf | 4 | 1000 | 16 | 128 | 32 | 5 | 38.5 / 30.0 | 1.283 | 6.1, 4.0, 0.3 |' in text
