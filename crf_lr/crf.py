@@ -303,6 +303,7 @@ class ConditionalRandomField(keras.layers.Layer):
     unchanged except that padding positions (from the Keras mask) become ``-inf`` rows, so the
     losses keep Keras's ``(y_true, y_pred)`` signature and find padding as rows that are all
     ``-inf``. Without a Keras mask every position is scored. The mask must be left-aligned.
+    Under mixed precision (``crf_lr.precision``) the output is float32, never bf16 or float16.
 
     The stored weights are ``trans / lr_multiplier`` (and ``start``, ``end`` likewise) and are
     multiplied back on use, so under Adam (scale-invariant) the effective step on the

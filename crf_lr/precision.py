@@ -7,11 +7,11 @@ this library compute their losses and decoding scores in float32 (the CRF in flo
 the activations lose precision.
 
 When it pays: only on a CPU with native bf16 matrix instructions (``avx512_bf16`` or
-``amx_bf16`` among the ``/proc/cpuinfo`` flags; oneDNN then runs bf16 products at up to twice
-the float32 rate). Elsewhere TensorFlow emulates bf16 and a step is no faster or slower. The
-gain grows with the tokens per step (batch x n): small products are dominated by the casts and
-the float32 parts of the step (layer norm, softmax, the optimizer). Measured figures, with their
-commands: docs/performance.md, *Mixed bfloat16*.
+``amx_bf16`` among the ``/proc/cpuinfo`` flags), where oneDNN runs bf16 products faster than
+float32 ones; elsewhere bf16 is emulated and a step is slower than in float32. Even then it needs
+enough tokens per step (batch x n) for the matrix products to outweigh the casts and the float32
+parts of the step (layer norm, softmax, the optimizer). Measured figures, with their commands:
+docs/performance.md, *Mixed bfloat16*.
 
 A model saved with ``model.save('model.h5')`` records the policy of every layer; plain
 ``keras.models.load_model`` rebuilds it in the precision it was trained in. :func:`load_model`
