@@ -88,7 +88,9 @@ def load_model(path, custom_objects=None):
 
     The layers built under the model's own policy (the one most of its layers have: the global
     policy when it was built) take the current global policy; layers given another dtype on
-    purpose keep it, and so do the inputs. Not compiled.
+    purpose keep it (a float32 head in a bf16 model), and so do the inputs. In a model saved
+    under float32 a deliberate float32 layer cannot be told apart and takes the new policy too.
+    Not compiled.
 
     Args:
         path: the ``.h5`` file.
