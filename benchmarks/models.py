@@ -85,12 +85,12 @@ def build_heads(tf, keras, layers, heads=HEADS):
     return {head: build_head(tf, keras, head, layers) for head in heads}
 
 
-def train_step(tf, head_model):
+def train_step(tf, head_model, jit_compile=False):
     """A ``tf.function`` (token_ids, segment_ids, targets) -> mean loss that also applies one Adam
-    update to every trainable weight of the model."""
+    update to every trainable weight of the model (``jit_compile``: the whole step XLA-compiled)."""
     model, loss_fn, optimizer = head_model.model, head_model.loss, head_model.optimizer
 
-    @tf.function
+    @tf.function(jit_compile=jit_compile)
     def step(token_ids, segment_ids, targets):
         with tf.GradientTape() as tape:
             output = model([token_ids, segment_ids], training=True)

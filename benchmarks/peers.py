@@ -103,6 +103,7 @@ def tfa_crf_loss(tf, tfa, transitions):
 def token_cross_entropy(tf, tags, logits, mask):
     """Softmax cross-entropy of int ``tags`` (batch, n) under ``logits`` (batch, n, labels),
     summed over the positions where the bool ``mask`` (batch, n) is True: (batch,)."""
+    logits = tf.cast(logits, 'float32')           # bf16 logits (mixed precision): float32 loss
     xent = tf.nn.sparse_softmax_cross_entropy_with_logits(tags, logits)
     return tf.reduce_sum(xent * tf.cast(mask, xent.dtype), axis=1)
 

@@ -4,6 +4,7 @@ TensorFlow Addons (and softmax / GlobalPointer heads), in one process, after war
     $ python benchmarks/run.py            # full run (10-20 min on 2 cores): results.json, plots
     $ python benchmarks/run.py --quick    # a subset, under 2 minutes
     $ python benchmarks/run.py --report benchmarks/results.json   # tables of a saved run
+    $ python benchmarks/run.py --part precision   # only float32 / XLA / bf16 steps, first epoch
 
 Installs nothing: ``make bench`` installs the benchmark extras (TensorFlow Addons) first; without
 them the TFA columns are left out. Every comparison checks that the implementations agree (loss,
@@ -29,6 +30,7 @@ warnings.filterwarnings('ignore', category=UserWarning)   # TFA's end-of-life no
 
 import cases  # noqa: E402
 import models  # noqa: E402
+from precision_steps import precision_step_cases  # noqa: E402
 from timing import interleaved, load_average, machine, matmul_gflops, paired_ratios  # noqa: E402
 
 FULL = dict(crf_shapes=[(n, labels) for n in (64, 128, 256, 512) for labels in (4, 7, 21)],
@@ -36,10 +38,19 @@ FULL = dict(crf_shapes=[(n, labels) for n in (64, 128, 256, 512) for labels in (
             # (layers, n, rounds): the four target cases, then the rest of the scaling series
             steps=[(4, 128, 20), (4, 256, 20), (1, 128, 20), (1, 256, 20),
                    (4, 64, 10), (4, 512, 5)],
-            heads=models.HEADS)
+            heads=models.HEADS,
+            # (layers, batch, n, rounds): batch 16 is the task scripts' default
+            precision_steps=[(4, 16, 64, 5)] + [(4, batch, 128, 5) for batch in (8, 16, 32)],
+            precision_heads=('softmax', 'CRF (crf_lr)', 'GlobalPointer sparse',
+                             'EfficientGlobalPointer sparse'),
+            first_epoch=dict(heads=('crf',), multiples=(1, 32), layers=4,
+                             sentences=1000, epochs=2))
 QUICK = dict(crf_shapes=[(256, 7)], crf_rounds=10, viterbi_rounds=5, matmul_rounds=5,
              steps=[(1, 64, 4)],
-             heads=('softmax', 'CRF (crf_lr)', 'CRF (bert4keras)', 'EfficientGlobalPointer sparse'))
+             heads=('softmax', 'CRF (crf_lr)', 'CRF (bert4keras)', 'EfficientGlobalPointer sparse'),
+             precision_steps=[(1, 16, 64, 3)], precision_heads=('softmax', 'CRF (crf_lr)'),
+             first_epoch=dict(heads=('crf',), multiples=(1, 32), layers=1, sentences=200,
+                              epochs=2))
 STEP_BATCH = 16
 
 
@@ -118,15 +129,42 @@ def versions(tf, tfa):
             'crf_lr_uncommitted': None if changed is None else changed.splitlines()}
 
 
-def run(quick, out):
-    """Every comparison of the plan; returns the results dict. After each comparison, the
+def precision_part(tf, keras, plan, results, progress):
+    """Fill ``results`` with the bf16 matmul rate, the float32 / XLA / bf16 step table and the
+    first-epoch case (epoch 1 against epoch 2, per ``Batches`` length_multiple, each in a
+    process of its own: ``epochs.py``)."""
+    results['matmul_bf16'] = matmul_gflops(tf, rounds=plan['matmul_rounds'], dtype='bfloat16')
+    progress(f"matmul 2048^3 bfloat16: best {results['matmul_bf16']['gflops']} GFLOP/s")
+    rates = {'float32': max(m['gflops'] for m in results['matmul']),
+             'bfloat16': results['matmul_bf16']['gflops']}
+    results['precision_step'] = precision_step_cases(
+        tf, keras, plan['precision_steps'], plan['precision_heads'], rates=rates,
+        progress=progress)
+    options = dict(plan['first_epoch'])
+    heads, multiples = options.pop('heads'), options.pop('multiples')
+    results['first_epoch'] = []
+    for head in heads:
+        for multiple in multiples:
+            command = [sys.executable, os.path.join(HERE, 'epochs.py'), '--head', head,
+                       '--length-multiple', str(multiple)]
+            for name, value in options.items():
+                command += [f'--{name}', str(value)]
+            output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+            results['first_epoch'].append(json.loads(output.strip().splitlines()[-1]))
+            progress(f'first epoch, {head}: {results["first_epoch"][-1]}')
+
+
+def run(quick, out, part='all'):
+    """Every comparison of the plan (``part='precision'``: the matmul rates and
+    :func:`precision_part` only); returns the results dict. After each comparison, the
     results so far are written to ``out`` (JSON), so a failure late in a run keeps the rest."""
     plan = QUICK if quick else FULL
     started = datetime.datetime.now(datetime.timezone.utc)
     tf, tfa = cases.load_tensorflow()
     tf.get_logger().setLevel('ERROR')
     from crf_lr.compat import keras
-    command = ['python', 'benchmarks/run.py'] + (['--quick'] if quick else [])
+    command = (['python', 'benchmarks/run.py'] + (['--quick'] if quick else [])
+               + (['--part', part] if part != 'all' else []))
     results = {'command': ' '.join(command),
                'date_utc': started.strftime('%Y-%m-%d %H:%M'), 'machine': machine(),
                'versions': versions(tf, tfa), 'load_average_start': list(os.getloadavg())}
@@ -143,6 +181,12 @@ def run(quick, out):
 
     results['matmul'] = []        # measured at the start and at the end; the best rate counts
     measure_matmul()
+    if part == 'precision':
+        precision_part(tf, keras, plan, results, progress)
+        measure_matmul()
+        results['load_average_end'] = list(os.getloadavg())
+        save(results, out)
+        return results
     results['crf_loss'] = []
     for n, labels in plan['crf_shapes']:
         results['crf_loss'].append(cases.crf_loss_case(tf, tfa, n, labels, plan['crf_rounds']))
@@ -154,6 +198,7 @@ def run(quick, out):
     progress('step memory measured')
     measure_matmul()
     add_memory_and_limit(results['train_step'], memory, max(m['gflops'] for m in results['matmul']))
+    precision_part(tf, keras, plan, results, progress)
     results['targets'] = targets(results)
     results['load_average_end'] = list(os.getloadavg())
     results['minutes'] = round((datetime.datetime.now(datetime.timezone.utc) - started)
@@ -226,6 +271,8 @@ def timing_cell(timing):
 
 def report(results):
     """The Markdown tables of a results dict."""
+    if 'crf_loss' not in results:                          # --part precision
+        return precision_report(results)
     out = [f"Command: `{results['command']}` — {results['date_utc']} UTC, "
            f"{results['machine']['nproc']} cores {results['machine']['cpu_model']} (family "
            f"{results['machine'].get('cpu_family')}, {results['machine'].get('cpu_mhz')} MHz"
@@ -323,6 +370,53 @@ def report(results):
                                 + [f"{growth(series, h, key):.1f}"
                                    for key in ('median_ms', 'step_peak_mb')]
                                 for h in heads])]
+    if 'precision_step' in results:
+        out += ['', precision_report(results)]
+    return '\n'.join(out)
+
+
+def ranged(timing):
+    """'1234 [1100–1300]': median ms [min–max] of the interleaved rounds."""
+    return (f"{milliseconds(timing['median_ms'])} [{milliseconds(timing['min_ms'])}–"
+            f"{milliseconds(timing['max_ms'])}]")
+
+
+def precision_report(results):
+    """The tables of :func:`precision_part`: matmul rates, steps per precision, first epoch."""
+    fp32 = max(m['gflops'] for m in results['matmul'])
+    out = [f"### Whole training step per precision ({results['date_utc']} UTC, load average "
+           f"{'/'.join(f'{x:.1f}' for x in results['load_average_start'])} at start, "
+           f"{'/'.join(f'{x:.1f}' for x in results['load_average_end'])} at end)", '',
+           f"Matmul 2048³: float32 {fp32} GFLOP/s, bfloat16 {results['matmul_bf16']['gflops']} "
+           f"GFLOP/s (best of {results['matmul_bf16']['calls']}). Step: median ms [min–max] of "
+           f"the interleaved rounds; `× fp32`: float32 / variant medians; `/ limit`: the step "
+           f"over encoder FLOPs / that precision's matmul rate.", '']
+    rows = []
+    for case in results['precision_step']:
+        shape = case['shape']
+        for head, summary in case['heads'].items():
+            cells = [shape['layers'], shape['batch'], shape['n'], head]
+            for variant in ('float32', 'XLA', 'bf16'):
+                timing = case['timings'].get(f'{head} | {variant}')
+                if timing is None:
+                    cells.append('')
+                    continue
+                speed = (timing['median_ms'] and case['timings'][f'{head} | float32']['median_ms']
+                         / timing['median_ms'])
+                cells.append(f"{ranged(timing)} ({speed:.2f}× fp32, "
+                             f"{summary.get(f'{variant} step / limit', float('nan')):.1f}× limit)")
+            rows.append(cells)
+    out += [markdown_table(['layers', 'batch', 'n', 'head', 'float32', 'XLA (whole step)',
+                            'mixed_bfloat16'], rows), '']
+    out += ['### First epoch against a steady one (`model.train_on_batch`, as `crf_lr.runs.fit`)',
+            '', markdown_table(['head', 'layers', 'sentences', 'batch', 'maxlen',
+                                'length_multiple', 'batch shapes', 'epoch seconds',
+                                'epoch 1 / last', 'first 3 steps, s'],
+                               [[r['head'], r['layers'], r['sentences'], r['batch'], r['maxlen'],
+                                 r['length_multiple'], r['shapes'],
+                                 ' / '.join(f'{s:.1f}' for s in r['epoch_s']), r['ratio'],
+                                 ', '.join(f'{s:.1f}' for s in r.get('first_steps_s', []))]
+                                for r in results['first_epoch']])]
     return '\n'.join(out)
 
 
@@ -397,15 +491,21 @@ def main():
     parser.add_argument('--plots', default=None, help='folder for the PNG plots (default docs/ for '
                         'a full run, none with --quick)')
     parser.add_argument('--report', metavar='JSON', help='print the tables of a saved run and exit')
+    parser.add_argument('--part', choices=('all', 'precision'), default='all',
+                        help='precision: only the float32 / XLA / bf16 step table and the first '
+                        'epoch case (results.precision.json)')
     args = parser.parse_args()
     if args.report:
         with open(args.report, encoding='utf-8') as f:
             print(report(json.load(f)))
         return
-    out = args.out or os.path.join(HERE, 'results.quick.json' if args.quick else 'results.json')
-    results = run(args.quick, out)
+    name = 'results' + ('.precision' if args.part == 'precision' else '') + (
+        '.quick' if args.quick else '') + '.json'
+    out = args.out or os.path.join(HERE, name)
+    results = run(args.quick, out, args.part)
     print(report(results))
-    plots = args.plots or (None if args.quick else os.path.join(HERE, '..', 'docs'))
+    plots = args.plots or (None if args.quick or args.part != 'all'
+                           else os.path.join(HERE, '..', 'docs'))
     written = plot(results, plots) if plots else []
     print(f'\nwrote {out}' + ''.join(f', {p}' for p in written))
 

@@ -31,6 +31,7 @@ def summarise(times_s):
     ms = np.asarray(times_s, dtype=np.float64) * 1e3
     q1, median, q3 = np.percentile(ms, [25, 50, 75])
     return {'median_ms': round(float(median), 4), 'min_ms': round(float(ms.min()), 4),
+            'max_ms': round(float(ms.max()), 4),
             'q1_ms': round(float(q1), 4),
             'q3_ms': round(float(q3), 4), 'iqr_ms': round(float(q3 - q1), 4),
             'iqr_pct': round(float((q3 - q1) / median * 100), 1), 'calls': int(ms.size)}
@@ -83,19 +84,19 @@ def paired_ratios(timings, reference):
     return result
 
 
-def matmul_gflops(tf, size=2048, rounds=10):
-    """The machine's float32 matmul rate in TensorFlow: a ``size x size`` by ``size x size``
-    product in a ``tf.function`` (2 size^3 flops per call), timed ``rounds`` times.
+def matmul_gflops(tf, size=2048, rounds=10, dtype='float32'):
+    """The machine's matmul rate in TensorFlow: a ``size x size`` by ``size x size`` product of
+    ``dtype`` in a ``tf.function`` (2 size^3 flops per call), timed ``rounds`` times.
 
     Returns dict: ``gflops`` (the best rate seen: the machine's capability, least disturbed by
     other load), ``gflops_median``, ``size``, and the timing summary.
     """
-    a = tf.random.normal([size, size], seed=1)
-    b = tf.random.normal([size, size], seed=2)
-    product = tf.function(lambda x, y: tf.reduce_sum(tf.matmul(x, y)))
+    a = tf.cast(tf.random.normal([size, size], seed=1), dtype)
+    b = tf.cast(tf.random.normal([size, size], seed=2), dtype)
+    product = tf.function(lambda x, y: tf.reduce_sum(tf.cast(tf.matmul(x, y), 'float32')))
     stats = interleaved({'matmul': lambda: product(a, b).numpy()}, rounds=rounds)['matmul']
     rate = lambda ms: round(2 * size ** 3 / (ms * 1e-3) / 1e9, 1)  # noqa: E731
-    return dict(stats, size=size, gflops=rate(stats['min_ms']),
+    return dict(stats, size=size, dtype=dtype, gflops=rate(stats['min_ms']),
                 gflops_median=rate(stats['median_ms']))
 
 

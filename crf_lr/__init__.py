@@ -40,6 +40,7 @@ _PUBLIC = {
     'EfficientGlobalPointer': 'crf_lr.global_pointer',
     'viterbi_decode': 'crf_lr.viterbi',
     'viterbi_decode_tf': 'crf_lr.viterbi',
+    'set_precision': 'crf_lr.precision',
     'decode_spans': 'crf_lr.spans',
     'dense_targets': 'crf_lr.spans',
     'sparse_targets': 'crf_lr.spans',

@@ -58,7 +58,7 @@ class Encoded:
 
 @dataclasses.dataclass
 class Batch:
-    """One padded batch; ``n`` is the length of its longest item.
+    """One padded batch; ``n`` is its longest item's length rounded up (``length_multiple``).
 
     Attributes:
         token_ids, segment_ids: int32 arrays (batch, n), padding = ``pad_id`` / 0.
@@ -150,22 +150,33 @@ class Batches:
             for s in spans])`` (``crf_lr.spans``) for GlobalPointer.
         maxlen: int or None; items longer than this follow ``overflow``.
         overflow: 'error' or 'truncate' (per-token labels only; see the module docstring).
-        shuffle: True: a new seeded order every epoch; False: the same order every epoch.
+        shuffle: True: a new seeded order every epoch, a smaller last batch first (so the first
+            two batches differ in size and length, and a Keras train function is traced twice
+            per run, not a third time when the small batch comes); False: the same order every
+            epoch.
         bucket: pool size, in batches, inside which items are sorted by length (0: no sorting). With
             ``shuffle=False`` and ``bucket > 0`` all items are sorted by length (fastest prediction;
             ``Batch.indices`` / :meth:`collect` restore the item order).
         seed: int (or list of ints, e.g. ``[seed, epoch]``) seeding the shuffles (numpy default_rng).
         special_tokens: True if every item starts with [CLS] and ends with [SEP].
         pad_id, label_pad: int padding values of token ids and labels.
+        length_multiple: int >= 1; every batch is padded to a multiple of it (but never beyond
+            ``maxlen`` unless its longest item is), so an epoch has few distinct batch shapes:
+            for a model compiled with ``jit_compile=True`` (XLA compiles the whole step once per
+            shape). 1 (default): pad to the longest item only; Keras's own train function
+            generalises its shapes after two traces, and extra padding is extra compute there
+            (docs/performance.md, *First epoch*). The masks keep the padding out of every loss.
 
         >>> batches = Batches(items, batch_size=16, maxlen=128, seed=0)
         >>> for batch in batches: loss = model.train_on_batch(batch.inputs, batch.labels)
     """
 
     def __init__(self, items, batch_size=32, label_fn=None, maxlen=None, overflow='error', shuffle=True,
-                 bucket=100, seed=0, special_tokens=True, pad_id=0, label_pad=0):
-        if not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f'batch_size must be an int >= 1, got {batch_size!r}')
+                 bucket=100, seed=0, special_tokens=True, pad_id=0, label_pad=0,
+                 length_multiple=1):
+        for name, value in (('batch_size', batch_size), ('length_multiple', length_multiple)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f'{name} must be an int >= 1, got {value!r}')
         if overflow not in ('error', 'truncate'):
             raise ValueError(f"overflow must be 'error' or 'truncate', got {overflow!r}")
         if overflow == 'truncate' and label_fn is not None:
@@ -176,7 +187,7 @@ class Batches:
             raise ValueError(f'maxlen must be None or an int >= {minimum}, got {maxlen!r}')
         self.batch_size, self.label_fn, self.maxlen, self.overflow = batch_size, label_fn, maxlen, overflow
         self.shuffle, self.bucket, self.special_tokens = shuffle, bucket, special_tokens
-        self.pad_id, self.label_pad = pad_id, label_pad
+        self.pad_id, self.label_pad, self.length_multiple = pad_id, label_pad, length_multiple
         self.rng = np.random.default_rng(seed)
         self.truncated = []  # (source, original length) of every truncated item
         self.items = [self._check(item if isinstance(item, Encoded) else Encoded(**item))
@@ -235,12 +246,21 @@ class Batches:
         batches = np.split(order, range(size, n, size))
         if self.shuffle:
             batches = [batches[i] for i in self.rng.permutation(len(batches))]
+            # A smaller last batch goes first (a stable sort moves only it): the first two batches
+            # then differ in size and length, so Keras's train function, traced for the first
+            # shape, is traced once more for any (batch, n) instead of again later in the epoch.
+            batches.sort(key=len)
         return batches
+
+    def padded_length(self, longest):
+        """The padded length of a batch whose longest item has ``longest`` ids."""
+        n = -(-longest // self.length_multiple) * self.length_multiple
+        return n if self.maxlen is None else max(longest, min(n, self.maxlen))
 
     def _pad(self, indices):
         items = [self.items[i] for i in indices]
         lengths = self.lengths[indices]
-        b, n = len(items), int(lengths.max())
+        b, n = len(items), self.padded_length(int(lengths.max()))
         token_ids = np.full((b, n), self.pad_id, dtype=np.int32)
         segment_ids = np.zeros((b, n), dtype=np.int32)
         label_mask = np.zeros((b, n), dtype=np.float32)

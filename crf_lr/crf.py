@@ -323,6 +323,7 @@ class ConditionalRandomField(LayerMethodOwner, keras.layers.Layer):
     unchanged except that padding positions (from the Keras mask) become ``-inf`` rows, so the
     losses keep Keras's ``(y_true, y_pred)`` signature and find padding as rows that are all
     ``-inf``. Without a Keras mask every position is scored. The mask must be left-aligned.
+    Under mixed precision (``crf_lr.precision``) the output is float32, never bf16 or float16.
 
     The stored weights are ``trans / lr_multiplier`` (and ``start``, ``end`` likewise) and are
     multiplied back on use, so under Adam (scale-invariant) the effective step on the
@@ -342,6 +343,7 @@ class ConditionalRandomField(LayerMethodOwner, keras.layers.Layer):
 
     def __init__(self, lr_multiplier=1, allowed_transitions=None, allowed_starts=None,
                  allowed_ends=None, boundary_scores=False, **kwargs):
+        kwargs.setdefault('autocast', False)    # mixed precision: see call
         super().__init__(**kwargs)
         if not np.isscalar(lr_multiplier) or not 0 < lr_multiplier < np.inf:
             raise ValueError(f'lr_multiplier must be a positive finite number, '
@@ -407,6 +409,9 @@ class ConditionalRandomField(LayerMethodOwner, keras.layers.Layer):
         return None
 
     def call(self, inputs, mask=None):
+        # Under mixed precision the emissions leave in float32 (the model's output), and are never
+        # cast down on entry (autocast off): the losses and decoders compute in float32 / float64.
+        inputs = tf.cast(inputs, tf.float32) if inputs.dtype.size < 4 else inputs
         if mask is None:
             return inputs
         mask = tf.cast(mask, tf.bool)[..., None]

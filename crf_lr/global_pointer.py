@@ -131,6 +131,8 @@ class _PointerBase(keras.layers.Layer):
             position = tf.range(tf.shape(scores)[-1])
             upper = position[:, None] <= position[None, :]                  # start <= end
             keep = upper[None, None] if keep is None else keep & upper
+        # mixed precision: the scores leave in float32, the model's output (as the CRF's do)
+        scores = tf.cast(scores, 'float32') if scores.dtype.size < 4 else scores
         if keep is None:
             return scores
         return tf.where(keep, scores, tf.cast(-np.inf, scores.dtype))

@@ -59,6 +59,69 @@ def test_each_batch_is_padded_to_its_own_longest_item(corpus):
     assert sorted(seen) == list(range(len(items)))                   # every item once per epoch
 
 
+def test_length_multiple_pads_to_few_shapes_and_never_past_maxlen(corpus):
+    """Rows hold the same values as with length_multiple=1, followed by more padding; every batch
+    length is a multiple of 8, capped at maxlen=28 unless an item is longer (error otherwise)."""
+    _, items = corpus
+    plain = {tuple(b.indices): b for b in Batches(items, 6, seed=3)}
+    for maxlen, multiple in ((None, 8), (32, 8), (28, 8)):
+        kept = [item for item in items if maxlen is None or len(item.token_ids) <= maxlen]
+        for batch in Batches(kept, 6, seed=3, maxlen=maxlen, length_multiple=multiple):
+            n, longest = batch.token_ids.shape[1], batch.lengths.max()
+            assert n == (min(-(-longest // 8) * 8, maxlen or np.inf) if longest <= (maxlen or n)
+                         else longest)
+            assert n >= longest and (n % 8 == 0 or n == maxlen)
+            assert not batch.token_ids[:, longest:].any() and not batch.mask[:, longest:].any()
+            assert not batch.label_mask[:, longest:].any() and not batch.labels[:, longest:].any()
+            if maxlen is None:
+                reference = plain[tuple(batch.indices)]
+                for field in ('token_ids', 'labels', 'mask', 'label_mask'):
+                    assert np.array_equal(getattr(batch, field)[:, :longest],
+                                          getattr(reference, field))
+    assert len({b.token_ids.shape[1] for b in Batches(items, 6, seed=3, length_multiple=8)}) <= 4
+
+
+def test_a_smaller_last_batch_comes_first_when_shuffling(corpus):
+    """40 items in batches of 6: the batch of 4 opens every shuffled epoch (the others keep
+    their seeded order); unshuffled batches keep the item order."""
+    _, items = corpus
+    batches = Batches(items, 6, seed=3)
+    orders = [[tuple(b.indices) for b in batches] for _ in range(3)]
+    assert all(len(order[0]) == 4 and {len(o) for o in order[1:]} == {6} for order in orders)
+    assert len({tuple(order) for order in orders}) == 3
+    assert [len(b.indices) for b in Batches(items, 6, shuffle=False, bucket=0)] == [6] * 6 + [4]
+
+
+@pytest.mark.parametrize('name', ['crf', 'softmax', 'global_pointer', 'efficient_global_pointer'])
+def test_extra_padding_never_changes_the_loss(tiny_bert_config_path, corpus, name):
+    """Each head's loss on every batch is the same with length_multiple=1 and 32 (the masks keep
+    the padding out), to float32 rounding. Tag heads read labels without [CLS] (piece states)."""
+    from bert4keras.models import build_transformer_model
+    from crf_lr.compat import keras
+    from crf_lr.heads import make_head, piece_states
+    spans, items = corpus
+    keras.utils.set_random_seed(0)
+    encoder = build_transformer_model(tiny_bert_config_path, model='bert')
+    head = make_head(name, ['LOC', 'PER'], 'BIO', head_size=8)
+    model = keras.Model(encoder.inputs, head.build(piece_states(encoder)))
+    model.compile(loss=head.loss)
+    small = [Encoded([i % 60 + 4 for i in item.token_ids],
+                     labels=item.labels if head.kind == 'tags' else spans[k])
+             for k, item in enumerate(items[:16])]
+    label_fn = None if head.kind == 'tags' else (
+        lambda rows, n: head.batch_targets(rows, n))
+
+    def losses(multiple):
+        batches = Batches(small, 8, label_fn=label_fn, seed=1, length_multiple=multiple)
+        return {tuple(b.indices): (model.test_on_batch(b.inputs, b.labels[:, 1:] if label_fn is None
+                                                       else b.labels), b.token_ids.shape[1])
+                for b in batches}
+    plain, padded = losses(1), losses(32)
+    assert all(padded[k][1] == 32 for k in plain) and min(plain[k][1] for k in plain) < 32
+    np.testing.assert_allclose([padded[k][0] for k in plain], [plain[k][0] for k in plain],
+                               rtol=1e-5)
+
+
 def to_tags(rows):
     return [[LABELS[i] for i in row] for row in rows]
 
@@ -210,7 +273,8 @@ def test_bad_items_name_their_source(item, match):
 def test_bad_arguments():
     item = Encoded([CLS, 5, SEP])
     for kwargs, match in [(dict(batch_size=0), 'batch_size'), (dict(overflow='drop'), 'overflow'),
-                          (dict(maxlen=2), 'maxlen')]:
+                          (dict(maxlen=2), 'maxlen'), (dict(length_multiple=0), 'length_multiple'),
+                          (dict(length_multiple=8.0), 'length_multiple')]:
         with pytest.raises(ValueError, match=match):
             Batches([item], **kwargs)
     with pytest.raises(ValueError, match='at least one item'):

@@ -107,3 +107,40 @@ def test_random_batch_targets_describe_the_same_entities():
             assert j < lengths[b]
             assert list(data['tags'][b, i:j + 1]) == [1 + 2 * kind] + [2 + 2 * kind] * (j - i)
         assert (data['tags'][b] > 0).sum() == sum(j - i + 1 for _, i, j in pairs)
+
+
+def test_synthetic_epoch_items_are_sentences_with_cls_sep_and_tags():
+    import epochs
+    items = epochs.synthetic_items(300, 128)
+    lengths = np.array([len(item.token_ids) for item in items])
+    assert lengths.min() >= 8 and lengths.max() <= 128 and np.median(lengths) < 80
+    assert all(item.token_ids[0] == 2 and item.token_ids[-1] == 3 and
+               len(item.labels) == len(item.token_ids) and max(item.labels) < models.NUM_TAGS
+               for item in items)
+
+
+def test_matmul_rate_of_each_dtype():
+    from timing import matmul_gflops
+    for dtype in ('float32', 'bfloat16'):
+        rate = matmul_gflops(tf, size=64, rounds=3, dtype=dtype)
+        assert rate['dtype'] == dtype and rate['gflops'] >= rate['gflops_median'] > 0
+
+
+def test_precision_report_quotes_median_min_max_and_ratios():
+    import run
+    timing = dict(median_ms=200.0, min_ms=180.0, max_ms=260.0)
+    results = dict(date_utc='2026-11-23 10:00', load_average_start=[1, 1, 1],
+                   load_average_end=[2, 2, 2], matmul=[dict(gflops=100.0)],
+                   matmul_bf16=dict(gflops=200.0, calls=5),
+                   precision_step=[dict(shape=dict(layers=4, batch=16, n=128), heads={
+                       'softmax': {'float32 / bf16': 2.0, 'float32 step / limit': 1.5,
+                                   'bf16 step / limit': 1.2}},
+                       timings={'softmax | float32': timing,
+                                'softmax | bf16': dict(timing, median_ms=100.0)})],
+                   first_epoch=[dict(head='crf', layers=4, sentences=1000, batch=16, maxlen=128,
+                                     length_multiple=32, shapes=5, epoch_s=[38.5, 30.0],
+                                     ratio=1.283, first_steps_s=[6.1, 4.0, 0.3])])
+    text = run.report(results)
+    assert '| 4 | 16 | 128 | softmax | 200 [180–260] (1.00× fp32, 1.5× limit) |  | ' \
+           '100 [180–260] (2.00× fp32, 1.2× limit) |' in text
+    assert '| crf | 4 | 1000 | 16 | 128 | 32 | 5 | 38.5 / 30.0 | 1.283 | 6.1, 4.0, 0.3 |' in text

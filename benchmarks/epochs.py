@@ -1,0 +1,87 @@
+"""First epoch against a steady one: a ~1,000-sentence synthetic set trained with
+``model.train_on_batch`` batch by batch, as ``crf_lr.runs.fit`` does, on the scripts' model
+(bert4keras ALBERT-tiny-shaped random encoder, ``crf_lr.heads`` head, Adam).
+
+Epoch 1 pays for tracing Keras's train function (twice: the second trace generalises the shapes)
+and for compiling the CRF's XLA program once per (batch, length bucket); epoch 2 (a new shuffled
+order of the same batches) runs compiled code. Each configuration runs in a fresh process.
+
+    $ python benchmarks/epochs.py --head crf --length-multiple 1     # one JSON line
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+import crf_lr  # noqa: F401,E402  (environment before TensorFlow)
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from models import ALBERT_TINY  # noqa: E402
+
+
+def synthetic_items(sentences, maxlen, seed=0):
+    """``sentences`` Encoded items, [CLS]=2 ... [SEP]=3, lengths 8..maxlen (skewed short, like
+    sentences), BIO tags over 3 types as label ids 0..6."""
+    from crf_lr.batching import Encoded
+    rng = np.random.default_rng(seed)
+    lengths = np.clip(rng.gamma(2.0, maxlen / 5, sentences).astype(int) + 8, 8, maxlen)
+    vocab = ALBERT_TINY['vocab_size']
+    return [Encoded([2] + rng.integers(5, vocab, n - 2).tolist() + [3],
+                    labels=[0] + rng.integers(0, 7, n - 2).tolist() + [0]) for n in lengths]
+
+
+def epoch_times(tf, keras, head_name, length_multiple, epochs=2, layers=4, sentences=1000,
+                batch=16, maxlen=128, precision='float32'):
+    """Seconds per epoch of one fresh model trained on :func:`synthetic_items`; returns a dict:
+    epoch seconds, epoch 1 / last epoch, the distinct batch shapes of the run and the first
+    three steps' seconds (where the traces fall). Run it in a fresh process (``main``): XLA's
+    cache of the CRF op is process-wide, so a second model would find its programs compiled."""
+    from bert4keras.models import build_transformer_model
+    from crf_lr.batching import Batches
+    from crf_lr.heads import make_head
+    from crf_lr.precision import set_precision
+    set_precision(precision)
+    keras.utils.set_random_seed(0)
+    encoder = build_transformer_model(model='albert', **dict(ALBERT_TINY, num_hidden_layers=layers))
+    head = make_head(head_name, ['A', 'B', 'C'], 'BIO', lr_multiplier=100)
+    model = keras.Model(encoder.inputs, head.build(encoder.output))
+    model.compile(keras.optimizers.Adam(1e-4), loss=head.loss)
+    set_precision('float32')
+    batches = Batches(synthetic_items(sentences, maxlen), batch, maxlen=maxlen,
+                      length_multiple=length_multiple)
+    seconds, shapes, first_steps = [], set(), None
+    for _ in range(epochs):
+        epoch = list(batches)
+        shapes |= {b.token_ids.shape for b in epoch}
+        steps = []
+        for b in epoch:
+            started = time.perf_counter()
+            model.train_on_batch(b.inputs, b.labels)
+            steps.append(time.perf_counter() - started)
+        seconds.append(round(sum(steps), 2))
+        first_steps = first_steps or [round(t, 2) for t in steps[:3]]
+    return dict(head=head_name, length_multiple=length_multiple, layers=layers, batch=batch,
+                sentences=sentences, maxlen=maxlen, precision=precision, epoch_s=seconds,
+                ratio=round(seconds[0] / seconds[-1], 3), shapes=len(shapes),
+                first_steps_s=first_steps)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('--head', default='crf')
+    parser.add_argument('--length-multiple', type=int, default=1)
+    for name, default in (('epochs', 2), ('layers', 4), ('sentences', 1000), ('batch', 16),
+                          ('maxlen', 128)):
+        parser.add_argument(f'--{name}', type=int, default=default)
+    args = parser.parse_args()
+    from crf_lr.compat import keras, tf
+    tf.get_logger().setLevel('ERROR')
+    print(json.dumps(epoch_times(tf, keras, args.head, args.length_multiple, args.epochs,
+                                 args.layers, args.sentences, args.batch, args.maxlen)))
+
+
+if __name__ == '__main__':
+    main()

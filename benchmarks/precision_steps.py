@@ -1,0 +1,61 @@
+"""Whole training steps per precision: float32, float32 with the whole step XLA-compiled, and
+Keras ``mixed_bfloat16`` (``crf_lr.precision.set_precision``), for every head, against the
+arithmetic limit of the same run's float32 and bfloat16 matmul rates (2048^3).
+
+Each (head, variant) gets its own model (same architecture, same seed), and all of them are
+timed in interleaved rounds per (layers, batch, n). ``limit`` = encoder FLOPs / matmul rate of
+the variant's precision: no step can beat it; ``step / limit`` says how far a step is from it.
+
+    >>> rows = precision_step_cases(tf, keras, [(4, 16, 128, 10)], ['softmax', 'CRF (crf_lr)'])
+"""
+import numpy as np
+
+import models
+from timing import interleaved
+
+VARIANTS = ('float32', 'XLA', 'bf16')
+
+
+def _build(tf, keras, head, layers, variant):
+    from crf_lr.precision import set_precision
+    set_precision('mixed_bfloat16' if variant == 'bf16' else 'float32')
+    keras.utils.set_random_seed(0)
+    try:
+        head_model = models.build_head(tf, keras, head, layers)
+    finally:
+        set_precision('float32')
+    return head_model, models.train_step(tf, head_model, jit_compile=variant == 'XLA')
+
+
+def precision_step_cases(tf, keras, plan, heads, variants=VARIANTS, rates=None,
+                         progress=print):
+    """One result per (layers, batch, n, rounds) of ``plan``: median step ms [min-max] of every
+    (head, variant), and per head ``bf16 speed-up`` (float32 / bf16 medians), ``XLA speed-up``,
+    and ``step / limit`` per variant given ``rates`` {'float32': GFLOP/s, 'bfloat16': GFLOP/s}.
+    """
+    results = []
+    for layers in sorted({p[0] for p in plan}, reverse=True):
+        built = {(head, variant): _build(tf, keras, head, layers, variant)
+                 for head in heads for variant in variants}
+        for _, batch, n, rounds in [p for p in plan if p[0] == layers]:
+            data = models.random_batch(np.random.default_rng(n), batch, n)
+            calls = {}
+            for (head, variant), (head_model, step) in built.items():
+                arguments = models.step_arguments(tf, head_model, data)
+                calls[f'{head} | {variant}'] = lambda s=step, a=arguments: s(*a).numpy()
+            timings = interleaved(calls, rounds=rounds, warmup=2)
+            gflop = models.encoder_flops(layers, batch, n) / 1e9
+            row = {'name': 'precision_step', 'shape': {'layers': layers, 'batch': batch, 'n': n},
+                   'encoder_gflop': round(gflop, 3), 'timings': timings, 'heads': {}}
+            for head in heads:
+                median = {v: timings[f'{head} | {v}']['median_ms'] for v in variants}
+                summary = {f'{v} / bf16': round(median[v] / median['bf16'], 3)
+                           for v in variants if v != 'bf16' and 'bf16' in variants}
+                if rates:
+                    for v in variants:
+                        rate = rates['bfloat16' if v == 'bf16' else 'float32']
+                        summary[f'{v} step / limit'] = round(median[v] / (gflop / rate * 1e3), 2)
+                row['heads'][head] = summary
+            results.append(row)
+            progress(f'precision steps, {layers} layers, batch {batch}, n={n}: {row["heads"]}')
+    return results

@@ -1,0 +1,123 @@
+"""Training precision: float32, or Keras's ``mixed_bfloat16`` where the CPU computes bf16 natively.
+
+``set_precision`` sets Keras's global mixed-precision policy, which layers read when they are
+built, so call it before building the model. Under ``mixed_bfloat16`` the encoder's matrix
+products run in bfloat16 (8 bits of mantissa) while every weight stays float32; the heads of
+this library compute their losses and decoding scores in float32 (the CRF in float64), so only
+the activations lose precision.
+
+When it pays: only on a CPU with native bf16 matrix instructions (``avx512_bf16`` or
+``amx_bf16`` among the ``/proc/cpuinfo`` flags), where oneDNN runs bf16 products faster than
+float32 ones; elsewhere bf16 is emulated and a step is slower than in float32. Even then it needs
+enough tokens per step (batch x n) for the matrix products to outweigh the casts and the float32
+parts of the step (layer norm, softmax, the optimizer). Measured figures, with their commands:
+docs/performance.md, *Mixed bfloat16*.
+
+A model saved with ``model.save('model.h5')`` records the policy of every layer; plain
+``keras.models.load_model`` rebuilds it in the precision it was trained in. :func:`load_model`
+rebuilds it in the current one instead (the weights are float32 either way).
+
+    >>> print(set_precision('auto'))          # before building (or loading) the model
+    >>> model = build_model(...)              # its output (our heads) stays float32
+"""
+import json
+
+from crf_lr.compat import keras
+
+PRECISIONS = ('float32', 'mixed_bfloat16', 'auto')
+NATIVE_BF16_FLAGS = ('amx_bf16', 'avx512_bf16')
+
+
+def native_bf16(cpuinfo='/proc/cpuinfo'):
+    """The CPU flags of native bf16 matrix arithmetic that ``cpuinfo`` lists (empty: none).
+
+    Args:
+        cpuinfo: path of a Linux ``/proc/cpuinfo``-format file; a missing file reads as no flags.
+    Returns:
+        tuple of str, a subset of ``NATIVE_BF16_FLAGS`` (``('amx_bf16', 'avx512_bf16')``).
+
+        >>> native_bf16()
+        ('avx512_bf16',)
+    """
+    try:
+        with open(cpuinfo, encoding='utf-8', errors='replace') as f:
+            flags = set()
+            for line in f:
+                if line.startswith('flags'):
+                    flags.update(line.partition(':')[2].split())
+    except OSError:
+        return ()
+    return tuple(flag for flag in NATIVE_BF16_FLAGS if flag in flags)
+
+
+def set_precision(precision, cpuinfo='/proc/cpuinfo'):
+    """Set Keras's global mixed-precision policy for the models built from now on.
+
+    Args:
+        precision: 'float32'; 'mixed_bfloat16' (bf16 products, float32 weights and heads); or
+            'auto': 'mixed_bfloat16' if :func:`native_bf16` finds a native flag, else 'float32'.
+        cpuinfo: the file 'auto' reads (see :func:`native_bf16`).
+    Returns:
+        str, one line saying the policy chosen and why (for the scripts to print).
+    Raises:
+        ValueError naming the argument when ``precision`` is not one of ``PRECISIONS``.
+
+        >>> set_precision('auto')
+        'precision: float32 (auto: no amx_bf16/avx512_bf16 in /proc/cpuinfo, bf16 would be emulated)'
+    """
+    if precision not in PRECISIONS:
+        raise ValueError(f'set_precision: precision must be one of {PRECISIONS}, '
+                         f'got {precision!r}')
+    reason = 'as requested'
+    if precision == 'auto':
+        flags = native_bf16(cpuinfo)
+        precision = 'mixed_bfloat16' if flags else 'float32'
+        reason = (f'auto: {"/".join(flags)} in {cpuinfo}' if flags else
+                  f'auto: no {"/".join(NATIVE_BF16_FLAGS)} in {cpuinfo}, bf16 would be emulated')
+    keras.mixed_precision.set_global_policy(precision)
+    return f'precision: {precision} ({reason})'
+
+
+def _policy_name(dtype):
+    """The policy name of a layer config's ``dtype`` entry (a str or a serialised Policy)."""
+    return dtype['config']['name'] if isinstance(dtype, dict) else dtype
+
+
+def load_model(path, custom_objects=None):
+    """A model saved by ``model.save(path)`` (HDF5), rebuilt to compute in the current precision.
+
+    The layers built under the model's own policy (the one most of its layers have: the global
+    policy when it was built) take the current global policy; layers given another dtype on
+    purpose keep it (a float32 head in a bf16 model), and so do the inputs. In a model saved
+    under float32 a deliberate float32 layer cannot be told apart and takes the new policy too.
+    Not compiled.
+
+    Args:
+        path: the ``.h5`` file.
+        custom_objects: as in ``keras.models.load_model`` (crf_lr's and bert4keras's layers are
+            registered already).
+    Returns:
+        the ``keras.Model`` with the saved weights.
+    Raises:
+        ValueError naming ``path`` when the file holds weights only (no model configuration).
+
+        >>> set_precision('float32')
+        >>> model = load_model('runs/ner/model/model.h5')      # trained under mixed_bfloat16
+    """
+    import h5py
+    with h5py.File(path, 'r') as f:
+        config = f.attrs.get('model_config')
+    if config is None:
+        raise ValueError(f'{path}: no model configuration (saved with save_weights?); build the '
+                         f'model and call load_weights instead')
+    config = json.loads(config.decode('utf-8') if isinstance(config, bytes) else config)
+    layers = [layer for layer in config['config']['layers'] if layer['class_name'] != 'InputLayer']
+    names = [_policy_name(layer['config'].get('dtype')) for layer in layers]
+    saved = max(set(names), key=names.count)
+    current = keras.mixed_precision.global_policy().name
+    for layer, name in zip(layers, names):
+        if name == saved:
+            layer['config']['dtype'] = current
+    model = keras.models.model_from_config(config, custom_objects=custom_objects)
+    model.load_weights(path)
+    return model
