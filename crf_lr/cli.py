@@ -87,6 +87,11 @@ def add_common_arguments(parser, default_output='runs/run', default_maxlen=128):
                             'this over --stop-epochs epochs, e.g. 0.003 (0.3 F1 points); '
                             '--epochs is then the cap (default: train every epoch)')
     train.add_argument('--stop-epochs', type=int, default=2, help='(default: %(default)s)')
+    train.add_argument('--precision', choices=('float32', 'mixed_bfloat16', 'auto'),
+                       default='float32',
+                       help='mixed_bfloat16: bf16 products, float32 weights and heads (pays only '
+                            'on CPUs with native bf16: docs/performance.md); auto: bf16 where '
+                            'the CPU has it (default: %(default)s)')
     train.add_argument('--seed', type=int, default=0,
                        help='seed of initialisation, dropout and batch order (default: 0)')
     train.add_argument('--no-bias-correction', dest='bias_correction', action='store_false',

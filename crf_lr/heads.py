@@ -260,7 +260,7 @@ class SoftmaxHead(TagHead):
 
     def build(self, states):
         layer = self._add(self.layer_class(len(self.labels), activation='softmax',
-                                           name='Tag-Scores'))
+                                           name='Tag-Scores', dtype='float32'))
         self.loss, self.metrics = 'sparse_categorical_crossentropy', ['sparse_categorical_accuracy']
         return layer(states)
 

@@ -32,6 +32,9 @@ def parse_args(argv=None):
                              "default: with them)")
     parser.add_argument('--separator', default='  ', help='between words (default: two spaces)')
     parser.add_argument('--batch-size', type=int, default=32)
+    parser.add_argument('--precision', choices=('float32', 'mixed_bfloat16', 'auto'),
+                        default='float32', help='compute precision (default: %(default)s; the '
+                                                'model may have been trained in another)')
     parser.add_argument('--verbose', action='store_true', help="show TensorFlow's log lines")
     return parser, parser.parse_args(argv)
 
@@ -90,7 +93,9 @@ def main(argv=None):
     except (OSError, UnicodeDecodeError) as error:
         parser.error(f'cannot read {args.file or "stdin"}: {error}')
     quiet_tensorflow(args.verbose)                      # keep TensorFlow's log off stdout
+    from crf_lr.precision import set_precision
     from crf_lr.tagger import Tagger
+    set_precision(args.precision)
     try:
         tagger = Tagger.load(args.model_dir, args.batch_size)
     except (FileNotFoundError, OSError, ValueError) as error:

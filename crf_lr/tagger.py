@@ -15,9 +15,9 @@ import warnings
 from typing import Optional
 
 from crf_lr.batching import Batches, Encoded
-from crf_lr.compat import keras
 from crf_lr.heads import Window, make_head
 from crf_lr.pieces import UnitEncoder, windows_of
+from crf_lr.precision import load_model
 from crf_lr.runs import model_files
 from crf_lr.tagging import merge_window_spans
 
@@ -82,7 +82,7 @@ class Tagger:
         if head.labels != meta['labels']:
             raise ValueError(f'{labels_path}: labels {meta["labels"]} differ from those of a '
                              f'{meta["head"]} head on types {meta["types"]}: {head.labels}')
-        model = keras.models.load_model(model_path, compile=False)
+        model = load_model(model_path)                     # in the current precision
         width = model.output_shape[1 if head.kind == 'spans' else -1]
         if width != len(head.labels):
             raise ValueError(f'{model_path} scores {width} labels but {labels_path} lists '

@@ -32,7 +32,7 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     import numpy as np
-    from crf_lr import set_check_numerics
+    from crf_lr import set_check_numerics, set_precision
     from crf_lr.compat import keras
     from crf_lr.datasets import read_word_list, resolve_data_dir
     from crf_lr.diagnostics import count_violations, diagnose, format_sanity, format_transitions
@@ -62,6 +62,7 @@ def main(argv=None):
 
     # ---- model: encoder (first k layers) -> Dense -> CRF whose transitions learn faster ----
     set_check_numerics(True)            # NaN/inf in a layer or loss stops the run, naming it
+    print(set_precision(args.precision))                 # e.g. 'precision: float32 (...)'
     keras.utils.set_random_seed(args.seed)
     seg = SCHEMES['SEG']
     bert, vocab_path, encoder_info = load_encoder(args.encoder, args.layers, args.vocab)
@@ -97,9 +98,11 @@ def main(argv=None):
         index = {label: i for i, label in enumerate(head.labels)}    # of the unconstrained paths
         result['violations'] = count_violations([[index[t] for t in p.tags] for p in predicted],
                                                 *seg.allowed(head.labels))
-        print(f'{name}: P {result["precision"]:.4f} R {result["recall"]:.4f} F1 '
-              f'{result["f1"]:.4f} (without constraints {result["f1_unconstrained"]:.4f}) OOV-R '
-              f'{result["oov_recall"]:.4f} IV-R {result["iv_recall"]:.4f}; without constraints, '
+        shown = {k: '-' if v is None else f'{v:.4f}' for k, v in result.items()
+                 if not isinstance(v, dict)}                 # a recall of no words is None
+        print(f'{name}: P {shown["precision"]} R {shown["recall"]} F1 {shown["f1"]} (without '
+              f'constraints {shown["f1_unconstrained"]}) OOV-R {shown["oov_recall"]} IV-R '
+              f'{shown["iv_recall"]}; without constraints, '
               f'{result["violations"]["bad_paths"]} sentences with illegal tag sequences')
         return result, [w.output for windows in outputs for w in windows]
 

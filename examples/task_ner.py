@@ -45,7 +45,7 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    from crf_lr import set_check_numerics
+    from crf_lr import set_check_numerics, set_precision
     from crf_lr.compat import keras
     from crf_lr.encoders import default_learning_rate, load_encoder
     from crf_lr.heads import make_head, piece_states
@@ -69,6 +69,7 @@ def main(argv=None):
 
     # ---- model: encoder -> piece states -> head (Dense + CRF, Dense + softmax, span scores) ----
     set_check_numerics(True)            # NaN/inf in a layer or loss stops the run, naming it
+    print(set_precision(args.precision))                 # e.g. 'precision: float32 (...)'
     keras.utils.set_random_seed(args.seed)
     bert, vocab_path, encoder_info = load_encoder(args.encoder, args.layers, args.vocab)
     if args.reinit_top:

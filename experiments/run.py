@@ -200,11 +200,18 @@ def main(argv=None):
     parser.add_argument('--only', default='', help='run only names containing this string')
     parser.add_argument('--output', default=os.path.join(ROOT, 'runs'),
                         help='parent folder of the run folders (default: runs/)')
+    parser.add_argument('--precision', choices=('float32', 'mixed_bfloat16', 'auto'),
+                        default='float32',
+                        help='passed to every run; other than float32, the runs go to '
+                             'runs/<experiment>-<precision>/ (default: %(default)s)')
     parser.add_argument('--list', action='store_true', help='print the runs and exit')
     args = parser.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(',')] if args.seeds else None
-    runs = [r for r in experiment(args.experiment, seeds) if args.only in r[0]]
-    folder = os.path.join(args.output, args.experiment)
+    runs = [(name, script, flags + (['--precision', args.precision]
+                                    if args.precision != 'float32' else []))
+            for name, script, flags in experiment(args.experiment, seeds) if args.only in name]
+    folder = os.path.join(args.output, args.experiment + (
+        '' if args.precision == 'float32' else f'-{args.precision}'))
     if args.list:
         for name, script, flags in runs:
             print(name, script, ' '.join(flags))

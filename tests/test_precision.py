@@ -96,10 +96,7 @@ def _real(output, name, lengths):
     return output[np.broadcast_to(cells, output.shape) & (output > -np.inf)]
 
 
-@pytest.mark.parametrize('name', [pytest.param('softmax', marks=pytest.mark.xfail(
-    strict=True, reason='crf_lr/heads.py builds Dense(softmax) in the compute dtype: its '
-    'probabilities and loss are bf16 until SoftmaxHead builds it with dtype="float32"'))
-    if name == 'softmax' else name for name in HEADS])
+@pytest.mark.parametrize('name', HEADS)
 def test_every_head_trains_under_mixed_bfloat16_like_float32(models, batch, name):
     """Finite loss, float32 output, scores / loss / gradient within the stated tolerances, and
     the bf16 model really computes in bf16 (its outputs are not float32's bit for bit)."""
