@@ -15,7 +15,7 @@ change a decision and the CRF is a softmax in disguise. These functions put numb
 """
 import numpy as np
 
-from crf_lr.tagging import allowed_transitions
+from crf_lr.tagging import SEG
 
 BMES_LABELS = ('s', 'b', 'm', 'e')
 
@@ -56,8 +56,7 @@ def impossible_from_allowed(allowed, labels):
 
 # The word-segmentation scheme's rules, from the same table that feeds the CRF's constraints:
 # s->m, s->e, b->s, b->b, m->s, m->b, e->m, e->e.
-BMES_IMPOSSIBLE = impossible_from_allowed(allowed_transitions(list(BMES_LABELS), 'SEG')[0],
-                                          BMES_LABELS)
+BMES_IMPOSSIBLE = impossible_from_allowed(SEG.allowed(list(BMES_LABELS))[0], BMES_LABELS)
 
 
 def transition_sanity(trans, labels=BMES_LABELS, impossible=BMES_IMPOSSIBLE):

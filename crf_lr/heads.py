@@ -98,7 +98,7 @@ class Head:
 
     Args:
         types: entity types (ignored when the scheme segments words).
-        scheme: tagging scheme name or ``crf_lr.tagging.Scheme`` ('BIO', 'BIOES', 'SEG', ...).
+        scheme: a ``crf_lr.tagging.SCHEMES`` name or a ``crf_lr.tagging.Scheme``.
         layer_class: the Keras layer class to build (default: the head's own), e.g. a subclass.
     """
     name = None

@@ -44,7 +44,7 @@ def main(argv=None):
     from crf_lr.runs import RunLog, epoch_batches, fit, make_samples, warmup_schedule
     from crf_lr.splits import load_splits
     from crf_lr.tagger import Tagger
-    from crf_lr.tagging import SCHEMES
+    from crf_lr.tagging import SEG
 
     # ---- data: PFR 1998-01 (or your file) to train, a hold-out (or your dev file) to select ----
     with user_errors():                                    # a bad file: its path:line, no traceback
@@ -64,13 +64,12 @@ def main(argv=None):
     set_check_numerics(True)            # NaN/inf in a layer or loss stops the run, naming it
     print(set_precision(args.precision))                 # e.g. 'precision: float32 (...)'
     keras.utils.set_random_seed(args.seed)
-    seg = SCHEMES['SEG']
     bert, vocab_path, encoder_info = load_encoder(args.encoder, args.layers, args.vocab)
-    head = make_head(args.head, scheme=seg, lr_multiplier=args.crf_lr_multiplier,
+    head = make_head(args.head, scheme=SEG, lr_multiplier=args.crf_lr_multiplier,
                      constrain_training=args.constrain, boundary_scores=args.boundary_scores)
     model = keras.Model(bert.inputs, head.build(piece_states(bert)))
     units = UnitEncoder(vocab_path)
-    samples = make_samples([(e.text, e.tags, seg.decode(e.tags)) for e in data.train], units,
+    samples = make_samples([(e.text, e.tags, SEG.decode(e.tags)) for e in data.train], units,
                            args.maxlen, head)
     lr = args.lr or default_learning_rate(args.encoder, args.layers)
     schedule = warmup_schedule(args.warmup_proportion, len(samples), args.batch_size, args.epochs)
@@ -97,7 +96,7 @@ def main(argv=None):
                            ('precision', 'recall', 'f1', 'oov_recall', 'iv_recall')})
         index = {label: i for i, label in enumerate(head.labels)}    # of the unconstrained paths
         result['violations'] = count_violations([[index[t] for t in p.tags] for p in predicted],
-                                                *seg.allowed(head.labels))
+                                                *SEG.allowed(head.labels))
         shown = {k: '-' if v is None else f'{v:.4f}' for k, v in result.items()
                  if not isinstance(v, dict)}                 # a recall of no words is None
         print(f'{name}: P {shown["precision"]} R {shown["recall"]} F1 {shown["f1"]} (without '
