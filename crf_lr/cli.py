@@ -10,8 +10,10 @@ import os
 FORMATS_HELP = ("conll (word per line, tag in the last column), char-bio, char-bmes, char-bioes "
                 "(character and tag per line), segmented (words separated by spaces), jsonl (text "
                 "and character spans, CLUENER-like); default: detected from the file")
-ENCODER_HELP = ("'albert-tiny-zh' (default: the packaged envpos ALBERT-tiny, converted once into a "
-                "cache), 'minilm-en' (the packaged English all-MiniLM-L6-v2), a converted checkpoint "
+ENCODER_HELP = ("'albert-tiny-zh' (the packaged envpos ALBERT-tiny, converted once into a cache; "
+                "the default for character data), 'minilm-en' (the packaged English "
+                "all-MiniLM-L6-v2; the default for word data such as CoNLL files), a converted "
+                "checkpoint "
                 "folder (config JSON + TF checkpoint + vocab.txt), a bert_config.json (random init), "
                 "or 'random:LAYERS:HIDDEN' (random BERT; vocabulary from --vocab or ALBERT-tiny's)")
 HEAD_HELP = ("a registered head: crf (default), softmax, global_pointer, efficient_global_pointer, "
@@ -59,7 +61,7 @@ def add_common_arguments(parser, default_output='runs/run', default_maxlen=128):
                       help='tokens per window, [CLS] and [SEP] included; longer sentences are split '
                            'at punctuation (default: %(default)s)')
     model = parser.add_argument_group('model')
-    model.add_argument('--encoder', default='albert-tiny-zh', help=ENCODER_HELP)
+    model.add_argument('--encoder', default=None, help=ENCODER_HELP)
     model.add_argument('--vocab', default=None, help='vocab.txt for a randomly initialised encoder')
     model.add_argument('--layers', type=int, default=None,
                        help='keep only the first k transformer layers (default: all)')

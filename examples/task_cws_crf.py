@@ -36,7 +36,7 @@ def main(argv=None):
     from crf_lr.compat import keras
     from crf_lr.datasets import read_word_list, resolve_data_dir
     from crf_lr.diagnostics import count_violations, diagnose, format_sanity, format_transitions
-    from crf_lr.encoders import default_learning_rate, load_encoder
+    from crf_lr.encoders import default_encoder, default_learning_rate, load_encoder
     from crf_lr.heads import make_head, piece_states
     from crf_lr.metrics import segmentation_scores
     from crf_lr.optimizers import LayerwiseAdam
@@ -64,14 +64,15 @@ def main(argv=None):
     set_check_numerics(True)            # NaN/inf in a layer or loss stops the run, naming it
     print(set_precision(args.precision))                 # e.g. 'precision: float32 (...)'
     keras.utils.set_random_seed(args.seed)
-    bert, vocab_path, encoder_info = load_encoder(args.encoder, args.layers, args.vocab)
+    encoder = args.encoder or default_encoder(data.units)   # MiniLM for words, else ALBERT
+    bert, vocab_path, encoder_info = load_encoder(encoder, args.layers, args.vocab)
     head = make_head(args.head, scheme=SEG, lr_multiplier=args.crf_lr_multiplier,
                      constrain_training=args.constrain, boundary_scores=args.boundary_scores)
     model = keras.Model(bert.inputs, head.build(piece_states(bert)))
     units = UnitEncoder(vocab_path)
     samples = make_samples([(e.text, e.tags, SEG.decode(e.tags)) for e in data.train], units,
                            args.maxlen, head)
-    lr = args.lr or default_learning_rate(args.encoder, args.layers)
+    lr = args.lr or default_learning_rate(encoder, args.layers)
     schedule = warmup_schedule(args.warmup_proportion, len(samples), args.batch_size, args.epochs)
     model.compile(optimizer=LayerwiseAdam(lr, bias_correction=args.bias_correction, **schedule),
                   loss=head.loss, metrics=head.metrics)

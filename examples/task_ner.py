@@ -47,7 +47,7 @@ def main(argv=None):
     args = parse_args(argv)
     from crf_lr import set_check_numerics, set_precision
     from crf_lr.compat import keras
-    from crf_lr.encoders import default_learning_rate, load_encoder
+    from crf_lr.encoders import default_encoder, default_learning_rate, load_encoder
     from crf_lr.heads import make_head, piece_states
     from crf_lr.metrics import confusion_matrix, format_confusion_matrix, relaxed_scores, span_scores
     from crf_lr.optimizers import LayerwiseAdam
@@ -71,7 +71,8 @@ def main(argv=None):
     set_check_numerics(True)            # NaN/inf in a layer or loss stops the run, naming it
     print(set_precision(args.precision))                 # e.g. 'precision: float32 (...)'
     keras.utils.set_random_seed(args.seed)
-    bert, vocab_path, encoder_info = load_encoder(args.encoder, args.layers, args.vocab)
+    encoder = args.encoder or default_encoder(data.units)   # MiniLM for words, else ALBERT
+    bert, vocab_path, encoder_info = load_encoder(encoder, args.layers, args.vocab)
     if args.reinit_top:
         from crf_lr.finetune import reinitialize_top_layers
         reinitialize_top_layers(bert, args.reinit_top, seed=args.seed)
@@ -83,7 +84,7 @@ def main(argv=None):
     units = UnitEncoder(vocab_path, data.units)
     samples = make_samples([(e.tokens, e.tags, e.spans) for e in data.train], units, args.maxlen,
                            head)
-    lr = args.lr or default_learning_rate(args.encoder, args.layers)
+    lr = args.lr or default_learning_rate(encoder, args.layers)
     schedule = warmup_schedule(args.warmup_proportion, len(samples), args.batch_size, args.epochs)
     model.compile(optimizer=LayerwiseAdam(lr, bias_correction=args.bias_correction, **schedule),
                   loss=head.loss, metrics=head.metrics)
