@@ -207,6 +207,51 @@ def report_exp2(runs, figures, folder):
     return lines + ['', f'![F1 per head](figures/{os.path.basename(path)})']
 
 
+def report_exp2c(runs, figures, folder):
+    """Experiment 2 to convergence: each run's dev-selected epoch, where it stopped, dev P/R/F1
+    there (CRF also without decoding constraints), the test F1 of the selected model where the
+    dataset has a labelled test part, speeds, and the mean dev-F1 curve per head (epoch 2 marked:
+    the budget of the fixed-scale experiment 2)."""
+    lines = ['| dataset | head | selected epoch | stopped after | dev P | dev R | dev F1 | dev F1 '
+             'without constraints | test F1 (selected model) | head parameters | training '
+             'windows/s | prediction sentences/s | seeds |', '|' + '---|' * 13]
+    curves = defaultdict(dict)
+    for name, members in grouped(runs).items():
+        dataset, head = name.split('/')
+        chosen = [r['epochs'][r['best_epoch'] - 1] for r in members]
+
+        def cell(key, records=chosen):
+            return mean_std([r.get(key) for r in records])
+        stopped = ', '.join(str(r.get('stopped_after_epoch', len(r['epochs']))) for r in members)
+        tests = [r['test']['f1'] for r in members if r.get('test')]
+        epochs = [e for r in members for e in _later_epochs(r)]
+        lines.append(
+            f'| {dataset} | {head} | {", ".join(str(r["best_epoch"]) for r in members)} '
+            f'| {stopped} | {cell("dev_precision")} | {cell("dev_recall")} | {cell("dev_f1")} '
+            f'| {cell("dev_f1_unconstrained") if head == "crf" else "—"} '
+            f'| {mean_std(tests) if tests else "no labelled test"} '
+            f'| {members[0]["head_parameters"]:,} '
+            f'| {np.mean([e["train_windows_per_second"] for e in epochs]):.1f} '
+            f'| {np.mean([e["dev_predict_sentences_per_second"] for e in epochs]):.1f} '
+            f'| {len(members)} |')
+        length = min(len(r['epochs']) for r in members)      # epochs every seed reached
+        curves[dataset][head] = [100 * np.mean([r['epochs'][k]['dev_f1'] for r in members])
+                                 for k in range(length)]
+    try:
+        from crf_lr.plots import plot_curves
+    except ImportError as error:
+        return lines + ['', f'(no figure: {error})']
+    for dataset, series in curves.items():
+        marked = dict(series, **{'epoch 2 (fixed-scale experiment 2)': (
+            [2, 2], [min(min(v) for v in series.values()), max(max(v) for v in series.values())])})
+        path = plot_curves(marked, os.path.join(figures, f'exp2c-{dataset}.png'), xlabel='epoch',
+                           ylabel='dev strict F1 (mean over seeds)',
+                           title=f'Experiment 2 to convergence: {dataset}',
+                           styles={'epoch 2 (fixed-scale experiment 2)': 'k:'})
+        lines += ['', f'![{dataset}: dev F1 per epoch](figures/{os.path.basename(path)})']
+    return lines
+
+
 def _smoothed(losses, width=10):
     losses = np.asarray(losses, dtype=float)
     kernel = np.ones(min(width, len(losses))) / min(width, len(losses))
@@ -308,7 +353,7 @@ def _exp3_plots(pairs, curves, figures):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    parser.add_argument('experiment', choices=('exp1', 'exp2', 'exp3'))
+    parser.add_argument('experiment', choices=('exp1', 'exp2', 'exp2c', 'exp3'))
     parser.add_argument('--runs', default=os.path.join(ROOT, 'runs'),
                         help='parent of the run folders (default: runs/)')
     parser.add_argument('--summary', default=None,
@@ -325,7 +370,8 @@ def main(argv=None):
             for record in runs:
                 f.write(json.dumps(record, ensure_ascii=False) + '\n')
     os.makedirs(args.figures, exist_ok=True)
-    body = {'exp1': report_exp1, 'exp2': report_exp2, 'exp3': report_exp3}[args.experiment](
+    body = {'exp1': report_exp1, 'exp2': report_exp2, 'exp2c': report_exp2c,
+            'exp3': report_exp3}[args.experiment](
         runs, args.figures, folder)
     print(scale_line(runs) + '\n')
     print('Commands (one per setting, as `experiments/run.py` started them; {s} = the seed):\n')

@@ -29,7 +29,7 @@ run = load('experiments', 'run')
 report = load('experiments', 'report')
 
 
-@pytest.mark.parametrize('name', ['exp1', 'exp2', 'exp3'])
+@pytest.mark.parametrize('name', ['exp1', 'exp2', 'exp2c', 'exp3'])
 def test_every_configuration_parses(name):
     scripts = {s: load('examples', s[:-3]) for s in ('task_cws_crf.py', 'task_ner.py')}
     runs = run.experiment(name)
@@ -160,3 +160,23 @@ def test_exp2_report_speed_ratios(tmp_path):
     assert '| msra | crf | 75.00 ± 7.07 | 85.00 ± 7.07 | 1,000 | 20.0 (1.00x) | 100.0 (1.00x) | 2 |' in lines
     assert '| msra | global_pointer | 90.00 (1 seed) | 100.00 (1 seed) | 1,000 | 30.0 (1.50x) | 50.0 (0.50x) | 1 |' in lines
     assert os.path.isfile(tmp_path / 'exp2-f1.png')
+
+
+def test_exp2c_report_reads_the_dev_selected_epoch_and_where_each_run_stopped(tmp_path):
+    def summary(head, seed, dev_f1, stopped=None, test=None):
+        epochs = [dict(epoch=k + 1, dev_precision=f, dev_recall=f, dev_f1=f,
+                       dev_f1_unconstrained=f - 0.1, train_windows_per_second=10.0,
+                       dev_predict_sentences_per_second=100.0) for k, f in enumerate(dev_f1)]
+        best = max(range(len(dev_f1)), key=dev_f1.__getitem__) + 1
+        run = dict(name=f'cmeee/{head}/seed{seed}', epochs=epochs, best_epoch=best,
+                   head_parameters=500, config=dict(seed=seed), test=test)
+        return dict(run, stopped_after_epoch=stopped) if stopped else run
+    runs = [summary('crf', 0, [0.5, 0.7, 0.6, 0.6], stopped=4, test=dict(f1=0.68)),
+            summary('crf', 1, [0.5, 0.5, 0.9], test=dict(f1=0.88)),
+            summary('global_pointer', 0, [0.2, 0.4], test=None)]
+    lines = report.report_exp2c(runs, str(tmp_path), str(tmp_path))
+    assert ('| cmeee | crf | 2, 3 | 4, 3 | 80.00 ± 14.14 | 80.00 ± 14.14 | 80.00 ± 14.14 '
+            '| 70.00 ± 14.14 | 78.00 ± 14.14 | 500 | 10.0 | 100.0 | 2 |') in lines
+    assert ('| cmeee | global_pointer | 2 | 2 | 40.00 (1 seed) | 40.00 (1 seed) | 40.00 (1 seed) '
+            '| — | no labelled test | 500 | 10.0 | 100.0 | 1 |') in lines
+    assert os.path.isfile(tmp_path / 'exp2c-cmeee.png')
