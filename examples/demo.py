@@ -16,9 +16,9 @@ import json
 import os
 import time
 
-CONFIGS = (('CRF, transitions lr x1', ['--head', 'crf', '--crf-lr-multiplier', '1']),
-           ('CRF, transitions lr x100', ['--head', 'crf', '--crf-lr-multiplier', '100']),
-           ('Softmax', ['--head', 'softmax']))
+CONFIGS = (('CRF, transitions lr x1', 'crf1', ['--head', 'crf', '--crf-lr-multiplier', '1']),
+           ('CRF, transitions lr x100', 'crf100', ['--head', 'crf', '--crf-lr-multiplier', '100']),
+           ('Softmax', 'softmax', ['--head', 'softmax']))
 
 
 def parse_args(argv=None):
@@ -48,8 +48,8 @@ def main(argv=None):
               '--eval-limit', str(args.eval_limit), '--overwrite']
     common += ['--data-dir', data_dir] if data_dir else []
     rows, started = [], time.time()
-    for name, flags in CONFIGS:
-        output = os.path.join(args.output, name.split(',')[0].lower() + flags[-1])
+    for name, folder, flags in CONFIGS:
+        output = os.path.join(args.output, folder)
         print(f'\n=== {name} ===', flush=True)
         began = time.time()
         results = run_cws(common + flags + ['--output', output])
