@@ -39,6 +39,7 @@ import math
 import numbers
 import re
 
+from crf_lr.multipliers import check_patterns, match_multiplier as match_name
 from crf_lr.compat import tf, keras
 from crf_lr.serialization import register, restore_optimizer_state
 
@@ -77,23 +78,7 @@ def match_multiplier(name, lr_multipliers):
     >>> match_multiplier('Transformer-1-FeedForward/dense/kernel:0', {'Transformer-1-': 0.9, '': 2})
     0.9
     """
-    name = variable_base_name(name)
-    best_length, best = -1, {}
-    for pattern, multiplier in lr_multipliers.items():
-        found = re.search(pattern, name)
-        if found is None:
-            continue
-        length = found.end() - found.start()
-        if length > best_length:
-            best_length, best = length, {pattern: multiplier}
-        elif length == best_length:
-            best[pattern] = multiplier
-    if not best:
-        return 1.0
-    if len(set(best.values())) > 1:
-        raise ValueError(f'learning-rate multiplier of variable {name!r} is ambiguous: patterns '
-                         f'{best} match equally long text; make one of them more specific')
-    return float(next(iter(best.values())))
+    return match_name(variable_base_name(name), lr_multipliers)
 
 
 def layerwise_decay_multipliers(num_layers, decay, embedding_pattern='Embedding-',
@@ -137,17 +122,6 @@ def layerwise_decay_multipliers(num_layers, decay, embedding_pattern='Embedding-
         multipliers[layer_pattern.format(i=i)] = float(decay ** (num_layers - 1 - i))
     multipliers[''] = float(head_multiplier)
     return multipliers
-
-
-def _check_patterns(patterns, argument):
-    for pattern in patterns:
-        if not isinstance(pattern, str):
-            raise TypeError(f'{argument}: patterns must be str, got {pattern!r}')
-        try:
-            re.compile(pattern)
-        except re.error as error:
-            raise ValueError(f'{argument}: {pattern!r} is not a valid regular expression '
-                             f'({error})') from None
 
 
 def _check_learning_rate(learning_rate):
@@ -330,7 +304,7 @@ def extend_with_weight_decay(BaseOptimizer):
             if isinstance(exclude_from_weight_decay, str):
                 exclude_from_weight_decay = (exclude_from_weight_decay,)
             exclude_from_weight_decay = tuple(exclude_from_weight_decay or ())
-            _check_patterns(exclude_from_weight_decay, 'exclude_from_weight_decay')
+            check_patterns(exclude_from_weight_decay, 'exclude_from_weight_decay')
             self.weight_decay_rate = float(weight_decay_rate)
             self.exclude_from_weight_decay = exclude_from_weight_decay
 
@@ -394,7 +368,7 @@ def extend_with_layerwise_lr(BaseOptimizer):
         def __init__(self, *args, lr_multipliers=None, **kwargs):
             super().__init__(*args, **kwargs)
             lr_multipliers = dict(lr_multipliers or {})
-            _check_patterns(lr_multipliers, 'lr_multipliers')
+            check_patterns(lr_multipliers, 'lr_multipliers')
             for pattern, multiplier in lr_multipliers.items():
                 if not (isinstance(multiplier, numbers.Real) and math.isfinite(multiplier)
                         and multiplier >= 0):

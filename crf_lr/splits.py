@@ -12,6 +12,7 @@ from typing import Optional
 import numpy as np
 
 from crf_lr.datasets import dataset_spec, load_dataset, read_corpus
+from crf_lr.spans import outermost
 
 MAX_HOLDOUT = 500
 
@@ -51,11 +52,8 @@ class Splits:
 
 
 def _nested(examples):
-    for example in examples:
-        spans = sorted(example.spans, key=lambda s: (s[0], -s[1]))
-        if any(b[0] < a[1] for a, b in zip(spans, spans[1:])):
-            return True
-    return False
+    """True when some example's spans nest or overlap (flat tags cannot hold them all)."""
+    return any(len(outermost(e.spans)) < len(e.spans) for e in examples)
 
 
 def _repairs(*datasets):

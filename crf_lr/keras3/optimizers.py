@@ -24,42 +24,7 @@ import re
 import keras
 from keras import ops
 
-
-def _check_patterns(patterns, argument):
-    for pattern in patterns:
-        if not isinstance(pattern, str):
-            raise TypeError(f'{argument}: patterns must be str, got {pattern!r}')
-        try:
-            re.compile(pattern)
-        except re.error as error:
-            raise ValueError(f'{argument}: {pattern!r} is not a valid regular expression '
-                             f'({error})') from None
-
-
-def match_multiplier(path, lr_multipliers):
-    """The multiplier of the pattern whose ``re.search`` match in ``path`` is longest (1.0: none).
-
-    Args:
-        path: str, a variable path such as ``'CRF/trans'``.
-        lr_multipliers: dict regex -> float.
-    Returns:
-        float. Equally long matches with different multipliers raise ValueError.
-
-    >>> match_multiplier('Transformer-1-FeedForward/kernel', {'Transformer-1-': 0.9, '': 2})
-    0.9
-    """
-    found = {}
-    for pattern, multiplier in lr_multipliers.items():
-        match = re.search(pattern, path)
-        if match is not None:
-            found.setdefault(match.end() - match.start(), {})[pattern] = multiplier
-    if not found:
-        return 1.0
-    best = found[max(found)]
-    if len(set(best.values())) > 1:
-        raise ValueError(f'learning-rate multiplier of variable {path!r} is ambiguous: patterns '
-                         f'{best} match equally long text; make one of them more specific')
-    return float(next(iter(best.values())))
+from crf_lr.multipliers import check_patterns, match_multiplier
 
 
 @keras.saving.register_keras_serializable(package='crf_lr')
@@ -113,7 +78,7 @@ class LayerwiseAdam(keras.optimizers.Adam):
         if not 0 <= min_lr_ratio <= 1:
             raise ValueError(f'min_lr_ratio must be in [0, 1], got {min_lr_ratio!r}')
         lr_multipliers = dict(lr_multipliers or {})
-        _check_patterns(lr_multipliers, 'lr_multipliers')
+        check_patterns(lr_multipliers, 'lr_multipliers')
         for pattern, multiplier in lr_multipliers.items():
             if not (isinstance(multiplier, numbers.Real) and math.isfinite(multiplier)
                     and multiplier >= 0):
@@ -122,7 +87,7 @@ class LayerwiseAdam(keras.optimizers.Adam):
         if isinstance(exclude_from_weight_decay, str):
             exclude_from_weight_decay = (exclude_from_weight_decay,)
         exclusions = tuple(exclude_from_weight_decay or ())
-        _check_patterns(exclusions, 'exclude_from_weight_decay')
+        check_patterns(exclusions, 'exclude_from_weight_decay')
         self.bias_correction = bool(bias_correction)
         self.lr_multipliers = {pattern: float(m) for pattern, m in lr_multipliers.items()}
         self.weight_decay_rate = float(weight_decay_rate)
