@@ -252,6 +252,46 @@ def report_exp2c(runs, figures, folder):
     return lines
 
 
+def report_parity(runs, figures, folder):
+    """bf16 accuracy parity: per setting, the test F1 of each seed in float32 and in
+    mixed_bfloat16 (median [min–max] over seeds), the bf16 − fp32 difference per seed, whether the
+    bf16 median lies within the float32 seeds' range, and the steady training speed ratio."""
+    lines = ['| task / setting | seeds | float32 test F1 | mixed_bfloat16 test F1 | bf16 − fp32 per '
+             'seed (points) | bf16 median within the fp32 range | training speed bf16 / fp32 |',
+             '|' + '---|' * 7]
+    by_setting = defaultdict(dict)
+    for name, members in grouped(runs).items():
+        setting, precision = name.rsplit('/', 1)
+        by_setting[setting][precision] = {r['config']['seed']: r for r in members}
+    for setting, precisions in by_setting.items():
+        fp32, bf16 = precisions.get('float32', {}), precisions.get('mixed_bfloat16', {})
+        seeds = sorted(set(fp32) & set(bf16))
+        if not seeds:
+            lines.append(f'| {setting} | 0 | {len(fp32)} run(s) | {len(bf16)} run(s) | '
+                         f'no seed finished in both | — | — |')
+            continue
+        a = [100 * fp32[s]['test']['f1'] for s in seeds]
+        b = [100 * bf16[s]['test']['f1'] for s in seeds]
+
+        def speed(members):
+            return np.median([e['train_windows_per_second'] for r in members
+                              for e in _later_epochs(r)])
+        ratio = speed([bf16[s] for s in seeds]) / speed([fp32[s] for s in seeds])
+        within = ('yes' if min(a) <= np.median(b) <= max(a) else 'no') if len(seeds) > 1 else \
+            'one seed: no range'
+        lines.append(f'| {setting} | {", ".join(map(str, seeds))} | {_ranged(a)} | {_ranged(b)} '
+                     f'| {", ".join(f"{y - x:+.2f}" for x, y in zip(a, b))} | {within} '
+                     f'| {ratio:.2f} |')
+    return lines
+
+
+def _ranged(values):
+    """'median [min–max]' (2 decimals); a single value alone."""
+    if len(values) == 1:
+        return f'{values[0]:.2f}'
+    return f'{np.median(values):.2f} [{min(values):.2f}–{max(values):.2f}]'
+
+
 def _smoothed(losses, width=10):
     losses = np.asarray(losses, dtype=float)
     kernel = np.ones(min(width, len(losses))) / min(width, len(losses))
@@ -353,7 +393,7 @@ def _exp3_plots(pairs, curves, figures):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    parser.add_argument('experiment', choices=('exp1', 'exp2', 'exp2c', 'exp3'))
+    parser.add_argument('experiment', choices=('exp1', 'exp2', 'exp2c', 'exp3', 'parity'))
     parser.add_argument('--runs', default=os.path.join(ROOT, 'runs'),
                         help='parent of the run folders (default: runs/)')
     parser.add_argument('--summary', default=None,
@@ -371,7 +411,7 @@ def main(argv=None):
                 f.write(json.dumps(record, ensure_ascii=False) + '\n')
     os.makedirs(args.figures, exist_ok=True)
     body = {'exp1': report_exp1, 'exp2': report_exp2, 'exp2c': report_exp2c,
-            'exp3': report_exp3}[args.experiment](
+            'exp3': report_exp3, 'parity': report_parity}[args.experiment](
         runs, args.figures, folder)
     print(scale_line(runs) + '\n')
     print('Commands (one per setting, as `experiments/run.py` started them; {s} = the seed):\n')

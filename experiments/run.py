@@ -51,6 +51,16 @@ EXP2C_SCALE = ['--epochs', '15', '--stop-gain', '0.003', '--stop-epochs', '2', '
                '--crf-lr-multiplier', '100']
 EXP2C_DATASETS = ('cluener', 'cmeee')
 
+# bf16 accuracy parity: examples/demo.py's settings (ALBERT-tiny layer 1, PKU) for every seed, and
+# the 300-sentence MSRA default NER run once per head, each in float32 and in mixed_bfloat16.
+PARITY_DEMO = ['--encoder', 'albert-tiny-zh', '--layers', '1', '--lr', '1e-3', '--epochs', '1',
+               '--train-limit', '2000', '--eval-limit', '500']
+PARITY_DEMO_HEADS = (('crf1', ['--head', 'crf', '--crf-lr-multiplier', '1']),
+                     ('crf100', ['--head', 'crf', '--crf-lr-multiplier', '100']),
+                     ('softmax', ['--head', 'softmax']))
+PARITY_NER = ['--dataset', 'msra', '--train-limit', '300', '--epochs', '3']
+PRECISIONS = ('float32', 'mixed_bfloat16')
+
 # Experiment 3: few-sample fine-tuning, 400 seeded training sentences, CRF head, Adam with and
 # without bias correction. Not a full factorial (that is 240 runs, ~4.5 h on 2 cores): blocks in
 # priority order, each (dataset, encoder, rates, warmups, re-initialised top layers, seeds).
@@ -87,7 +97,8 @@ def exp3_runs(seeds=None):
     return runs
 
 
-DEFAULT_SEEDS = {'exp1': '0,1,2', 'exp2': '0,1', 'exp2c': '0,1,2'}   # exp3: each block's own (EXP3_BLOCKS)
+# exp3: each block's own seeds (EXP3_BLOCKS)
+DEFAULT_SEEDS = {'exp1': '0,1,2', 'exp2': '0,1', 'exp2c': '0,1,2', 'parity': '0,1,2'}
 
 
 def experiment(name, seeds=None):
@@ -122,8 +133,17 @@ def experiment(name, seeds=None):
                 for head in EXP2_HEADS:
                     runs.append((f'{dataset}/{head}/seed{seed}', 'task_ner.py',
                                  EXP2C_SCALE + s + ['--dataset', dataset, '--head', head]))
+        elif name == 'parity':
+            for precision in PRECISIONS:
+                p = ['--precision', precision]
+                runs += [(f'demo/{label}/{precision}/seed{seed}', 'task_cws_crf.py',
+                          PARITY_DEMO + flags + s + p) for label, flags in PARITY_DEMO_HEADS]
+                runs += [(f'ner/{head}/{precision}/seed{seed}', 'task_ner.py',
+                          PARITY_NER + ['--head', head] + s + p)
+                         for head in EXP2_HEADS + ('softmax',) if seed == 0]
         else:
-            raise SystemExit(f'unknown experiment {name!r}: expected exp1, exp2, exp2c or exp3')
+            raise SystemExit(f'unknown experiment {name!r}: expected exp1, exp2, exp2c, exp3 or '
+                             f'parity')
     return runs
 
 
@@ -191,19 +211,20 @@ def start(name, script, flags, output, data_dir, epochs, heading):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    parser.add_argument('experiment', choices=('exp1', 'exp2', 'exp2c', 'exp3'))
+    parser.add_argument('experiment', choices=('exp1', 'exp2', 'exp2c', 'exp3', 'parity'))
     parser.add_argument('--data-dir', default=os.environ.get('CRF_LR_DATA'),
                         help='shared data folder (default: $CRF_LR_DATA)')
     parser.add_argument('--seeds', default=None,
-                        help='comma-separated (default: exp1 0,1,2; exp2 0,1; exp2c 0,1,2; exp3 '
-                             'each block\'s own, see EXP3_BLOCKS)')
+                        help='comma-separated (default: exp1, exp2c, parity 0,1,2; exp2 0,1; '
+                             'exp3 each block\'s own, see EXP3_BLOCKS)')
     parser.add_argument('--only', default='', help='run only names containing this string')
     parser.add_argument('--output', default=os.path.join(ROOT, 'runs'),
                         help='parent folder of the run folders (default: runs/)')
     parser.add_argument('--precision', choices=('float32', 'mixed_bfloat16', 'auto'),
                         default='float32',
                         help='passed to every run; other than float32, the runs go to '
-                             'runs/<experiment>-<precision>/ (default: %(default)s)')
+                             'runs/<experiment>-<precision>/ (default: %(default)s; the parity '
+                             'experiment sets each run\'s own)')
     parser.add_argument('--list', action='store_true', help='print the runs and exit')
     args = parser.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(',')] if args.seeds else None

@@ -29,7 +29,7 @@ run = load('experiments', 'run')
 report = load('experiments', 'report')
 
 
-@pytest.mark.parametrize('name', ['exp1', 'exp2', 'exp2c', 'exp3'])
+@pytest.mark.parametrize('name', ['exp1', 'exp2', 'exp2c', 'exp3', 'parity'])
 def test_every_configuration_parses(name):
     scripts = {s: load('examples', s[:-3]) for s in ('task_cws_crf.py', 'task_ner.py')}
     runs = run.experiment(name)
@@ -180,3 +180,29 @@ def test_exp2c_report_reads_the_dev_selected_epoch_and_where_each_run_stopped(tm
     assert ('| cmeee | global_pointer | 2 | 2 | 40.00 (1 seed) | 40.00 (1 seed) | 40.00 (1 seed) '
             '| — | no labelled test | 500 | 10.0 | 100.0 | 1 |') in lines
     assert os.path.isfile(tmp_path / 'exp2c-cmeee.png')
+
+
+def test_parity_pairs_every_run_with_its_bf16_twin():
+    runs = run.experiment('parity')
+    names = {name for name, _, _ in runs}
+    for name, _, flags in runs:
+        precision = flags[flags.index('--precision') + 1]
+        assert f'/{precision}/' in name
+        twin = name.replace('float32', 'mixed_bfloat16')
+        assert precision != 'float32' or twin in names
+    assert {n.split('/')[1] for n in names if n.startswith('ner/')} == {
+        'crf', 'softmax', 'global_pointer', 'efficient_global_pointer'}
+
+
+def test_parity_report_pairs_seeds_and_judges_against_the_fp32_range(tmp_path):
+    def summary(precision, seed, f1, speed):
+        return dict(name=f'demo/crf1/{precision}/seed{seed}', config=dict(seed=seed),
+                    test=dict(f1=f1), epochs=[dict(epoch=1, train_windows_per_second=speed)])
+    runs = [summary('float32', 0, 0.90, 10.0), summary('float32', 1, 0.92, 12.0),
+            summary('float32', 2, 0.91, 11.0), summary('mixed_bfloat16', 0, 0.905, 5.0),
+            summary('mixed_bfloat16', 1, 0.93, 6.0), summary('mixed_bfloat16', 2, 0.95, 5.5)]
+    lines = report.report_parity(runs, str(tmp_path), str(tmp_path))
+    assert ('| demo/crf1 | 0, 1, 2 | 91.00 [90.00–92.00] | 93.00 [90.50–95.00] '
+            '| +0.50, +1.00, +4.00 | no | 0.50 |') in lines
+    lines = report.report_parity(runs[:1] + runs[3:4], str(tmp_path), str(tmp_path))
+    assert '| demo/crf1 | 0 | 90.00 | 90.50 | +0.50 | one seed: no range | 0.50 |' in lines
