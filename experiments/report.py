@@ -88,7 +88,7 @@ def scale_line(runs):
     finished = max((r['epochs'][-1].get('time', '') for r in runs), default='')
     return (f'Machine: {runs[0]["machine"]}. {len(runs)} finished runs, {wall / 60:.0f} min of run '
             f'time summed over the runs' + (f', the last one finished {finished}' if finished else '')
-            + '.')
+            + '. Code: ' + ', '.join(sorted({r.get('code', 'not recorded') for r in runs})) + '.')
 
 
 def report_exp1(runs, figures, folder):

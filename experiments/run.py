@@ -9,7 +9,9 @@ finished run is skipped, an interrupted one resumes from its last finished epoch
 that themselves), so rerunning the same command continues where it stopped. Drivers started side
 by side share the runs: each claims a run folder while it trains it. As each run finishes, its
 summary is appended to ``runs/<experiment>/summary.jsonl``; ``experiments/report.py`` turns the
-summaries into the tables of ``docs/results.md``.
+summaries into the tables of ``docs/results.md``. The scripts import this checkout's ``crf_lr``
+(ahead of any installed copy), and each summary records its commit (``code``), so a fixed
+checkout (``git worktree add --detach ../expcode``) runs one version of the library throughout.
 
 The configurations are ordered so that a run cut short still leaves a complete comparison: all
 settings for the first seed, then the next seed, and so on (``--seeds`` and ``--only`` narrow it).
@@ -197,16 +199,27 @@ def start(name, script, flags, output, data_dir, epochs, heading):
                '--data-dir', data_dir, '--output', output]
     print(heading, flush=True)
     started = time.time()
+    # this checkout's crf_lr first, before any installed (or editable) copy of another checkout
+    path = os.pathsep.join([ROOT] + [p for p in [os.environ.get('PYTHONPATH')] if p])
     with open(os.path.join(output, 'stdout.log'), 'a', encoding='utf-8') as log:
         code = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT,
-                               env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2'))
+                               env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONPATH=path))
     if code != 0 or not finished(output, epochs):
         print(f'  failed (exit {code}); see {output}/stdout.log', flush=True)
         return None
     with open(os.path.join(output, 'results.json'), encoding='utf-8') as f:
         results = json.load(f)
     return dict(name=name, script=script, wall_seconds=round(time.time() - started, 1),
-                **{k: v for k, v in results.items() if k != 'metric'})
+                code=code_version(), **{k: v for k, v in results.items() if k != 'metric'})
+
+
+def code_version():
+    """The checkout's commit, with ``+changes`` when its library or scripts differ from it."""
+    def git(*args):
+        done = subprocess.run(['git', '-C', ROOT, *args], capture_output=True, text=True)
+        return done.stdout.strip() if done.returncode == 0 else ''
+    commit = git('rev-parse', '--short=10', 'HEAD') or 'unknown'
+    return commit + ('+changes' if git('status', '--porcelain', 'crf_lr', 'examples') else '')
 
 
 def main(argv=None):

@@ -206,3 +206,19 @@ def test_parity_report_pairs_seeds_and_judges_against_the_fp32_range(tmp_path):
             '| +0.50, +1.00, +4.00 | no | 0.50 |') in lines
     lines = report.report_parity(runs[:1] + runs[3:4], str(tmp_path), str(tmp_path))
     assert '| demo/crf1 | 0 | 90.00 | 90.50 | +0.50 | one seed: no range | 0.50 |' in lines
+
+
+def test_runs_import_the_drivers_own_checkout_and_record_its_commit(tmp_path, monkeypatch):
+    seen = {}
+
+    def call(command, env, **kwargs):
+        seen.update(command=command, env=env)
+        return 1
+    monkeypatch.setattr(run.subprocess, 'call', call)
+    monkeypatch.setenv('PYTHONPATH', '/elsewhere')
+    assert run.start('x/seed0', 'task_ner.py', ['--epochs', '1'], str(tmp_path), 'data', 1,
+                     'x') is None
+    assert seen['env']['PYTHONPATH'].split(os.pathsep) == [run.ROOT, '/elsewhere']
+    assert seen['command'][1] == os.path.join(run.ROOT, 'examples', 'task_ner.py')
+    import re
+    assert re.fullmatch(r'([0-9a-f]{10}|unknown)(\+changes)?', run.code_version())
