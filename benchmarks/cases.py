@@ -10,7 +10,7 @@ raises ``AssertionError`` before timing anything if they do not.
 import numpy as np
 
 import peers
-from timing import interleaved
+from timing import interleaved, ratio_summary
 
 CRF_BATCH = 32
 LOSS_RTOL = 1e-4          # relative error allowed on a mean loss (float32 arithmetic)
@@ -19,6 +19,15 @@ GRAD_TOL = 1e-3           # max |g - g_ref| / max(1, max |g_ref|) allowed on eve
 # compilable: XLA has no kernel for the FakeParam op of its tf.cond).
 XLA_COMPILED = ('crf_lr sparse_loss', 'bert4keras sparse_loss', 'softmax cross-entropy')
 XLA = ' [XLA]'
+# The headline ratios of a CRF-loss case: label -> (numerator, denominator) implementations
+CRF_RATIOS = {
+    'bert4keras sparse / crf_lr sparse': ('bert4keras sparse_loss', 'crf_lr sparse_loss'),
+    'bert4keras dense / crf_lr dense': ('bert4keras dense_loss', 'crf_lr dense_loss'),
+    'crf_lr sparse / softmax': ('crf_lr sparse_loss', 'softmax cross-entropy'),
+    'TFA / crf_lr sparse': ('TFA crf_log_likelihood', 'crf_lr sparse_loss'),
+    'XLA: bert4keras sparse / crf_lr sparse': ('bert4keras sparse_loss' + XLA,
+                                               'crf_lr sparse_loss' + XLA),
+    'XLA: crf_lr sparse / softmax': ('crf_lr sparse_loss' + XLA, 'softmax cross-entropy' + XLA)}
 
 
 def load_tensorflow():
@@ -127,7 +136,8 @@ def crf_loss_case(tf, tfa, n, labels, rounds, seed=0):
     """Check, then time, CRF NLL + gradient for one shape (batch 32, float32).
 
     Returns a results dict: ``name``, ``shape``, per-implementation timing summaries
-    (``timings``), ``check`` errors, and the ratios ``peer / crf_lr`` (and crf_lr / softmax).
+    (``timings``), ``check`` errors, and the per-round ratios ``peer / crf_lr`` (and crf_lr /
+    softmax): :func:`crf_loss_ratios`.
     """
     rng = np.random.default_rng(seed)
     emissions, tags, lengths, transitions = crf_inputs(rng, CRF_BATCH, n, labels)
@@ -143,28 +153,29 @@ def crf_loss_case(tf, tfa, n, labels, rounds, seed=0):
                               if implementations[name].exact}, lengths)
     timings = interleaved({name: (lambda s=step: s(*args)[0].numpy())
                            for name, step in steps.items()}, rounds=rounds)
-    median = {name: t['median_ms'] for name, t in timings.items()}
     return {'name': 'crf_loss_and_gradient',
             'shape': {'batch': CRF_BATCH, 'n': n, 'labels': labels},
-            'timings': timings, 'check': check, 'ratios': crf_loss_ratios(median)}
+            'timings': timings, 'check': check, 'ratios': crf_loss_ratios(timings)}
 
 
-def crf_loss_ratios(median):
-    """The headline ratios of one CRF-loss case from median times (ms) by implementation name."""
-    ratios = {'bert4keras sparse / crf_lr sparse':
-              median['bert4keras sparse_loss'] / median['crf_lr sparse_loss'],
-              'bert4keras dense / crf_lr dense':
-              median['bert4keras dense_loss'] / median['crf_lr dense_loss'],
-              'crf_lr sparse / softmax':
-              median['crf_lr sparse_loss'] / median['softmax cross-entropy']}
-    if 'TFA crf_log_likelihood' in median:
-        ratios['TFA / crf_lr sparse'] = (median['TFA crf_log_likelihood']
-                                         / median['crf_lr sparse_loss'])
-    ratios['XLA: bert4keras sparse / crf_lr sparse'] = (median['bert4keras sparse_loss' + XLA]
-                                                        / median['crf_lr sparse_loss' + XLA])
-    ratios['XLA: crf_lr sparse / softmax'] = (median['crf_lr sparse_loss' + XLA]
-                                              / median['softmax cross-entropy' + XLA])
-    return {k: round(v, 3) for k, v in ratios.items()}
+def crf_loss_ratios(timings):
+    """The headline ratios (``CRF_RATIOS``) of one CRF-loss case, each the ``ratio_summary`` of
+    its per-round ratios in ``timings`` (``interleaved`` results); TFA's only where it was timed.
+
+        >>> crf_loss_ratios(case['timings'])['TFA / crf_lr sparse']['median']
+    """
+    return {label: ratio_summary(timings, *pair) for label, pair in CRF_RATIOS.items()
+            if pair[0] in timings}
+
+
+def viterbi_ratios(timings):
+    """``peer / crf_lr decoder`` per-round ratio summaries of every peer to every crf_lr decoder.
+
+        >>> viterbi_ratios(case['timings'])['TFA crf_decode (graph) / crf_lr in-graph']['max']
+    """
+    return {f'{peer} / {ours}': ratio_summary(timings, peer, ours)
+            for peer in timings if not peer.startswith('crf_lr')
+            for ours in timings if ours.startswith('crf_lr')}
 
 
 def crf_lr_viterbi_decoders(tf, transitions):
@@ -219,7 +230,8 @@ def viterbi_case(tf, tfa, rounds, batch=256, low=64, high=128, labels=7, seed=0)
     """Check, then time, Viterbi decoding of ``batch`` sequences of lengths in [low, high].
 
     Returns a results dict with per-decoder timings (ms per batch), throughput (sequences / s),
-    the number of sequences checked, and the ratios ``peer / crf_lr``.
+    the number of sequences checked, and the per-round ratios ``peer / crf_lr``
+    (:func:`viterbi_ratios`).
     """
     rng = np.random.default_rng(seed)
     emissions = rng.normal(size=(batch, high, labels)).astype(np.float32)
@@ -235,9 +247,5 @@ def viterbi_case(tf, tfa, rounds, batch=256, low=64, high=128, labels=7, seed=0)
                            for name, decode in decoders.items()}, rounds=rounds)
     for t in timings.values():
         t['sequences_per_s'] = round(batch / (t['median_ms'] * 1e-3), 1)
-    median = {name: t['median_ms'] for name, t in timings.items()}
-    ratios = {f'{peer} / {ours}': round(median[peer] / median[ours], 3)
-              for peer in median if not peer.startswith('crf_lr')
-              for ours in median if ours.startswith('crf_lr')}
     return {'name': 'viterbi', 'shape': {'batch': batch, 'lengths': [low, high], 'labels': labels},
-            'timings': timings, 'sequences_checked': checked, 'ratios': ratios}
+            'timings': timings, 'sequences_checked': checked, 'ratios': viterbi_ratios(timings)}

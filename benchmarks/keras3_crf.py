@@ -128,9 +128,9 @@ def main():
                   timings=timings, ratio_jax_over_tf_keras=ratio,
                   command=' '.join(['python', os.path.relpath(__file__)] + sys.argv[1:]))
     for name, t in timings.items():
-        print(f'{name:<12} {t["median_ms"]:8.2f} ms [{t["min_ms"]:.2f}-{max(t["times_ms"]):.2f}]')
+        print(f'{name:<12} {t["median_ms"]:8.2f} ms [{t["min_ms"]:.2f}-{t["max_ms"]:.2f}]')
     print(f'JAX / tf-keras per round: median {ratio["median"]} '
-          f'[q1 {ratio["q1"]}, q3 {ratio["q3"]}]; check {check}')
+          f'[{ratio["min"]}-{ratio["max"]}]; check {check}')
     if args.output:
         with open(args.output, 'w') as f:
             json.dump(report, f, indent=1)

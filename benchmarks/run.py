@@ -11,11 +11,15 @@ them the TFA columns are left out. Every comparison checks that the implementati
 gradients, decoded paths) on the inputs it times before timing them; the heads of a training
 step are timed in interleaved rounds. Peak memory per head comes from ``memory.py`` run in a
 subprocess. Tables are printed as Markdown; ``--out`` gets the JSON (each case: name, shape,
-median ms and spread per implementation, ratios, 1-minute load average before/after).
+median / min / max ms per implementation, per-round ratios as median / min / max, 1-minute load
+average before/after). Times are quoted as median [min–max] of the interleaved rounds, ratios as
+median [min–max] of the per-round ratios; ``--report`` restates a run saved before that rule.
 """
 import argparse
+import copy
 import datetime
 import json
+import operator
 import os
 import subprocess
 import sys
@@ -31,7 +35,8 @@ warnings.filterwarnings('ignore', category=UserWarning)   # TFA's end-of-life no
 import cases  # noqa: E402
 import models  # noqa: E402
 from precision_steps import precision_step_cases  # noqa: E402
-from timing import interleaved, load_average, machine, matmul_gflops, paired_ratios  # noqa: E402
+from timing import (gflops, interleaved, load_average, machine, matmul_gflops,  # noqa: E402
+                    paired_ratios)
 
 FULL = dict(crf_shapes=[(n, labels) for n in (64, 128, 256, 512) for labels in (4, 7, 21)],
             crf_rounds=20, viterbi_rounds=15, matmul_rounds=10,
@@ -69,16 +74,31 @@ def train_step_cases(tf, keras, plan, heads, progress=print, batch=STEP_BATCH):
                 arguments = models.step_arguments(tf, head_model, data)
                 calls[head] = lambda s=step, a=arguments: s(*a).numpy()
             timings = interleaved(calls, rounds=rounds, warmup=2)
-            softmax = timings['softmax']['median_ms']
             gflop = models.encoder_flops(layers, batch, n) / 1e9
             shape = {'layers': layers, 'batch': batch, 'n': n}
             results.append({'name': 'train_step', 'shape': shape,
                             'timings': timings, 'encoder_gflop': round(gflop, 2),
-                            'ratios': {f'{head} / softmax': round(t['median_ms'] / softmax, 3)
-                                       for head, t in timings.items() if head != 'softmax'},
-                            'paired_ratios': paired_ratios(timings, 'softmax')})
-            progress(f'training step, {layers} layers, n={n}: {results[-1]["ratios"]}')
+                            'ratios': step_ratios(timings)})
+            progress(f'training step, {layers} layers, n={n}: {medians(results[-1]["ratios"])}')
     return results
+
+
+def step_ratios(timings):
+    """Per-round ratios ``head / softmax`` of one training-step case (``paired_ratios``).
+
+        >>> step_ratios(case['timings'])['CRF (crf_lr) / softmax']['median']
+    """
+    return {f'{head} / softmax': ratio
+            for head, ratio in paired_ratios(timings, 'softmax').items()}
+
+
+def medians(ratios):
+    """label -> median of a dict of per-round ratio summaries (for progress lines).
+
+        >>> medians({'a / b': {'median': 1.5, 'min': 1.2, 'max': 2.0}})
+        {'a / b': 1.5}
+    """
+    return {label: ratio['median'] for label, ratio in ratios.items()}
 
 
 def memory_cases(plan, heads):
@@ -190,9 +210,9 @@ def run(quick, out, part='all'):
     results['crf_loss'] = []
     for n, labels in plan['crf_shapes']:
         results['crf_loss'].append(cases.crf_loss_case(tf, tfa, n, labels, plan['crf_rounds']))
-        progress(f'CRF loss n={n} labels={labels}: {results["crf_loss"][-1]["ratios"]}')
+        progress(f'CRF loss n={n} labels={labels}: {medians(results["crf_loss"][-1]["ratios"])}')
     results['viterbi'] = cases.viterbi_case(tf, tfa, plan['viterbi_rounds'])
-    progress(f'Viterbi: {results["viterbi"]["ratios"]}')
+    progress(f'Viterbi: {medians(results["viterbi"]["ratios"])}')
     results['train_step'] = train_step_cases(tf, keras, plan['steps'], plan['heads'], progress)
     memory = memory_cases(plan['steps'], plan['heads'])
     progress('step memory measured')
@@ -213,43 +233,43 @@ def save(results, path):
 
 
 def targets(results):
-    """The targets of issue 6, each as {'target', 'required', 'measured', 'met'}, from one run."""
+    """The targets of issue 6, each as {'target', 'required', 'measured', 'met'}, from one run:
+    met when the per-round median ratio of every measured case satisfies the bound; measured
+    quotes each as median [min–max] (:func:`ratio_cell`).
+
+        >>> all(t['met'] for t in targets(results))
+    """
     rows = []
 
-    def add(target, required, values, met):
-        rows.append({'target': target, 'required': required, 'met': bool(met),
-                     'measured': ', '.join(f'{v:.2f}' for v in values)})
+    def add(target, relation, bound, ratios):
+        met = {'≥': operator.ge, '≤': operator.le}[relation]
+        rows.append({'target': target, 'required': f'{relation} {bound}',
+                     'met': all(met(r['median'], bound) for r in ratios),
+                     'measured': ', '.join(ratio_cell(r) for r in ratios)})
 
     crf = {(c['shape']['n'], c['shape']['labels']): c['ratios'] for c in results['crf_loss']}
-    headline = crf.get((256, 7))
-    if headline:
-        add('CRF loss+grad n=256, 7 labels: bert4keras sparse / crf_lr sparse', '≥ 5',
-            [headline['bert4keras sparse / crf_lr sparse']],
-            headline['bert4keras sparse / crf_lr sparse'] >= 5)
-        if 'TFA / crf_lr sparse' in headline:
-            add('CRF loss+grad n=256, 7 labels: TFA / crf_lr sparse', '≥ 3',
-                [headline['TFA / crf_lr sparse']], headline['TFA / crf_lr sparse'] >= 3)
+    headline = crf.get((256, 7), {})
+    for label, bound in (('bert4keras sparse / crf_lr sparse', 5), ('TFA / crf_lr sparse', 3)):
+        if label in headline:
+            add(f'CRF loss+grad n=256, 7 labels: {label}', '≥', bound, [headline[label]])
     peer_ratios = [k for k in next(iter(crf.values()))
                    if 'softmax' not in k and not k.startswith('XLA')]   # peers as shipped
-    worst = [min(r[k] for r in crf.values()) for k in peer_ratios]
-    add(f'CRF loss+grad, every shape: min of {", ".join(peer_ratios)}', '≥ 1 each', worst,
-        min(worst) >= 1)
-    to_softmax = max(r['crf_lr sparse / softmax'] for r in crf.values())
-    add('CRF loss+grad, every shape: max crf_lr sparse / softmax', '≤ 4', [to_softmax],
-        to_softmax <= 4)
+    by_median = operator.itemgetter('median')
+    add(f'CRF loss+grad, every shape: min of {", ".join(peer_ratios)} (each)', '≥', 1,
+        [min((r[k] for r in crf.values()), key=by_median) for k in peer_ratios])
+    add('CRF loss+grad, every shape: max crf_lr sparse / softmax', '≤', 4,
+        [max((r['crf_lr sparse / softmax'] for r in crf.values()), key=by_median)])
     viterbi = results['viterbi']['ratios']
-    for peer, required in (('TFA crf_decode (graph)', 1.5), ('bert4keras ViterbiDecoder', 15)):
+    for peer, bound in (('TFA crf_decode (graph)', 1.5), ('bert4keras ViterbiDecoder', 15)):
         keys = [k for k in viterbi if k.startswith(peer)]
         if keys:
             add(f'Viterbi: {peer} / crf_lr (' + ', '.join(k.split(' / ')[1] for k in keys) + ')',
-                f'≥ {required}', [viterbi[k] for k in keys],
-                min(viterbi[k] for k in keys) >= required)
+                '≥', bound, [viterbi[k] for k in keys])
     steps = [c for c in results['train_step'] if c['shape']['n'] in (128, 256)]
     if steps:
-        values = [c['ratios']['CRF (crf_lr) / softmax'] for c in steps]
         add('Training step: CRF (crf_lr) / softmax (' + ', '.join(
-            f"{c['shape']['layers']}L n={c['shape']['n']}" for c in steps) + ')', '≤ 1.10',
-            values, max(values) <= 1.10)
+            f"{c['shape']['layers']}L n={c['shape']['n']}" for c in steps) + ')', '≤', 1.10,
+            [c['ratios']['CRF (crf_lr) / softmax'] for c in steps])
     return rows
 
 
@@ -264,15 +284,62 @@ def milliseconds(ms):
     return f'{ms:.0f}' if ms >= 100 else f'{ms:.3g}'
 
 
-def timing_cell(timing):
-    """'12.3 (±8%)': median ms and the interquartile range relative to it."""
-    return f"{milliseconds(timing['median_ms'])} (±{timing['iqr_pct'] / 2:.0f}%)"
+def ratio_cell(ratio):
+    """Median [min–max] of per-round ratios (``ratio_summary``).
+
+        >>> ratio_cell({'median': 1.02, 'min': 0.97, 'max': 1.1})
+        '1.02 [0.97–1.10]'
+    """
+    return f"{ratio['median']:.2f} [{ratio['min']:.2f}–{ratio['max']:.2f}]"
+
+
+def gflops_cell(matmul):
+    """Median [min–max] GFLOP/s of a ``matmul_gflops`` result.
+
+        >>> gflops_cell(results['matmul'][0])
+        '333.3 [261.3–347.9]'
+    """
+    return (f"{matmul['gflops_median']} [{gflops(matmul['size'], matmul['max_ms'])}–"
+            f"{matmul['gflops']}]")
+
+
+def predates_min_max(results):
+    """Whether ``results`` come from a run before times and ratios were quoted as median
+    [min–max] (its ratios are plain ratios of medians).
+
+        >>> predates_min_max(json.load(open('benchmarks/results.json')))
+    """
+    return not isinstance(next(iter(results['crf_loss'][0]['ratios'].values())), dict)
+
+
+def restated(results):
+    """A copy of the results of a run that :func:`predates_min_max`, with each timing's
+    ``max_ms``, every ratio and the targets restated from the per-call times (``times_ms``,
+    round by round) it kept.
+
+        >>> print(report(restated(json.load(open('benchmarks/results.json')))))
+    """
+    results = copy.deepcopy(results)
+    cases_ = results['crf_loss'] + [results['viterbi']] + results['train_step']
+    for timing in results['matmul'] + [t for case in cases_ for t in case['timings'].values()]:
+        timing.setdefault('max_ms', max(timing['times_ms']))
+    for case in results['crf_loss']:
+        case['ratios'] = cases.crf_loss_ratios(case['timings'])
+    results['viterbi']['ratios'] = cases.viterbi_ratios(results['viterbi']['timings'])
+    for case in results['train_step']:
+        case['ratios'] = step_ratios(case['timings'])
+        case.pop('paired_ratios', None)
+    results['targets'] = targets(results)
+    return results
 
 
 def report(results):
     """The Markdown tables of a results dict."""
     if 'crf_loss' not in results:                          # --part precision
         return precision_report(results)
+    old = predates_min_max(results)
+    if old:
+        results = restated(results)
     out = [f"Command: `{results['command']}` — {results['date_utc']} UTC, "
            f"{results['machine']['nproc']} cores {results['machine']['cpu_model']} (family "
            f"{results['machine'].get('cpu_family')}, {results['machine'].get('cpu_mhz')} MHz"
@@ -285,11 +352,15 @@ def report(results):
            f"load average (1/5/15 min) "
            f"{'/'.join(f'{x:.1f}' for x in results['load_average_start'])} at start, "
            f"{'/'.join(f'{x:.1f}' for x in results['load_average_end'])} at end; "
-           f"{results['minutes']} min. Times: median ms (± half the IQR, as % of the median).",
-           '', "Matmul (2048³ float32 in TF), at start / end of the run: best "
-           + ' / '.join(f"{m['gflops']}" for m in results['matmul']) + ' GFLOP/s, median '
-           + ' / '.join(f"{m['gflops_median']}" for m in results['matmul'])
-           + f" (of {results['matmul'][0]['calls']} calls each); the best is the limit below.", '',
+           f"{results['minutes']} min. Times: median ms [min–max] of the interleaved rounds; "
+           f"ratios: median [min–max] of the per-round ratios (both sides timed in the same "
+           f"round)."
+           + (' This run predates that quoting: its ratios and targets are restated here from '
+              'the per-call times it kept.' if old else ''),
+           '', "Matmul (2048³ float32 in TF), at start / end of the run: "
+           + ' / '.join(gflops_cell(m) for m in results['matmul'])
+           + f" GFLOP/s, median [min–max] of {results['matmul'][0]['calls']} calls each; the "
+           f"max (the best call) is the limit below.", '',
            '### Targets of issue 6', '',
            markdown_table(['target', 'required', 'measured', 'met'],
                           [[t['target'], t['required'], t['measured'], '✔' if t['met'] else '✘']
@@ -306,16 +377,16 @@ def report(results):
     names = list(crf[0]['timings'])
     ratio_names = list(crf[0]['ratios'])
     out += ['### CRF negative log-likelihood + gradient (batch 32, float32, tf.function)', '',
-            'Median ms per call; `[XLA]`: the whole loss + gradient function compiled with '
+            'Milliseconds per call; `[XLA]`: the whole loss + gradient function compiled with '
             '`jit_compile=True` (TFA\'s loss does not compile).', '',
             markdown_table(['n', 'labels'] + names + ['load'],
                            [[c['shape']['n'], c['shape']['labels']]
-                            + [timing_cell(c['timings'][k]) for k in names]
+                            + [ranged(c['timings'][k]) for k in names]
                             + [c['timings'][names[0]]['load_before']] for c in crf]), '',
-            'Ratios of medians (> 1: crf_lr faster, except the softmax ratios: crf_lr / softmax):',
+            'Per-round ratios (> 1: crf_lr faster, except the softmax ratios: crf_lr / softmax):',
             '', markdown_table(['n', 'labels'] + ratio_names,
                                [[c['shape']['n'], c['shape']['labels']]
-                                + [f"**{c['ratios'][k]:.2f}**" for k in ratio_names]
+                                + [ratio_cell(c['ratios'][k]) for k in ratio_names]
                                 for c in crf]), '']
     viterbi = results['viterbi']
     shape = viterbi['shape']
@@ -324,28 +395,24 @@ def report(results):
             f"({viterbi['sequences_checked']} sequences checked identical, "
             f"16 of them against brute force)", '',
             markdown_table(['decoder', 'ms per batch', 'sequences/s', 'load'],
-                           [[name, timing_cell(t), f"{t['sequences_per_s']:,.0f}", t['load_before']]
+                           [[name, ranged(t), f"{t['sequences_per_s']:,.0f}", t['load_before']]
                             for name, t in viterbi['timings'].items()]), '',
-            'Ratios: ' + ', '.join(f'{k} = **{v:.2f}**' for k, v in viterbi['ratios'].items()), '']
+            'Per-round ratios: ' + ', '.join(f'{k} = {ratio_cell(v)}'
+                                             for k, v in viterbi['ratios'].items()), '']
     steps = sorted(results['train_step'], key=lambda c: (-c['shape']['layers'], c['shape']['n']))
     heads = list(steps[0]['timings'])
     others = [h for h in heads if h != 'softmax']
     out += ['### Whole training step (forward + backward + Adam), batch 16', '',
             markdown_table(['layers', 'n'] + heads + ['load before/after'],
                            [[c['shape']['layers'], c['shape']['n']]
-                            + [timing_cell(c['timings'][h])
-                               + ('' if h == 'softmax' else
-                                  f" **{c['ratios'][h + ' / softmax']:.2f}×**") for h in heads]
+                            + [ranged(c['timings'][h]) for h in heads]
                             + [f"{c['timings']['softmax']['load_before']}/"
                                f"{c['timings']['softmax']['load_after']}"]
                             for c in steps]), '',
-            'Per-round ratios to the softmax head (the two steps timed in the same round): '
-            'median [first quartile – third quartile]:', '',
+            'Per-round ratios to the softmax head (the two steps timed in the same round):', '',
             markdown_table(['layers', 'n'] + others,
                            [[c['shape']['layers'], c['shape']['n']]
-                            + [f"{c['paired_ratios'][h]['median']:.2f} "
-                               f"[{c['paired_ratios'][h]['q1']:.2f}–"
-                               f"{c['paired_ratios'][h]['q3']:.2f}]" for h in others]
+                            + [ratio_cell(c['ratios'][h + ' / softmax']) for h in others]
                             for c in steps]), '',
             '### Peak step memory per head (MB above weights and optimizer state)', '',
             markdown_table(['layers', 'n'] + heads,
@@ -356,16 +423,16 @@ def report(results):
                             'step / limit'],
                            [[c['shape']['layers'], c['shape']['n'], c['encoder_gflop'],
                              f"{c['limit']['limit_ms']:.0f}",
-                             f"{c['timings']['softmax']['median_ms']:.0f}",
+                             ranged(c['timings']['softmax']),
                              f"{c['limit']['softmax_step_over_limit']:.1f}×"] for c in steps])]
     series = scaling_series(results)
     if len(series) > 1:
         lengths = [c['shape']['n'] for c in series]
         out += ['', f"### Scaling with n ({series[0]['shape']['layers']} layers, batch "
-                f"{series[0]['shape']['batch']}): step ms / peak step MB, and the growth from "
-                f"n={lengths[0]} to n={lengths[-1]}", '',
+                f"{series[0]['shape']['batch']}): step ms / peak step MB, and the growth of the "
+                f"median from n={lengths[0]} to n={lengths[-1]}", '',
                 markdown_table(['head'] + [f'n={n}' for n in lengths] + ['time ×', 'memory ×'],
-                               [[h] + [f"{c['timings'][h]['median_ms']:.0f} / "
+                               [[h] + [f"{ranged(c['timings'][h])} / "
                                        f"{c['timings'][h]['step_peak_mb']:.0f}" for c in series]
                                 + [f"{growth(series, h, key):.1f}"
                                    for key in ('median_ms', 'step_peak_mb')]

@@ -1,11 +1,13 @@
 """Timing primitives of the benchmark suite: interleaved rounds, spread, machine load, matmul rate.
 
 Every comparison times its competitors in rounds (A, B, C, B, C, A, ...) after a warm-up, so a burst
-of load from other processes hits all of them alike; the median and the interquartile range of the
-per-call times are reported, with the load average read before and after.
+of load from other processes hits all of them alike; times are quoted as the median [min–max] of
+the per-call times, comparisons as the median [min–max] of the per-round ratios, with the load
+average read before and after.
 
     >>> stats = interleaved({'a': f, 'b': g}, rounds=20)
-    >>> stats['a']['median_ms'], stats['a']['iqr_ms']
+    >>> stats['a']['median_ms'], stats['a']['min_ms'], stats['a']['max_ms']
+    >>> ratio_summary(stats, 'a', 'b')['median']
 """
 import os
 import platform
@@ -25,8 +27,8 @@ def load_average():
 def summarise(times_s):
     """Median, quartiles and relative spread of a list of durations in seconds.
 
-    Returns a dict of floats in milliseconds: ``median_ms``, ``min_ms``, ``q1_ms``, ``q3_ms``,
-    ``iqr_ms`` and ``iqr_pct`` (IQR / median x 100), plus ``calls`` (int).
+    Returns a dict of floats in milliseconds: ``median_ms``, ``min_ms``, ``max_ms``, ``q1_ms``,
+    ``q3_ms``, ``iqr_ms`` and ``iqr_pct`` (IQR / median x 100), plus ``calls`` (int).
     """
     ms = np.asarray(times_s, dtype=np.float64) * 1e3
     q1, median, q3 = np.percentile(ms, [25, 50, 75])
@@ -70,18 +72,38 @@ def interleaved(functions, rounds, warmup=2):
             for name, t in times.items()}
 
 
+def ratio_summary(timings, numerator, denominator):
+    """Per-round ratios ``numerator's time / denominator's time`` of ``interleaved`` results
+    (less sensitive to slow drifts of the machine's load than the ratio of the medians):
+    dict of floats ``median``, ``min``, ``max``, ``q1``, ``q3``.
+
+        >>> ratio_summary({'a': {'times_ms': [2, 9, 4]}, 'b': {'times_ms': [1, 3, 2]}}, 'a', 'b')
+        {'median': 2.0, 'min': 2.0, 'max': 3.0, 'q1': 2.0, 'q3': 2.5}
+    """
+    ratios = (np.asarray(timings[numerator]['times_ms'], dtype=np.float64)
+              / np.asarray(timings[denominator]['times_ms'], dtype=np.float64))
+    q1, median, q3 = np.percentile(ratios, [25, 50, 75])
+    return {name: round(float(value), 3) for name, value in
+            (('median', median), ('min', ratios.min()), ('max', ratios.max()), ('q1', q1),
+             ('q3', q3))}
+
+
 def paired_ratios(timings, reference):
-    """Per-round ratios ``time / reference's time in the same round`` of ``interleaved``
-    results: dict name -> {'median', 'q1', 'q3'} (less sensitive to slow drifts of the machine's
-    load than the ratio of the medians)."""
-    base = np.asarray(timings[reference]['times_ms'])
-    result = {}
-    for name, t in timings.items():
-        if name != reference:
-            q1, median, q3 = np.percentile(np.asarray(t['times_ms']) / base, [25, 50, 75])
-            result[name] = {'median': round(float(median), 3), 'q1': round(float(q1), 3),
-                            'q3': round(float(q3), 3)}
-    return result
+    """:func:`ratio_summary` of every other entry of ``interleaved`` results to ``reference``.
+
+        >>> paired_ratios(stats, 'b')['a']['max']
+    """
+    return {name: ratio_summary(timings, name, reference) for name in timings if name != reference}
+
+
+def gflops(size, ms):
+    """GFLOP/s of a ``size`` x ``size`` by ``size`` x ``size`` matmul (2 size^3 flops) done in
+    ``ms`` milliseconds.
+
+        >>> gflops(1000, 2.0)
+        1000.0
+    """
+    return round(2 * size ** 3 / (ms * 1e-3) / 1e9, 1)
 
 
 def matmul_gflops(tf, size=2048, rounds=10, dtype='float32'):
@@ -95,9 +117,8 @@ def matmul_gflops(tf, size=2048, rounds=10, dtype='float32'):
     b = tf.cast(tf.random.normal([size, size], seed=2), dtype)
     product = tf.function(lambda x, y: tf.reduce_sum(tf.cast(tf.matmul(x, y), 'float32')))
     stats = interleaved({'matmul': lambda: product(a, b).numpy()}, rounds=rounds)['matmul']
-    rate = lambda ms: round(2 * size ** 3 / (ms * 1e-3) / 1e9, 1)  # noqa: E731
-    return dict(stats, size=size, dtype=dtype, gflops=rate(stats['min_ms']),
-                gflops_median=rate(stats['median_ms']))
+    return dict(stats, size=size, dtype=dtype, gflops=gflops(size, stats['min_ms']),
+                gflops_median=gflops(size, stats['median_ms']))
 
 
 def machine():

@@ -144,3 +144,64 @@ def test_precision_report_quotes_median_min_max_and_ratios():
     assert '| 4 | 16 | 128 | softmax | 200 [180–260] (1.00× fp32, 1.5× limit) |  | ' \
            '100 [180–260] (2.00× fp32, 1.2× limit) |' in text
     assert '| crf | 4 | 1000 | 16 | 128 | 32 | 5 | 38.5 / 30.0 | 1.283 | 6.1, 4.0, 0.3 |' in text
+
+
+def test_paired_ratios_are_per_round_median_min_max_and_quartiles():
+    from timing import paired_ratios
+    # per-round ratios x / ref: 3/2, 4/4, 10/5, 5/10 = 1.5, 1.0, 2.0, 0.5; sorted 0.5, 1, 1.5, 2
+    timings = {'ref': {'times_ms': [2.0, 4.0, 5.0, 10.0]}, 'x': {'times_ms': [3.0, 4.0, 10.0, 5.0]}}
+    assert paired_ratios(timings, 'ref') == {
+        'x': {'median': 1.25, 'min': 0.5, 'max': 2.0, 'q1': 0.875, 'q3': 1.625}}
+
+
+def test_cells_quote_median_min_max():
+    import run
+    assert run.ranged(dict(median_ms=0.8051, min_ms=0.7, max_ms=123.4)) == '0.805 [0.7–123]'
+    assert run.ratio_cell(dict(median=1.254, min=0.5, max=12.0)) == '1.25 [0.50–12.00]'
+    matmul = dict(size=1000, median_ms=4.0, min_ms=2.0, max_ms=8.0, gflops=1000.0,
+                  gflops_median=500.0)
+    assert run.gflops_cell(matmul) == '500.0 [250.0–1000.0]'
+
+
+def test_targets_judge_on_the_per_round_median_and_quote_min_max():
+    import run
+
+    def ratio(median, low, high):
+        return dict(median=median, min=low, max=high)
+
+    results = dict(
+        crf_loss=[dict(shape=dict(n=256, labels=7), ratios={
+            'bert4keras sparse / crf_lr sparse': ratio(5.2, 4.0, 6.0),
+            'crf_lr sparse / softmax': ratio(3.0, 2.0, 5.0)})],
+        viterbi=dict(ratios={}),
+        train_step=[dict(shape=dict(layers=1, n=128),
+                         ratios={'CRF (crf_lr) / softmax': ratio(1.05, 0.9, 1.3)}),
+                    dict(shape=dict(layers=1, n=256),
+                         ratios={'CRF (crf_lr) / softmax': ratio(1.2, 1.0, 1.4)})])
+    rows = {row['target'].split(':')[0]: row for row in run.targets(results)}
+    headline = rows['CRF loss+grad n=256, 7 labels']
+    assert (headline['required'], headline['measured'], headline['met']) == (
+        '≥ 5', '5.20 [4.00–6.00]', True)
+    softmax = [r for r in rows.values() if 'softmax' in r['target'] and 'CRF loss' in r['target']]
+    assert softmax[0]['measured'] == '3.00 [2.00–5.00]' and softmax[0]['met']
+    step = rows['Training step']
+    assert step['measured'] == '1.05 [0.90–1.30], 1.20 [1.00–1.40]' and not step['met']
+
+
+def test_report_restates_a_run_that_predates_min_max():
+    """The fixture: benchmarks/results.json of commit 905f04e (ratios of medians, no max_ms),
+    trimmed to one CRF shape (256, 7 labels) and the 4-layer steps at n=64 and n=128."""
+    import json
+    import run
+    path = os.path.join(os.path.dirname(__file__), 'fixtures', 'bench_results_before_min_max.json')
+    with open(path, encoding='utf-8') as f:
+        old = json.load(f)
+    assert run.predates_min_max(old) and 'max_ms' not in old['viterbi']['timings']['crf_lr NumPy']
+    text = run.report(old)
+    assert 'This run predates that quoting' in text
+    assert '| crf_lr NumPy | 7.51 [7.14–12] | 34,086 | 1.52 |' in text
+    new = run.restated(old)
+    assert not run.predates_min_max(new)
+    assert run.report(new) == text.replace(' This run predates that quoting: its ratios and '
+                                           'targets are restated here from the per-call times '
+                                           'it kept.', '')
