@@ -98,12 +98,12 @@ def paired_ratios(timings, reference):
 
 def gflops(size, ms):
     """GFLOP/s of a ``size`` x ``size`` by ``size`` x ``size`` matmul (2 size^3 flops) done in
-    ``ms`` milliseconds.
+    ``ms`` milliseconds, to 4 significant digits (a tiny matmul under load is not 0.0).
 
-        >>> gflops(1000, 2.0)
-        1000.0
+        >>> gflops(1000, 2.0), gflops(64, 10.0)
+        (1000.0, 0.05243)
     """
-    return round(2 * size ** 3 / (ms * 1e-3) / 1e9, 1)
+    return float(f'{2 * size ** 3 / (ms * 1e-3) / 1e9:.4g}')
 
 
 def matmul_gflops(tf, size=2048, rounds=10, dtype='float32'):
