@@ -36,7 +36,7 @@ import cases  # noqa: E402
 import models  # noqa: E402
 from precision_steps import precision_step_cases  # noqa: E402
 from timing import (gflops, interleaved, load_average, machine, matmul_gflops,  # noqa: E402
-                    paired_ratios)
+                    paired_ratios, ratio_summary)
 
 FULL = dict(crf_shapes=[(n, labels) for n in (64, 128, 256, 512) for labels in (4, 7, 21)],
             crf_rounds=20, viterbi_rounds=15, matmul_rounds=10,
@@ -456,7 +456,8 @@ def precision_report(results):
            f"{'/'.join(f'{x:.1f}' for x in results['load_average_end'])} at end)", '',
            f"Matmul 2048³: float32 {fp32} GFLOP/s, bfloat16 {results['matmul_bf16']['gflops']} "
            f"GFLOP/s (best of {results['matmul_bf16']['calls']}). Step: median ms [min–max] of "
-           f"the interleaved rounds; `× fp32`: float32 / variant medians; `/ limit`: the step "
+           f"the interleaved rounds; `× fp32`: float32 / variant time, median [min–max] of the per-round "
+           f"ratios; `/ limit`: the step "
            f"over encoder FLOPs / that precision's matmul rate.", '']
     rows = []
     for case in results['precision_step']:
@@ -468,9 +469,9 @@ def precision_report(results):
                 if timing is None:
                     cells.append('')
                     continue
-                speed = (timing['median_ms'] and case['timings'][f'{head} | float32']['median_ms']
-                         / timing['median_ms'])
-                cells.append(f"{ranged(timing)} ({speed:.2f}× fp32, "
+                speed = ('reference' if variant == 'float32' else ratio_cell(ratio_summary(
+                    case['timings'], f'{head} | float32', f'{head} | {variant}')) + '× fp32')
+                cells.append(f"{ranged(timing)} ({speed}, "
                              f"{summary.get(f'{variant} step / limit', float('nan')):.1f}× limit)")
             rows.append(cells)
     out += [markdown_table(['layers', 'batch', 'n', 'head', 'float32', 'XLA (whole step)',

@@ -128,7 +128,7 @@ def test_matmul_rate_of_each_dtype():
 
 def test_precision_report_quotes_median_min_max_and_ratios():
     import run
-    timing = dict(median_ms=200.0, min_ms=180.0, max_ms=260.0)
+    timing = dict(median_ms=200.0, min_ms=180.0, max_ms=260.0, times_ms=[200.0, 180.0, 260.0])
     results = dict(date_utc='2026-11-23 10:00', load_average_start=[1, 1, 1],
                    load_average_end=[2, 2, 2], matmul=[dict(gflops=100.0)],
                    matmul_bf16=dict(gflops=200.0, calls=5),
@@ -136,13 +136,15 @@ def test_precision_report_quotes_median_min_max_and_ratios():
                        'softmax': {'float32 / bf16': 2.0, 'float32 step / limit': 1.5,
                                    'bf16 step / limit': 1.2}},
                        timings={'softmax | float32': timing,
-                                'softmax | bf16': dict(timing, median_ms=100.0)})],
+                                'softmax | bf16': dict(timing, median_ms=100.0,
+                                                       times_ms=[100.0, 120.0, 90.0])})],
                    first_epoch=[dict(head='crf', layers=4, sentences=1000, batch=16, maxlen=128,
                                      length_multiple=32, shapes=5, epoch_s=[38.5, 30.0],
                                      ratio=1.283, first_steps_s=[6.1, 4.0, 0.3])])
     text = run.report(results)
-    assert '| 4 | 16 | 128 | softmax | 200 [180–260] (1.00× fp32, 1.5× limit) |  | ' \
-           '100 [180–260] (2.00× fp32, 1.2× limit) |' in text
+    # per-round float32 / bf16 ratios: 200/100, 180/120, 260/90 = 2.0, 1.5, 2.89
+    assert '| 4 | 16 | 128 | softmax | 200 [180–260] (reference, 1.5× limit) |  | ' \
+           '100 [180–260] (2.00 [1.50–2.89]× fp32, 1.2× limit) |' in text
     assert '| crf | 4 | 1000 | 16 | 128 | 32 | 5 | 38.5 / 30.0 | 1.283 | 6.1, 4.0, 0.3 |' in text
 
 
