@@ -340,7 +340,8 @@ def train_steps(model, batches):
             ``train_on_batch`` does).
     Yields:
         float: the loss of each step, as ``train_on_batch`` returns it (computed before the
-        update).
+        update); with several replicas, the mean over the whole global batch. Sets
+        ``model.distribute_reduction_method = 'first'`` (see the code) for that.
 
         >>> for loss in train_steps(model, batches):
         ...     print(loss)
@@ -365,7 +366,11 @@ def train_steps(model, batches):
     options = tf.data.Options()     # several workers: each takes its replicas' rows of a batch
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     iterator = iter(strategy.experimental_distribute_dataset(dataset.with_options(options)))
-    train_function = model.make_train_function()          # made once, kept by the model
+    # Keras's metrics are reduced over every replica already; its default ('auto') sums them
+    # again over the workers of a multi-worker strategy (the loss came out x workers)
+    made = model.distribute_reduction_method == 'first'
+    model.distribute_reduction_method = 'first'
+    train_function = model.make_train_function(force=not made)    # then kept by the model
     for _ in batches:
         with strategy.scope():
             model.reset_metrics()                            # the loss of this step alone
