@@ -1,12 +1,15 @@
-"""First epoch against a steady one: a ~1,000-sentence synthetic set trained with
-``model.train_on_batch`` batch by batch, as ``crf_lr.runs.fit`` does, on the scripts' model
-(bert4keras ALBERT-tiny-shaped random encoder, ``crf_lr.heads`` head, Adam).
+"""First epoch against a steady one: a ~1,000-sentence synthetic set trained batch by batch on
+the scripts' model (bert4keras ALBERT-tiny-shaped random encoder, ``crf_lr.heads`` head, Adam),
+with the step of ``crf_lr.runs.fit`` (``crf_lr.runs.train_steps``: Keras's train function traced
+once, for every batch shape) or, for comparison, with ``model.train_on_batch``.
 
-Epoch 1 pays for tracing Keras's train function (twice: the second trace generalises the shapes)
-and for compiling the CRF's XLA program once per (batch, length bucket); epoch 2 (a new shuffled
-order of the same batches) runs compiled code. Each configuration runs in a fresh process.
+Epoch 1 pays for tracing Keras's train function (``train_on_batch``: once more on the second
+step, which generalises the shapes) and for compiling the CRF's XLA program once per (batch,
+length bucket); epoch 2 (a new shuffled order of the same batches) runs compiled code. Each
+configuration runs in a fresh process.
 
     $ python benchmarks/epochs.py --head crf --length-multiple 1     # one JSON line
+    $ python benchmarks/epochs.py --head crf --step train_on_batch
 """
 import argparse
 import json
@@ -34,15 +37,18 @@ def synthetic_items(sentences, maxlen, seed=0):
 
 
 def epoch_times(tf, keras, head_name, length_multiple, epochs=2, layers=4, sentences=1000,
-                batch=16, maxlen=128, precision='float32'):
+                batch=16, maxlen=128, precision='float32', step='fit'):
     """Seconds per epoch of one fresh model trained on :func:`synthetic_items`; returns a dict:
     epoch seconds, epoch 1 / last epoch, the distinct batch shapes of the run and the first
-    three steps' seconds (where the traces fall). Run it in a fresh process (``main``): XLA's
-    cache of the CRF op is process-wide, so a second model would find its programs compiled."""
+    three steps' seconds (where the traces fall), and how many times the train function was
+    traced. ``step``: ``'fit'`` (``crf_lr.runs.train_steps``) or ``'train_on_batch'``. Run it in
+    a fresh process (``main``): XLA's cache of the CRF op is process-wide, so a second model would
+    find its programs compiled."""
     from bert4keras.models import build_transformer_model
     from crf_lr.batching import Batches
     from crf_lr.heads import make_head
     from crf_lr.precision import set_precision
+    from crf_lr.runs import train_steps
     set_precision(precision)
     keras.utils.set_random_seed(0)
     encoder = build_transformer_model(model='albert', **dict(ALBERT_TINY, num_hidden_layers=layers))
@@ -54,25 +60,30 @@ def epoch_times(tf, keras, head_name, length_multiple, epochs=2, layers=4, sente
                       length_multiple=length_multiple)
     seconds, shapes, first_steps = [], set(), None
     for _ in range(epochs):
-        epoch = list(batches)
-        shapes |= {b.token_ids.shape for b in epoch}
-        steps = []
-        for b in epoch:
+        epoch = [(b.inputs, b.labels) for b in batches]
+        shapes |= {inputs[0].shape for inputs, _ in epoch}
+        steps = (train_steps(model, epoch) if step == 'fit' else
+                 (model.train_on_batch(*b) for b in epoch))
+        times, started = [], time.perf_counter()
+        for _ in steps:
+            times.append(time.perf_counter() - started)
             started = time.perf_counter()
-            model.train_on_batch(b.inputs, b.labels)
-            steps.append(time.perf_counter() - started)
-        seconds.append(round(sum(steps), 2))
-        first_steps = first_steps or [round(t, 2) for t in steps[:3]]
-    return dict(head=head_name, length_multiple=length_multiple, layers=layers, batch=batch,
-                sentences=sentences, maxlen=maxlen, precision=precision, epoch_s=seconds,
-                ratio=round(seconds[0] / seconds[-1], 3), shapes=len(shapes),
-                first_steps_s=first_steps)
+        seconds.append(round(sum(times), 2))
+        first_steps = first_steps or [round(t, 2) for t in times[:3]]
+    return dict(head=head_name, step=step, length_multiple=length_multiple, layers=layers,
+                batch=batch, sentences=sentences, maxlen=maxlen, precision=precision,
+                epoch_s=seconds, ratio=round(seconds[0] / seconds[-1], 3), shapes=len(shapes),
+                first_steps_s=first_steps,
+                traces=model.train_function.experimental_get_tracing_count(),
+                load_average=[round(x, 2) for x in os.getloadavg()])
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--head', default='crf')
     parser.add_argument('--length-multiple', type=int, default=1)
+    parser.add_argument('--step', choices=('fit', 'train_on_batch'), default='fit',
+                        help="fit: crf_lr.runs.train_steps, the step of crf_lr.runs.fit (default)")
     for name, default in (('epochs', 2), ('layers', 4), ('sentences', 1000), ('batch', 16),
                           ('maxlen', 128)):
         parser.add_argument(f'--{name}', type=int, default=default)
@@ -80,7 +91,8 @@ def main():
     from crf_lr.compat import keras, tf
     tf.get_logger().setLevel('ERROR')
     print(json.dumps(epoch_times(tf, keras, args.head, args.length_multiple, args.epochs,
-                                 args.layers, args.sentences, args.batch, args.maxlen)))
+                                 args.layers, args.sentences, args.batch, args.maxlen,
+                                 step=args.step)))
 
 
 if __name__ == '__main__':

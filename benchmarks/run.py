@@ -48,14 +48,14 @@ FULL = dict(crf_shapes=[(n, labels) for n in (64, 128, 256, 512) for labels in (
             precision_steps=[(4, 16, 64, 5)] + [(4, batch, 128, 5) for batch in (8, 16, 32)],
             precision_heads=('softmax', 'CRF (crf_lr)', 'GlobalPointer sparse',
                              'EfficientGlobalPointer sparse'),
-            first_epoch=dict(heads=('crf',), multiples=(1, 32), layers=4,
-                             sentences=1000, epochs=2))
+            first_epoch=dict(heads=('crf',), multiples=(1, 32), steps=('fit', 'train_on_batch'),
+                             layers=4, sentences=1000, epochs=2))
 QUICK = dict(crf_shapes=[(256, 7)], crf_rounds=10, viterbi_rounds=5, matmul_rounds=5,
              steps=[(1, 64, 4)],
              heads=('softmax', 'CRF (crf_lr)', 'CRF (bert4keras)', 'EfficientGlobalPointer sparse'),
              precision_steps=[(1, 16, 64, 3)], precision_heads=('softmax', 'CRF (crf_lr)'),
-             first_epoch=dict(heads=('crf',), multiples=(1, 32), layers=1, sentences=200,
-                              epochs=2))
+             first_epoch=dict(heads=('crf',), multiples=(1, 32), steps=('fit',), layers=1,
+                              sentences=200, epochs=2))
 STEP_BATCH = 16
 
 
@@ -151,8 +151,8 @@ def versions(tf, tfa):
 
 def precision_part(tf, keras, plan, results, progress):
     """Fill ``results`` with the bf16 matmul rate, the float32 / XLA / bf16 step table and the
-    first-epoch case (epoch 1 against epoch 2, per ``Batches`` length_multiple, each in a
-    process of its own: ``epochs.py``)."""
+    first-epoch case (epoch 1 against epoch 2, per ``Batches`` length_multiple and training step,
+    each in a process of its own: ``epochs.py``)."""
     results['matmul_bf16'] = matmul_gflops(tf, rounds=plan['matmul_rounds'], dtype='bfloat16')
     progress(f"matmul 2048^3 bfloat16: best {results['matmul_bf16']['gflops']} GFLOP/s")
     rates = {'float32': max(m['gflops'] for m in results['matmul']),
@@ -161,17 +161,16 @@ def precision_part(tf, keras, plan, results, progress):
         tf, keras, plan['precision_steps'], plan['precision_heads'], rates=rates,
         progress=progress)
     options = dict(plan['first_epoch'])
-    heads, multiples = options.pop('heads'), options.pop('multiples')
+    heads, multiples, steps = (options.pop(k) for k in ('heads', 'multiples', 'steps'))
     results['first_epoch'] = []
-    for head in heads:
-        for multiple in multiples:
-            command = [sys.executable, os.path.join(HERE, 'epochs.py'), '--head', head,
-                       '--length-multiple', str(multiple)]
-            for name, value in options.items():
-                command += [f'--{name}', str(value)]
-            output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
-            results['first_epoch'].append(json.loads(output.strip().splitlines()[-1]))
-            progress(f'first epoch, {head}: {results["first_epoch"][-1]}')
+    for head, multiple, step in [(h, m, s) for h in heads for m in multiples for s in steps]:
+        command = [sys.executable, os.path.join(HERE, 'epochs.py'), '--head', head,
+                   '--length-multiple', str(multiple), '--step', step]
+        for name, value in options.items():
+            command += [f'--{name}', str(value)]
+        output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+        results['first_epoch'].append(json.loads(output.strip().splitlines()[-1]))
+        progress(f'first epoch, {head}: {results["first_epoch"][-1]}')
 
 
 def run(quick, out, part='all'):
@@ -476,15 +475,17 @@ def precision_report(results):
             rows.append(cells)
     out += [markdown_table(['layers', 'batch', 'n', 'head', 'float32', 'XLA (whole step)',
                             'mixed_bfloat16'], rows), '']
-    out += ['### First epoch against a steady one (`model.train_on_batch`, as `crf_lr.runs.fit`)',
-            '', markdown_table(['head', 'layers', 'sentences', 'batch', 'maxlen',
-                                'length_multiple', 'batch shapes', 'epoch seconds',
-                                'epoch 1 / last', 'first 3 steps, s'],
-                               [[r['head'], r['layers'], r['sentences'], r['batch'], r['maxlen'],
-                                 r['length_multiple'], r['shapes'],
-                                 ' / '.join(f'{s:.1f}' for s in r['epoch_s']), r['ratio'],
-                                 ', '.join(f'{s:.1f}' for s in r.get('first_steps_s', []))]
-                                for r in results['first_epoch']])]
+    # step 'fit': crf_lr.runs.train_steps; runs before it had only train_on_batch
+    out += ['### First epoch against a steady one', '',
+            markdown_table(['head', 'step', 'layers', 'sentences', 'batch', 'maxlen',
+                            'length_multiple', 'batch shapes', 'traces', 'epoch seconds',
+                            'epoch 1 / last', 'first 3 steps, s'],
+                           [[r['head'], r.get('step', 'train_on_batch'), r['layers'],
+                             r['sentences'], r['batch'], r['maxlen'], r['length_multiple'],
+                             r['shapes'], r.get('traces', ''),
+                             ' / '.join(f'{s:.1f}' for s in r['epoch_s']), r['ratio'],
+                             ', '.join(f'{s:.1f}' for s in r.get('first_steps_s', []))]
+                            for r in results['first_epoch']])]
     return '\n'.join(out)
 
 

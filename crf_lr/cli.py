@@ -7,6 +7,8 @@ flag errors answer at once.
 import contextlib
 import os
 
+from crf_lr.distribute import STRATEGIES
+
 FORMATS_HELP = ("conll (word per line, tag in the last column), char-bio, char-bmes, char-bioes "
                 "(character and tag per line), segmented (words separated by spaces), jsonl (text "
                 "and character spans, CLUENER-like); default: detected from the file")
@@ -94,6 +96,10 @@ def add_common_arguments(parser, default_output='runs/run', default_maxlen=128):
                        help='mixed_bfloat16: bf16 products, float32 weights and heads (pays only '
                             'on CPUs with native bf16: docs/performance.md); auto: bf16 where '
                             'the CPU has it (default: %(default)s)')
+    train.add_argument('--strategy', choices=STRATEGIES, default='default',
+                       help='mirrored: train on all GPUs of this machine; multiworker: on the '
+                            'machines of $TF_CONFIG; each --batch-size batch is split between '
+                            'the replicas (docs/distribute.md; default: %(default)s, one device)')
     train.add_argument('--seed', type=int, default=0,
                        help='seed of initialisation, dropout and batch order (default: 0)')
     train.add_argument('--no-bias-correction', dest='bias_correction', action='store_false',

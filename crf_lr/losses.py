@@ -195,7 +195,8 @@ def _sparse_cell_indices(y_true, n, owner):
     if y_true.dtype.is_floating:
         y_true = tf.round(y_true)
     y_true = tf.cast(y_true, 'int32')
-    if y_true.shape.rank is not None and (y_true.shape.rank != 4 or y_true.shape[-1] != 2):
+    if y_true.shape.rank is not None and (y_true.shape.rank != 4
+                                          or y_true.shape[-1] not in (None, 2)):
         raise ValueError(f'{owner}: sparse GlobalPointer targets y_true must be (batch, heads, '
                          f'max_entities, 2) start/end pairs; got shape {y_true.shape}')
     y_true = guard(y_true, lambda t: (t < -1) | (t >= n), owner, 'y_true',

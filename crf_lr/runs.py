@@ -322,14 +322,84 @@ def fit(model, run, batches_for_epoch, evaluate, epochs, metric, save_best, extr
     return results
 
 
+def train_steps(model, batches):
+    """Train ``model`` on each of ``batches`` in turn, one step each; yield each step's loss.
+
+    The step is Keras's own train function (``model.make_train_function()``, the one ``fit`` and
+    ``train_on_batch`` run, under the model's distribution strategy), fed from a ``tf.data``
+    dataset whose signature is the first batch's with every dimension None. It is traced once per
+    model, for batches of every size and length and for every later call, where ``train_on_batch``
+    traces for the first batch's exact shape and again with generalised ones.
+
+    Args:
+        model: a compiled keras.Model; built inside ``strategy.scope()``
+            (:func:`crf_lr.distribute.make_strategy`), each batch is the global batch, split
+            between the replicas.
+        batches: list of ``(inputs, targets)``, NumPy arrays or lists / tuples of them, all of
+            one structure, ranks and dtypes (float arrays are cast to Keras's float type, as
+            ``train_on_batch`` does).
+    Yields:
+        float: the loss of each step, as ``train_on_batch`` returns it (computed before the
+        update); with several replicas, the mean over the whole global batch. Sets
+        ``model.distribute_reduction_method = 'first'`` (see the code) for that.
+
+        >>> for loss in train_steps(model, batches):
+        ...     print(loss)
+    """
+    from crf_lr.compat import keras, tf
+
+    def arrays(batch):                                      # tf.data takes tuples, not lists
+        return (tuple(arrays(x) for x in batch) if isinstance(batch, (list, tuple))
+                else np.asarray(batch))
+
+    def spec(array):
+        dtype = keras.backend.floatx() if array.dtype.kind == 'f' else array.dtype
+        return tf.TensorSpec([None] * array.ndim, dtype)
+
+    signature = tf.nest.map_structure(spec, arrays(batches[0]))
+    dataset = tf.data.Dataset.from_generator(
+        lambda: (tf.nest.map_structure(lambda a, s: a.astype(s.dtype.as_numpy_dtype),
+                                       arrays(batch), signature) for batch in batches),
+        output_signature=signature)
+    strategy = model.distribute_strategy
+    _create_step_variables(model, arrays(batches[0][1]))
+    options = tf.data.Options()     # several workers: each takes its replicas' rows of a batch
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    iterator = iter(strategy.experimental_distribute_dataset(dataset.with_options(options)))
+    # Keras's metrics are reduced over every replica already; its default ('auto') sums them
+    # again over the workers of a multi-worker strategy (the loss came out x workers)
+    made = model.distribute_reduction_method == 'first'
+    model.distribute_reduction_method = 'first'
+    train_function = model.make_train_function(force=not made)    # then kept by the model
+    for _ in batches:
+        with strategy.scope():
+            model.reset_metrics()                            # the loss of this step alone
+            logs = train_function(iterator)
+        yield float(logs['loss'])
+
+
+def _create_step_variables(model, targets):
+    """Create the optimiser's slots and the compiled loss and metrics of ``model`` (for
+    ``targets``, a batch's) before its train function is traced: a ``tf.function`` that creates
+    variables when first called is traced twice, once to create them and once without."""
+    optimizer = model.optimizer
+    with model.distribute_strategy.scope():
+        # legacy (OptimizerV2) optimisers, such as crf_lr's, create their weights privately
+        create = getattr(optimizer, '_create_all_weights', None) or optimizer.build
+        create(model.trainable_variables)
+        if not model.compiled_loss.built:
+            model.compiled_loss.build(model.output)
+        if not model.compiled_metrics.built:
+            model.compiled_metrics.build(model.output, targets)
+
+
 def _train_epoch(model, batches, epoch, epochs, progress, tqdm):
     """One pass over ``batches``; the epoch's record (mean loss, step losses, speed)."""
     windows = sum(len(targets) for _, targets in batches)
     losses, started = [], time.time()
-    bar = tqdm(batches, desc=f'epoch {epoch + 1}/{epochs}', disable=not progress, mininterval=2,
-               leave=False)
-    for inputs, targets in bar:
-        loss = float(model.train_on_batch(inputs, targets, return_dict=True)['loss'])
+    bar = tqdm(train_steps(model, batches), total=len(batches), desc=f'epoch {epoch + 1}/{epochs}',
+               disable=not progress, mininterval=2, leave=False)
+    for loss in bar:
         if not np.isfinite(loss):
             raise FloatingPointError(f'epoch {epoch + 1}, step {len(losses) + 1}: the loss is '
                                      f'{loss} (lower --lr?)')

@@ -36,6 +36,7 @@ def main(argv=None):
     from crf_lr.compat import keras
     from crf_lr.datasets import read_word_list, resolve_data_dir
     from crf_lr.diagnostics import count_violations, diagnose, format_sanity, format_transitions
+    from crf_lr.distribute import make_strategy, worker_folder
     from crf_lr.encoders import default_encoder, default_learning_rate, load_encoder
     from crf_lr.heads import make_head, piece_states
     from crf_lr.metrics import segmentation_scores
@@ -48,6 +49,7 @@ def main(argv=None):
 
     # ---- data: PFR 1998-01 (or your file) to train, a hold-out (or your dev file) to select ----
     with user_errors():                                    # a bad file: its path:line, no traceback
+        strategy = make_strategy(args.strategy)    # before any other TensorFlow work: multiworker
         data = load_splits(None if args.train_file else 'pku', args.train_file, args.dev_file,
                            args.test_file, args.format or (args.train_file and 'segmented'),
                            args.repair, args.data_dir, args.train_limit, args.eval_limit,
@@ -57,25 +59,27 @@ def main(argv=None):
     words_file = data_dir and os.path.join(data_dir, 'icwb2', 'pku_training_words.utf8')
     train_words = (read_word_list(words_file) if words_file and os.path.isfile(words_file)
                    else {w for e in data.train for w in e.words})      # OOV against what trained
-    run = RunLog(args.output, dict(vars(args), script='task_cws_crf'), args.overwrite, argv,
-                 program=__file__)
+    run = RunLog(worker_folder(args.output, strategy), dict(vars(args), script='task_cws_crf'),
+                 args.overwrite, argv, program=__file__)
 
     # ---- model: encoder (first k layers) -> Dense -> CRF whose transitions learn faster ----
     set_check_numerics(True)            # NaN/inf in a layer or loss stops the run, naming it
     print(set_precision(args.precision))                 # e.g. 'precision: float32 (...)'
     keras.utils.set_random_seed(args.seed)
     encoder = args.encoder or default_encoder(data.units)   # MiniLM for words, else ALBERT
-    bert, vocab_path, encoder_info = load_encoder(encoder, args.layers, args.vocab)
-    head = make_head(args.head, scheme=SEG, lr_multiplier=args.crf_lr_multiplier,
-                     constrain_training=args.constrain, boundary_scores=args.boundary_scores)
-    model = keras.Model(bert.inputs, head.build(piece_states(bert)))
-    units = UnitEncoder(vocab_path)
-    samples = make_samples([(e.text, e.tags, SEG.decode(e.tags)) for e in data.train], units,
-                           args.maxlen, head)
-    lr = args.lr or default_learning_rate(encoder, args.layers)
-    schedule = warmup_schedule(args.warmup_proportion, len(samples), args.batch_size, args.epochs)
-    model.compile(optimizer=LayerwiseAdam(lr, bias_correction=args.bias_correction, **schedule),
-                  loss=head.loss, metrics=head.metrics)
+    with strategy.scope():                   # the model's variables on every replica
+        bert, vocab_path, encoder_info = load_encoder(encoder, args.layers, args.vocab)
+        head = make_head(args.head, scheme=SEG, lr_multiplier=args.crf_lr_multiplier,
+                         constrain_training=args.constrain, boundary_scores=args.boundary_scores)
+        model = keras.Model(bert.inputs, head.build(piece_states(bert)))
+        units = UnitEncoder(vocab_path)
+        samples = make_samples([(e.text, e.tags, SEG.decode(e.tags)) for e in data.train], units,
+                               args.maxlen, head)
+        lr = args.lr or default_learning_rate(encoder, args.layers)
+        schedule = warmup_schedule(args.warmup_proportion, len(samples), args.batch_size,
+                                   args.epochs)
+        model.compile(LayerwiseAdam(lr, bias_correction=args.bias_correction, **schedule),
+                      loss=head.loss, metrics=head.metrics)
     tagger = Tagger(model, units, head, args.maxlen, args.batch_size)
     crf = getattr(head, 'crf', None)
     initial = crf.trans.numpy() if crf is not None else None          # before training
@@ -120,12 +124,12 @@ def main(argv=None):
                       f'{format_transitions(trans, head.labels)}\n{format_sanity(diagnosis)}\n'
                       f'largest change since initialisation: {change:.3f}')
             print(report)
-            with open(os.path.join(args.output, f'transitions_epoch{epoch}.txt'), 'w') as f:
+            with open(os.path.join(run.output, f'transitions_epoch{epoch}.txt'), 'w') as f:
                 f.write(report + '\n')
             try:
                 from crf_lr.plots import plot_transitions
                 plot_transitions(trans, head.labels,
-                                 os.path.join(args.output, f'transitions_epoch{epoch}.png'),
+                                 os.path.join(run.output, f'transitions_epoch{epoch}.png'),
                                  title=f'CRF transitions, epoch {epoch}, '
                                        f'lr x{args.crf_lr_multiplier:g}')
             except ImportError as error:

@@ -47,6 +47,7 @@ def main(argv=None):
     args = parse_args(argv)
     from crf_lr import set_check_numerics, set_precision
     from crf_lr.compat import keras
+    from crf_lr.distribute import make_strategy, worker_folder
     from crf_lr.encoders import default_encoder, default_learning_rate, load_encoder
     from crf_lr.heads import make_head, piece_states
     from crf_lr.metrics import confusion_matrix, format_confusion_matrix, relaxed_scores, span_scores
@@ -60,34 +61,37 @@ def main(argv=None):
 
     # ---- data: train, dev (selects the epoch), test (scored once at the end) ----
     with user_errors():                                    # a bad file: its path:line, no traceback
+        strategy = make_strategy(args.strategy)    # before any other TensorFlow work: multiworker
         data = load_splits(args.dataset, args.train_file, args.dev_file, args.test_file,
                            args.format, args.repair, args.data_dir, args.train_limit,
                            args.eval_limit, args.holdout, args.sample_seed)
     print(data.describe() + f'\ntypes: {list(data.types)}')
-    run = RunLog(args.output, dict(vars(args), script='task_ner'), args.overwrite, argv,
-                 program=__file__)
+    run = RunLog(worker_folder(args.output, strategy), dict(vars(args), script='task_ner'),
+                 args.overwrite, argv, program=__file__)
 
     # ---- model: encoder -> piece states -> head (Dense + CRF, Dense + softmax, span scores) ----
     set_check_numerics(True)            # NaN/inf in a layer or loss stops the run, naming it
     print(set_precision(args.precision))                 # e.g. 'precision: float32 (...)'
     keras.utils.set_random_seed(args.seed)
     encoder = args.encoder or default_encoder(data.units)   # MiniLM for words, else ALBERT
-    bert, vocab_path, encoder_info = load_encoder(encoder, args.layers, args.vocab)
-    if args.reinit_top:
-        from crf_lr.finetune import reinitialize_top_layers
-        reinitialize_top_layers(bert, args.reinit_top, seed=args.seed)
-    flat = args.spans == 'flat' or (args.spans == 'auto' and not data.nested)
-    head = make_head(args.head, data.types, 'BIO', lr_multiplier=args.crf_lr_multiplier,
-                     constrain_training=args.constrain, boundary_scores=args.boundary_scores,
-                     head_size=args.head_size, flat=flat)
-    model = keras.Model(bert.inputs, head.build(piece_states(bert)))
-    units = UnitEncoder(vocab_path, data.units)
-    samples = make_samples([(e.tokens, e.tags, e.spans) for e in data.train], units, args.maxlen,
-                           head)
-    lr = args.lr or default_learning_rate(encoder, args.layers)
-    schedule = warmup_schedule(args.warmup_proportion, len(samples), args.batch_size, args.epochs)
-    model.compile(optimizer=LayerwiseAdam(lr, bias_correction=args.bias_correction, **schedule),
-                  loss=head.loss, metrics=head.metrics)
+    with strategy.scope():                   # the model's variables on every replica
+        bert, vocab_path, encoder_info = load_encoder(encoder, args.layers, args.vocab)
+        if args.reinit_top:
+            from crf_lr.finetune import reinitialize_top_layers
+            reinitialize_top_layers(bert, args.reinit_top, seed=args.seed)
+        flat = args.spans == 'flat' or (args.spans == 'auto' and not data.nested)
+        head = make_head(args.head, data.types, 'BIO', lr_multiplier=args.crf_lr_multiplier,
+                         constrain_training=args.constrain, boundary_scores=args.boundary_scores,
+                         head_size=args.head_size, flat=flat)
+        model = keras.Model(bert.inputs, head.build(piece_states(bert)))
+        units = UnitEncoder(vocab_path, data.units)
+        samples = make_samples([(e.tokens, e.tags, e.spans) for e in data.train], units,
+                               args.maxlen, head)
+        lr = args.lr or default_learning_rate(encoder, args.layers)
+        schedule = warmup_schedule(args.warmup_proportion, len(samples), args.batch_size,
+                                   args.epochs)
+        model.compile(LayerwiseAdam(lr, bias_correction=args.bias_correction, **schedule),
+                      loss=head.loss, metrics=head.metrics)
     tagger = Tagger(model, units, head, args.maxlen, args.batch_size)
     print(f'encoder {encoder_info}; {head}: {head.count_params()} parameters; lr {lr}; '
           f'{len(samples)} training windows')
@@ -105,7 +109,7 @@ def main(argv=None):
                 for e, p in zip(examples, predicted)]
         relaxed = relaxed_scores([e.tags for e in examples], tags)
         matrix, _ = confusion_matrix([e.tags for e in examples], tags, tag_labels)
-        with open(os.path.join(args.output, f'confusion_{name}.txt'), 'w') as f:
+        with open(os.path.join(run.output, f'confusion_{name}.txt'), 'w') as f:
             f.write(format_confusion_matrix(matrix, tag_labels) + '\n')
         result = {k: round(strict[k], 5) for k in ('precision', 'recall', 'f1')}
         if tagger.head.kind == 'tags':

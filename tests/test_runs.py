@@ -1,5 +1,6 @@
 """The run folder and the training loop: dev selection with one final test, Ctrl-C, non-finite
-losses, leftovers of interrupted checkpoint writes, and the saved-model path checks."""
+losses, leftovers of interrupted checkpoint writes, the saved-model path checks, and the training
+step (the losses of ``train_on_batch``, one trace per run, for every built-in head)."""
 import json
 import os
 
@@ -7,7 +8,8 @@ import numpy as np
 import pytest
 
 import crf_lr  # noqa: F401  (environment before TensorFlow)
-from crf_lr.runs import RunLog, fit, model_files
+from crf_lr.runs import RunLog, fit, model_files, train_steps
+from step_cases import BUILT_IN_HEADS, head_model, random_batches
 
 
 @pytest.fixture
@@ -115,3 +117,18 @@ def test_early_stop_ends_the_run_and_a_rerun_does_not_train_again(tiny_model, tm
     fit(model, _run(tmp_path), batches_for, lambda e: {'f1': dev[e]}, 5, 'f1', lambda: None,
         progress=False, stop_gain=0.003)
     assert trained == [0, 1, 2, 3]                                 # resumed: still stopped
+
+
+@pytest.mark.parametrize('name', BUILT_IN_HEADS)
+def test_train_steps_give_the_train_on_batch_losses_and_trace_once(name):
+    """runs.fit's step (one trace for batches of every shape, over two calls) against
+    model.train_on_batch (a trace per new shape until Keras generalises them)."""
+    model, head = head_model(name)
+    epochs = [random_batches(head, sentences=14, batch_size=4, seed=seed) for seed in (0, 1)]
+    assert len({inputs[0].shape for batches in epochs for inputs, _ in batches}) >= 5
+    expected = [float(model.train_on_batch(inputs, targets, return_dict=True)['loss'])
+                for batches in epochs for inputs, targets in batches]
+    model, _ = head_model(name)
+    losses = [loss for batches in epochs for loss in train_steps(model, batches)]
+    np.testing.assert_allclose(losses, expected, rtol=1e-5)
+    assert model.train_function.experimental_get_tracing_count() == 1
