@@ -48,13 +48,13 @@ FULL = dict(crf_shapes=[(n, labels) for n in (64, 128, 256, 512) for labels in (
             precision_steps=[(4, 16, 64, 5)] + [(4, batch, 128, 5) for batch in (8, 16, 32)],
             precision_heads=('softmax', 'CRF (crf_lr)', 'GlobalPointer sparse',
                              'EfficientGlobalPointer sparse'),
-            first_epoch=dict(heads=('crf',), multiples=(1, 32), steps=('fit', 'train_on_batch'),
+            first_epoch=dict(heads=('crf',), multiples=(1, 32), steps=('train_steps', 'train_on_batch'),
                              layers=4, sentences=1000, epochs=2))
 QUICK = dict(crf_shapes=[(256, 7)], crf_rounds=10, viterbi_rounds=5, matmul_rounds=5,
              steps=[(1, 64, 4)],
              heads=('softmax', 'CRF (crf_lr)', 'CRF (bert4keras)', 'EfficientGlobalPointer sparse'),
              precision_steps=[(1, 16, 64, 3)], precision_heads=('softmax', 'CRF (crf_lr)'),
-             first_epoch=dict(heads=('crf',), multiples=(1, 32), steps=('fit',), layers=1,
+             first_epoch=dict(heads=('crf',), multiples=(1, 32), steps=('train_steps',), layers=1,
                               sentences=200, epochs=2))
 STEP_BATCH = 16
 
@@ -475,7 +475,7 @@ def precision_report(results):
             rows.append(cells)
     out += [markdown_table(['layers', 'batch', 'n', 'head', 'float32', 'XLA (whole step)',
                             'mixed_bfloat16'], rows), '']
-    # step 'fit': crf_lr.runs.train_steps; runs before it had only train_on_batch
+    # step 'train_steps' ('fit' in earlier runs): crf_lr.runs.train_steps; older: train_on_batch
     out += ['### First epoch against a steady one', '',
             markdown_table(['head', 'step', 'layers', 'sentences', 'batch', 'maxlen',
                             'length_multiple', 'batch shapes', 'traces', 'epoch seconds',
