@@ -1,13 +1,12 @@
 """First epoch against a steady one: a ~1,000-sentence synthetic set trained batch by batch on
 the scripts' model (bert4keras ALBERT-tiny-shaped random encoder, ``crf_lr.heads`` head, Adam),
-with ``model.train_on_batch`` (what ``crf_lr.runs.fit`` runs on one device) or with
-``crf_lr.runs.train_steps`` (Keras's train function traced once, for every batch shape; what it
-runs on several replicas).
+with ``crf_lr.runs.train_steps`` (what ``crf_lr.runs.fit`` runs: Keras's train function traced
+once for batches of every shape, fed from ``tf.data``) or with plain ``model.train_on_batch``
+(traced for the first batch's exact shape, then once more with generalised shapes).
 
-Epoch 1 pays for tracing Keras's train function (``train_on_batch``: once more on the second
-step, which generalises the shapes) and for compiling the CRF's XLA program once per (batch,
-length bucket); epoch 2 (a new shuffled order of the same batches) runs compiled code. Each
-configuration runs in a fresh process.
+Epoch 1 pays for tracing Keras's train function and for compiling the CRF's XLA program once per
+(batch, length bucket); epoch 2 (a new shuffled order of the same batches) runs compiled code.
+Each configuration runs in a fresh process.
 
     $ python benchmarks/epochs.py --head crf --length-multiple 1     # one JSON line
     $ python benchmarks/epochs.py --head crf --step train_steps
@@ -38,11 +37,11 @@ def synthetic_items(sentences, maxlen, seed=0):
 
 
 def epoch_times(tf, keras, head_name, length_multiple, epochs=2, layers=4, sentences=1000,
-                batch=16, maxlen=128, precision='float32', step='train_on_batch'):
+                batch=16, maxlen=128, precision='float32', step='train_steps'):
     """Seconds per epoch of one fresh model trained on :func:`synthetic_items`; returns a dict:
     epoch seconds, epoch 1 / last epoch, the distinct batch shapes of the run and the first
     three steps' seconds (where the traces fall), and how many times the train function was
-    traced. ``step``: ``'train_on_batch'`` or ``'train_steps'`` (``crf_lr.runs.train_steps``). Run it in
+    traced. ``step``: ``'train_steps'`` or ``'train_on_batch'``. Run it in
     a fresh process (``main``): XLA's cache of the CRF op is process-wide, so a second model would
     find its programs compiled."""
     from bert4keras.models import build_transformer_model
@@ -83,9 +82,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--head', default='crf')
     parser.add_argument('--length-multiple', type=int, default=1)
-    parser.add_argument('--step', choices=('train_on_batch', 'train_steps'),
-                        default='train_on_batch', help='(default: %(default)s, what '
-                                                       'crf_lr.runs.fit runs on one device)')
+    parser.add_argument('--step', choices=('train_steps', 'train_on_batch'),
+                        default='train_steps', help='(default: %(default)s, what '
+                                                    'crf_lr.runs.fit runs)')
     for name, default in (('epochs', 2), ('layers', 4), ('sentences', 1000), ('batch', 16),
                           ('maxlen', 128)):
         parser.add_argument(f'--{name}', type=int, default=default)

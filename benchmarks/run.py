@@ -48,7 +48,8 @@ FULL = dict(crf_shapes=[(n, labels) for n in (64, 128, 256, 512) for labels in (
             precision_steps=[(4, 16, 64, 5)] + [(4, batch, 128, 5) for batch in (8, 16, 32)],
             precision_heads=('softmax', 'CRF (crf_lr)', 'GlobalPointer sparse',
                              'EfficientGlobalPointer sparse'),
-            first_epoch=dict(heads=('crf',), multiples=(1, 32), steps=('train_steps', 'train_on_batch'),
+            first_epoch=dict(heads=('crf',), multiples=(1, 32),
+                             steps=('train_steps', 'train_on_batch'),
                              layers=4, sentences=1000, epochs=2))
 QUICK = dict(crf_shapes=[(256, 7)], crf_rounds=10, viterbi_rounds=5, matmul_rounds=5,
              steps=[(1, 64, 4)],

@@ -346,23 +346,11 @@ def train_steps(model, batches):
         >>> for loss in train_steps(model, batches):
         ...     print(loss)
     """
-    from crf_lr.compat import keras, tf
+    from crf_lr.compat import tf
 
-    def arrays(batch):                                      # tf.data takes tuples, not lists
-        return (tuple(arrays(x) for x in batch) if isinstance(batch, (list, tuple))
-                else np.asarray(batch))
-
-    def spec(array):
-        dtype = keras.backend.floatx() if array.dtype.kind == 'f' else array.dtype
-        return tf.TensorSpec([None] * array.ndim, dtype)
-
-    signature = tf.nest.map_structure(spec, arrays(batches[0]))
-    dataset = tf.data.Dataset.from_generator(
-        lambda: (tf.nest.map_structure(lambda a, s: a.astype(s.dtype.as_numpy_dtype),
-                                       arrays(batch), signature) for batch in batches),
-        output_signature=signature)
+    dataset = _batches_dataset(batches)
     strategy = model.distribute_strategy
-    _create_step_variables(model, arrays(batches[0][1]))
+    _create_step_variables(model, _arrays(batches[0][1]))
     options = tf.data.Options()     # several workers: each takes its replicas' rows of a batch
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     iterator = iter(strategy.experimental_distribute_dataset(dataset.with_options(options)))
@@ -376,6 +364,27 @@ def train_steps(model, batches):
             model.reset_metrics()                            # the loss of this step alone
             logs = train_function(iterator)
         yield float(logs['loss'])
+
+
+def _batches_dataset(batches):
+    """A ``tf.data`` dataset of ``batches`` (list of ``(inputs, targets)`` of varying shapes), in
+    order, with the signature :func:`_signature`. Built from tensors: a ``Dataset.from_generator``
+    made every later training step of the process 1.5x slower, used or not (measured on 2 CPU
+    cores; docs/performance.md, "The first epoch")."""
+    from crf_lr.compat import tf
+    signature = _signature(batches[0])
+    per_batch = [tf.nest.flatten(_arrays(batch)) for batch in batches]
+    columns = []
+    for k, spec in enumerate(tf.nest.flatten(signature)):
+        arrays = [leaves[k].astype(spec.dtype.as_numpy_dtype) for leaves in per_batch]
+        values = tf.RaggedTensor.from_row_lengths(np.concatenate([a.ravel() for a in arrays]),
+                                                  [a.size for a in arrays])
+        columns.append((values, np.array([a.shape for a in arrays], np.int64)))
+
+    def batch(*columns):
+        return tf.nest.pack_sequence_as(signature, [tf.reshape(values, shape)
+                                                    for values, shape in columns])
+    return tf.data.Dataset.from_tensor_slices(tuple(columns)).map(batch)
 
 
 def _create_step_variables(model, targets):
@@ -393,24 +402,28 @@ def _create_step_variables(model, targets):
             model.compiled_metrics.build(model.output, targets)
 
 
-def epoch_steps(model, batches):
-    """The losses of one pass over ``batches``: :func:`train_steps` when the model is replicated
-    (``--strategy mirrored`` / ``multiworker``), else ``model.train_on_batch`` batch by batch.
+def _arrays(batch):
+    """``batch`` with its lists turned into tuples (tf.data takes tuples) and leaves into arrays."""
+    return (tuple(_arrays(x) for x in batch) if isinstance(batch, (list, tuple))
+            else np.asarray(batch))
 
-    One device keeps ``train_on_batch``: its steady epochs measured 1.5x faster than
-    :func:`train_steps`'s on 2 CPU cores (docs/performance.md, "The first epoch"), which outweighs
-    the second trace it pays once per run."""
-    if model.distribute_strategy.num_replicas_in_sync > 1:
-        return train_steps(model, batches)
-    return (float(model.train_on_batch(inputs, targets, return_dict=True)['loss'])
-            for inputs, targets in batches)
+
+def _signature(batch):
+    """The ``tf.TensorSpec`` structure of batches like ``batch`` of every size and length (every
+    dimension None; float arrays in Keras's float type, as ``train_on_batch`` casts them)."""
+    from crf_lr.compat import keras, tf
+
+    def spec(array):
+        dtype = keras.backend.floatx() if array.dtype.kind == 'f' else array.dtype
+        return tf.TensorSpec([None] * array.ndim, dtype)
+    return tf.nest.map_structure(spec, _arrays(batch))
 
 
 def _train_epoch(model, batches, epoch, epochs, progress, tqdm):
     """One pass over ``batches``; the epoch's record (mean loss, step losses, speed)."""
     windows = sum(len(targets) for _, targets in batches)
     losses, started = [], time.time()
-    bar = tqdm(epoch_steps(model, batches), total=len(batches), desc=f'epoch {epoch + 1}/{epochs}',
+    bar = tqdm(train_steps(model, batches), total=len(batches), desc=f'epoch {epoch + 1}/{epochs}',
                disable=not progress, mininterval=2, leave=False)
     for loss in bar:
         if not np.isfinite(loss):

@@ -128,6 +128,7 @@ def test_train_steps_give_the_train_on_batch_losses_and_trace_once(name):
     assert len({inputs[0].shape for batches in epochs for inputs, _ in batches}) >= 5
     expected = [float(model.train_on_batch(inputs, targets, return_dict=True)['loss'])
                 for batches in epochs for inputs, targets in batches]
+    assert model.train_function.experimental_get_tracing_count() > 1
     model, _ = head_model(name)
     losses = [loss for batches in epochs for loss in train_steps(model, batches)]
     np.testing.assert_allclose(losses, expected, rtol=1e-5)
