@@ -215,10 +215,11 @@ def report_exp2c(runs, figures, folder):
     lines = ['| dataset | head | selected epoch | stopped after | dev P | dev R | dev F1 | dev F1 '
              'without constraints | test F1 (selected model) | head parameters | training '
              'windows/s | prediction sentences/s | seeds |', '|' + '---|' * 13]
-    curves = defaultdict(dict)
+    curves, budgets = defaultdict(dict), defaultdict(dict)
     for name, members in grouped(runs).items():
         dataset, head = name.split('/')
         chosen = [r['epochs'][r['best_epoch'] - 1] for r in members]
+        budgets[dataset][head] = [_selected_f1(r) for r in members]
 
         def cell(key, records=chosen):
             return mean_std([r.get(key) for r in records])
@@ -237,6 +238,7 @@ def report_exp2c(runs, figures, folder):
         length = min(len(r['epochs']) for r in members)      # epochs every seed reached
         curves[dataset][head] = [100 * np.mean([r['epochs'][k]['dev_f1'] for r in members])
                                  for k in range(length)]
+    lines += ordering_by_budget(budgets)
     try:
         from crf_lr.plots import plot_curves
     except ImportError as error:
@@ -249,6 +251,33 @@ def report_exp2c(runs, figures, folder):
                            title=f'Experiment 2 to convergence: {dataset}',
                            styles={'epoch 2 (fixed-scale experiment 2)': 'k:'})
         lines += ['', f'![{dataset}: dev F1 per epoch](figures/{os.path.basename(path)})']
+    return lines
+
+
+def _selected_f1(run):
+    """Per epoch k, the dev F1 of the model the run would have selected after k epochs (the best
+    so far); a run that stopped early keeps its last value."""
+    return np.maximum.accumulate([e['dev_f1'] for e in run['epochs']])
+
+
+ORDER = ('efficient_global_pointer', 'global_pointer', 'crf')    # the claim: each >= the next
+
+
+def ordering_by_budget(budgets):
+    """Per dataset and epoch budget, the mean over seeds of each head's dev-selected F1
+    (:func:`_selected_f1`) and whether Efficient GlobalPointer >= GlobalPointer >= CRF holds;
+    Markdown lines. ``budgets``: dataset -> head -> list (seeds) of per-epoch arrays."""
+    lines = ['', '| dataset | epochs | ' + ' | '.join(ORDER) + ' | '
+             'efficient_global_pointer >= global_pointer >= crf |', '|' + '---|' * (len(ORDER) + 3)]
+    for dataset, heads in budgets.items():
+        if not all(head in heads for head in ORDER):
+            continue
+        longest = max(len(c) for seeds in heads.values() for c in seeds)
+        for k in range(longest):
+            means = [100 * np.mean([c[min(k, len(c) - 1)] for c in heads[head]]) for head in ORDER]
+            holds = all(a >= b for a, b in zip(means, means[1:]))
+            lines.append(f'| {dataset} | {k + 1} | ' + ' | '.join(f'{m:.2f}' for m in means)
+                         + f' | {"yes" if holds else "no"} |')
     return lines
 
 

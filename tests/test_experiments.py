@@ -182,6 +182,20 @@ def test_exp2c_report_reads_the_dev_selected_epoch_and_where_each_run_stopped(tm
     assert os.path.isfile(tmp_path / 'exp2c-cmeee.png')
 
 
+def test_exp2c_ordering_compares_the_dev_selected_f1_at_each_epoch_budget():
+    # seed-mean best-so-far dev F1; a stopped run keeps its last value
+    budgets = {'cmeee': {'crf': [np.array([0.5, 0.7, 0.7])],
+                         'global_pointer': [np.array([0.4, 0.6]), np.array([0.4, 0.8])],
+                         'efficient_global_pointer': [np.array([0.3, 0.75, 0.8])]},
+               'cluener': {'crf': [np.array([0.5])]}}                 # incomplete: left out
+    assert report.ordering_by_budget(budgets)[3:] == [
+        '| cmeee | 1 | 30.00 | 40.00 | 50.00 | no |',
+        '| cmeee | 2 | 75.00 | 70.00 | 70.00 | yes |',
+        '| cmeee | 3 | 80.00 | 70.00 | 70.00 | yes |']
+    run = dict(epochs=[dict(dev_f1=f) for f in (0.5, 0.7, 0.6)])
+    np.testing.assert_array_equal(report._selected_f1(run), [0.5, 0.7, 0.7])
+
+
 def test_parity_pairs_every_run_with_its_bf16_twin():
     runs = run.experiment('parity')
     names = {name for name, _, _ in runs}
