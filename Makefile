@@ -35,7 +35,7 @@ bench-quick: install $(BENCH_STAMP)
 	$(PY) benchmarks/run.py --quick
 
 test: install
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=15 tests
 
 demo: install
 	$(PY) examples/demo.py
