@@ -35,7 +35,7 @@ bench-quick: install $(BENCH_STAMP)
 	$(PY) benchmarks/run.py --quick
 
 test: install
-	$(PY) -m pytest -q --durations=15 tests
+	$(PY) -m pytest -q -n 2 --dist loadfile --durations=15 tests   # 2 processes: tracing is single-threaded
 
 demo: install
 	$(PY) examples/demo.py

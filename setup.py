@@ -17,7 +17,7 @@ setup(
     python_requires='>=3.10',
     install_requires=['tensorflow-cpu==2.21.0', 'numpy', 'tqdm'],
     extras_require={
-        'test': ['pytest', 'seqeval'],
+        'test': ['pytest', 'pytest-xdist', 'seqeval'],
         'plots': ['matplotlib'],
         'bench': ['matplotlib', 'tensorflow-addons==0.23.0', 'typeguard<3'],   # peers only
     },
