@@ -150,11 +150,14 @@ def experiment(name, seeds=None):
 
 
 def finished(output, epochs):
-    """True if the run folder holds ``epochs`` finished epochs, or a run that stopped early."""
+    """True if the run folder holds ``epochs`` finished epochs, or a run that stopped early, and
+    the final test of the selected model (``test``, None where the dataset has no labelled test
+    split): a run cut short between its last epoch and that test is not finished."""
     try:
         with open(os.path.join(output, 'results.json'), encoding='utf-8') as f:
             results = json.load(f)
-        return len(results['epochs']) >= epochs or 'stopped_after_epoch' in results
+        return 'test' in results and (len(results['epochs']) >= epochs
+                                      or 'stopped_after_epoch' in results)
     except (OSError, ValueError, KeyError):
         return False
 

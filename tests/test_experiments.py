@@ -136,6 +136,18 @@ def test_exp1_report_sanity_margins(tmp_path):
     assert os.path.isfile(tmp_path / 'exp1-albert-L1-sanity.png')
 
 
+@pytest.mark.parametrize('results, done', [
+    (dict(epochs=[{}, {}]), False),                         # cut short before its final test
+    (dict(epochs=[{}, {}], test=dict(f1=0.9)), True),
+    (dict(epochs=[{}, {}], test=None), True),               # no labelled test split
+    (dict(epochs=[{}], test=dict(f1=0.9)), False),          # a shorter run, asked for more
+    (dict(epochs=[{}], stopped_after_epoch=1, test=None), True)])
+def test_a_run_is_finished_after_its_epochs_and_its_final_test(tmp_path, results, done):
+    assert not run.finished(str(tmp_path), 2)
+    (tmp_path / 'results.json').write_text(json.dumps(results))
+    assert run.finished(str(tmp_path), 2) is done
+
+
 def test_a_run_folder_is_claimed_by_one_live_driver(tmp_path):
     assert run.claim(str(tmp_path))
     assert not run.claim(str(tmp_path)), 'this (live) process holds the claim'
