@@ -2,14 +2,15 @@
 the scripts' model (bert4keras ALBERT-tiny-shaped random encoder, ``crf_lr.heads`` head, Adam),
 with ``crf_lr.runs.train_steps`` (what ``crf_lr.runs.fit`` runs: Keras's train function traced
 once for batches of every shape, fed from ``tf.data``) or with plain ``model.train_on_batch``
-(traced for the first batch's exact shape, then once more with generalised shapes).
+(traced for the first batch's exact shape, twice: once creating the optimiser's variables, then
+once more with generalised shapes: 3 traces).
 
 Epoch 1 pays for tracing Keras's train function and for compiling the CRF's XLA program once per
 (batch, length bucket); epoch 2 (a new shuffled order of the same batches) runs compiled code.
 Each configuration runs in a fresh process.
 
     $ python benchmarks/epochs.py --head crf --length-multiple 1     # one JSON line
-    $ python benchmarks/epochs.py --head crf --step train_steps
+    $ python benchmarks/epochs.py --head crf --step train_on_batch
     $ python benchmarks/epochs.py --head crf --no-crf-xla        # the CRF without XLA
 """
 import argparse

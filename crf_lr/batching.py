@@ -151,9 +151,9 @@ class Batches:
         maxlen: int or None; items longer than this follow ``overflow``.
         overflow: 'error' or 'truncate' (per-token labels only; see the module docstring).
         shuffle: True: a new seeded order every epoch, a smaller last batch first (so the first
-            two batches differ in size and length, and a Keras train function is traced twice
-            per run, not a third time when the small batch comes); False: the same order every
-            epoch.
+            two batches differ in size and length, and plain ``model.train_on_batch`` generalises
+            its trace at once instead of tracing again when the small batch comes; ``fit`` traces
+            once anyway); False: the same order every epoch.
         bucket: pool size, in batches, inside which items are sorted by length (0: no sorting). With
             ``shuffle=False`` and ``bucket > 0`` all items are sorted by length (fastest prediction;
             ``Batch.indices`` / :meth:`collect` restore the item order).

@@ -347,7 +347,8 @@ def train_steps(model, batches):
         ...     print(loss)
     """
     from crf_lr.compat import tf
-
+    if not batches:
+        raise ValueError('train_steps: no batches to train on')
     dataset = _batches_dataset(batches)
     strategy = model.distribute_strategy
     _create_step_variables(model, _arrays(batches[0][1]))
@@ -367,24 +368,28 @@ def train_steps(model, batches):
 
 
 def _batches_dataset(batches):
-    """A ``tf.data`` dataset of ``batches`` (list of ``(inputs, targets)`` of varying shapes), in
-    order, with the signature :func:`_signature`. Built from tensors: a ``Dataset.from_generator``
-    made every later training step of the process 1.5x slower, used or not (measured on 2 CPU
-    cores; docs/performance.md, "The first epoch")."""
+    """A ``tf.data`` dataset of ``batches`` (non-empty list of ``(inputs, targets)`` of varying
+    shapes), in order, with the signature :func:`_signature`. Built from tensors: a
+    ``Dataset.from_generator`` made every later training step of the process 1.5x slower, used
+    or not (measured on 2 CPU cores; docs/performance.md, "One trace per run").
+
+        >>> next(iter(_batches_dataset([((ids, segments), tags)])))    # the batch, as tensors
+    """
     from crf_lr.compat import tf
     signature = _signature(batches[0])
     per_batch = [tf.nest.flatten(_arrays(batch)) for batch in batches]
     columns = []
     for k, spec in enumerate(tf.nest.flatten(signature)):
-        arrays = [leaves[k].astype(spec.dtype.as_numpy_dtype) for leaves in per_batch]
-        values = tf.RaggedTensor.from_row_lengths(np.concatenate([a.ravel() for a in arrays]),
-                                                  [a.size for a in arrays])
-        columns.append((values, np.array([a.shape for a in arrays], np.int64)))
+        leaves = [batch[k] for batch in per_batch]
+        values = np.concatenate([leaf.ravel() for leaf in leaves]).astype(
+            spec.dtype.as_numpy_dtype, copy=False)
+        columns.append((tf.RaggedTensor.from_row_lengths(values, [leaf.size for leaf in leaves]),
+                        np.array([leaf.shape for leaf in leaves], np.int64)))
 
-    def batch(*columns):
+    def unpack(*pieces):
         return tf.nest.pack_sequence_as(signature, [tf.reshape(values, shape)
-                                                    for values, shape in columns])
-    return tf.data.Dataset.from_tensor_slices(tuple(columns)).map(batch)
+                                                    for values, shape in pieces])
+    return tf.data.Dataset.from_tensor_slices(tuple(columns)).map(unpack)
 
 
 def _create_step_variables(model, targets):

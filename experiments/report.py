@@ -210,8 +210,9 @@ def report_exp2(runs, figures, folder):
 def report_exp2c(runs, figures, folder):
     """Experiment 2 to convergence: each run's dev-selected epoch, where it stopped, dev P/R/F1
     there (CRF also without decoding constraints), the test F1 of the selected model where the
-    dataset has a labelled test part, speeds, and the mean dev-F1 curve per head (epoch 2 marked:
-    the budget of the fixed-scale experiment 2)."""
+    dataset has a labelled test part, speeds, the heads' order at each epoch budget
+    (:func:`ordering_by_budget`), and the mean dev-F1 curve per head (epoch 2 marked: the budget
+    of the fixed-scale experiment 2)."""
     lines = ['| dataset | head | selected epoch | stopped after | dev P | dev R | dev F1 | dev F1 '
              'without constraints | test F1 (selected model) | head parameters | training '
              'windows/s | prediction sentences/s | seeds |', '|' + '---|' * 13]
@@ -272,7 +273,7 @@ def ordering_by_budget(budgets):
     for dataset, heads in budgets.items():
         if not all(head in heads for head in ORDER):
             continue
-        longest = max(len(c) for seeds in heads.values() for c in seeds)
+        longest = max(len(c) for head in ORDER for c in heads[head])
         for k in range(longest):
             means = [100 * np.mean([c[min(k, len(c) - 1)] for c in heads[head]]) for head in ORDER]
             holds = all(a >= b for a, b in zip(means, means[1:]))

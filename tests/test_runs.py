@@ -119,6 +119,30 @@ def test_early_stop_ends_the_run_and_a_rerun_does_not_train_again(tiny_model, tm
     assert trained == [0, 1, 2, 3]                                 # resumed: still stopped
 
 
+def test_the_step_dataset_yields_each_batch_as_given_in_the_first_batch_types():
+    """runs.train_steps' input: batches of any size and length (a batch of no rows too) come
+    back in order, equal, in the first batch's integer types and Keras's float type, with every
+    dimension None in the signature."""
+    from crf_lr.runs import _batches_dataset
+    rng = np.random.default_rng(0)
+    batches = [((rng.integers(0, 9, (2, 3)), np.zeros((2, 3), np.int32)), rng.random((2, 3, 4))),
+               ((rng.integers(0, 9, (0, 5)), np.zeros((0, 5), np.int64)), np.zeros((0, 5, 4))),
+               ((rng.integers(0, 9, (1, 7)), np.ones((1, 7), np.int32)), rng.random((1, 7, 4)))]
+    dataset = _batches_dataset(batches)
+    (ids, segments), targets = dataset.element_spec
+    assert [s.dtype.name for s in (ids, segments, targets)] == ['int64', 'int32', 'float32']
+    assert [spec.shape.as_list() for spec in (ids, segments, targets)] == [
+        [None, None], [None, None], [None, None, None]]
+    got = list(dataset.as_numpy_iterator())
+    assert len(got) == 3
+    for ((ids, segments), targets), ((want_ids, want_segments), want_targets) in zip(got, batches):
+        np.testing.assert_array_equal(ids, want_ids)
+        np.testing.assert_array_equal(segments, want_segments)
+        np.testing.assert_array_equal(targets, want_targets.astype(np.float32))
+    with pytest.raises(ValueError, match='no batches'):
+        next(train_steps(None, []))
+
+
 @pytest.mark.parametrize('name', BUILT_IN_HEADS)
 def test_train_steps_give_the_train_on_batch_losses_and_trace_once(name):
     """runs.fit's step (one trace for batches of every shape, over two calls) against
