@@ -315,6 +315,27 @@ def report_parity(runs, figures, folder):
     return lines
 
 
+def exp1_layer1_pairs(folder):
+    """Experiment 1's layer-1 runs in float32 (``FOLDER/exp1``) and in mixed_bfloat16
+    (``FOLDER/exp1-mixed_bfloat16``, ``run.py exp1 --precision mixed_bfloat16``), named as the
+    parity experiment names its runs (``exp1/albert-L1/<setting>/<precision>/seed<s>``); none
+    until both summaries exist.
+
+        >>> report_parity(load(parity_summary) + exp1_layer1_pairs('runs'), figures, folder)
+    """
+    paths = {precision: os.path.join(folder, sub, 'summary.jsonl') for precision, sub in
+             (('float32', 'exp1'), ('mixed_bfloat16', 'exp1-mixed_bfloat16'))}
+    if not all(os.path.isfile(path) for path in paths.values()):
+        return []
+    runs = []
+    for precision, path in paths.items():
+        for record in load(path):
+            if record['name'].startswith('albert-L1/'):
+                setting, seed = record['name'].rsplit('/', 1)
+                runs.append(dict(record, name=f'exp1/{setting}/{precision}/{seed}'))
+    return runs
+
+
 def _ranged(values):
     """'median [min–max]' (2 decimals); a single value alone."""
     if len(values) == 1:
@@ -434,6 +455,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     folder = os.path.join(args.runs, args.experiment)
     runs = load(args.summary or os.path.join(folder, 'summary.jsonl'))
+    if args.experiment == 'parity' and not args.summary:     # the export keeps them
+        runs += exp1_layer1_pairs(args.runs)
     if args.export:
         os.makedirs(os.path.dirname(os.path.abspath(args.export)), exist_ok=True)
         with open(args.export, 'w', encoding='utf-8') as f:

@@ -234,6 +234,19 @@ def test_parity_report_pairs_seeds_and_judges_against_the_fp32_range(tmp_path):
     assert '| demo/crf1 | 0 | 90.00 | 90.50 | +0.50 | one seed: no range | 0.50 |' in lines
 
 
+def test_parity_takes_experiment_1_layer_1_pairs_once_both_precisions_have_runs(tmp_path):
+    def write(folder, names):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / 'summary.jsonl').write_text(''.join(
+            json.dumps(dict(name=name, config=dict(seed=0), test=dict(f1=0.9), epochs=[])) + '\n'
+            for name in names))
+    write('exp1', ['albert-L1/CRF-1/seed0', 'random-L1/CRF-1/seed0'])
+    assert report.exp1_layer1_pairs(str(tmp_path)) == []            # no bf16 runs yet
+    write('exp1-mixed_bfloat16', ['albert-L1/CRF-1/seed0'])
+    assert sorted(r['name'] for r in report.exp1_layer1_pairs(str(tmp_path))) == [
+        'exp1/albert-L1/CRF-1/float32/seed0', 'exp1/albert-L1/CRF-1/mixed_bfloat16/seed0']
+
+
 def test_runs_import_the_drivers_own_checkout_and_record_its_commit(tmp_path, monkeypatch):
     seen = {}
 
