@@ -456,9 +456,9 @@ def precision_report(results):
            f"{'/'.join(f'{x:.1f}' for x in results['load_average_end'])} at end)", '',
            f"Matmul 2048³: float32 {fp32} GFLOP/s, bfloat16 {results['matmul_bf16']['gflops']} "
            f"GFLOP/s (best of {results['matmul_bf16']['calls']}). Step: median ms [min–max] of "
-           f"the interleaved rounds; `× fp32`: float32 / variant time, median [min–max] of the per-round "
-           f"ratios; `/ limit`: the step "
-           f"over encoder FLOPs / that precision's matmul rate.", '']
+           f"the interleaved rounds; `× fp32`: float32 / variant time, median [min–max] of the "
+           f"per-round ratios; `/ limit`: the step over encoder FLOPs / that precision's matmul "
+           f"rate.", '']
     rows = []
     for case in results['precision_step']:
         shape = case['shape']
