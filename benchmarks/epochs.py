@@ -12,6 +12,7 @@ Each configuration runs in a fresh process.
     $ python benchmarks/epochs.py --head crf --length-multiple 1     # one JSON line
     $ python benchmarks/epochs.py --head crf --step train_on_batch
     $ python benchmarks/epochs.py --head crf --no-crf-xla        # the CRF without XLA
+    $ python benchmarks/epochs.py --step train_on_batch --unused-generator
 """
 import argparse
 import json
@@ -39,12 +40,15 @@ def synthetic_items(sentences, maxlen, seed=0):
 
 
 def epoch_times(tf, keras, head_name, length_multiple, epochs=2, layers=4, sentences=1000,
-                batch=16, maxlen=128, precision='float32', step='train_steps', crf_xla=True):
+                batch=16, maxlen=128, precision='float32', step='train_steps', crf_xla=True,
+                unused_generator=False):
     """Seconds per epoch of one fresh model trained on :func:`synthetic_items`; returns a dict:
     epoch seconds, epoch 1 / last epoch, the distinct batch shapes of the run and the first
     three steps' seconds (where the traces fall), and how many times the train function was
     traced. ``step``: ``'train_steps'`` or ``'train_on_batch'``; ``crf_xla``: the CRF's
-    forward-backward compiled with XLA (``crf_lr.crf.USE_XLA``) or not. Run it in
+    forward-backward compiled with XLA (``crf_lr.crf.USE_XLA``) or not; ``unused_generator``:
+    first create and drop an iterator over a ``tf.data.Dataset.from_generator`` (the pitfall
+    that made the first ``train_steps`` slow: every later step of the process slows). Run it in
     a fresh process (``main``): XLA's cache of the CRF op is process-wide, so a second model would
     find its programs compiled."""
     from bert4keras.models import build_transformer_model
@@ -54,6 +58,8 @@ def epoch_times(tf, keras, head_name, length_multiple, epochs=2, layers=4, sente
     from crf_lr.runs import train_steps
     import crf_lr.crf
     crf_lr.crf.USE_XLA = crf_xla
+    if unused_generator:
+        iter(tf.data.Dataset.from_generator(lambda: iter(()), output_signature=tf.TensorSpec([])))
     set_precision(precision)
     keras.utils.set_random_seed(0)
     encoder = build_transformer_model(model='albert', **dict(ALBERT_TINY, num_hidden_layers=layers))
@@ -75,7 +81,8 @@ def epoch_times(tf, keras, head_name, length_multiple, epochs=2, layers=4, sente
             started = time.perf_counter()
         seconds.append(round(sum(times), 2))
         first_steps = first_steps or [round(t, 2) for t in times[:3]]
-    return dict(head=head_name, step=step, crf_xla=crf_xla, length_multiple=length_multiple,
+    return dict(head=head_name, step=step, crf_xla=crf_xla, unused_generator=unused_generator,
+                length_multiple=length_multiple,
                 layers=layers, batch=batch, sentences=sentences, maxlen=maxlen, precision=precision,
                 epoch_s=seconds, ratio=round(seconds[0] / seconds[-1], 3), shapes=len(shapes),
                 first_steps_s=first_steps,
@@ -92,6 +99,8 @@ def main():
                                                     'crf_lr.runs.fit runs)')
     parser.add_argument('--no-crf-xla', dest='crf_xla', action='store_false',
                         help='run the CRF forward-backward without XLA (crf_lr.crf.USE_XLA)')
+    parser.add_argument('--unused-generator', action='store_true',
+                        help='first create and drop an iterator over a Dataset.from_generator')
     for name, default in (('epochs', 2), ('layers', 4), ('sentences', 1000), ('batch', 16),
                           ('maxlen', 128)):
         parser.add_argument(f'--{name}', type=int, default=default)
@@ -100,7 +109,8 @@ def main():
     tf.get_logger().setLevel('ERROR')
     print(json.dumps(epoch_times(tf, keras, args.head, args.length_multiple, args.epochs,
                                  args.layers, args.sentences, args.batch, args.maxlen,
-                                 step=args.step, crf_xla=args.crf_xla)))
+                                 step=args.step, crf_xla=args.crf_xla,
+                                 unused_generator=args.unused_generator)))
 
 
 if __name__ == '__main__':
