@@ -5,13 +5,14 @@ once for batches of every shape, fed from ``tf.data``) or with plain ``model.tra
 (traced for the first batch's exact shape, twice: once creating the optimiser's variables, then
 once more with generalised shapes: 3 traces).
 
-Epoch 1 pays for tracing Keras's train function and for compiling the CRF's XLA program once per
-(batch, length bucket); epoch 2 (a new shuffled order of the same batches) runs compiled code.
+Epoch 1 pays for tracing Keras's train function and, with ``--crf-xla``, for compiling the CRF's
+XLA program once per (batch, length bucket); epoch 2 (a new shuffled order of the same batches)
+runs traced and compiled code.
 Each configuration runs in a fresh process.
 
     $ python benchmarks/epochs.py --head crf --length-multiple 1     # one JSON line
     $ python benchmarks/epochs.py --head crf --step train_on_batch
-    $ python benchmarks/epochs.py --head crf --no-crf-xla        # the CRF without XLA
+    $ python benchmarks/epochs.py --head crf --crf-xla        # the CRF's forward-backward in XLA
     $ python benchmarks/epochs.py --step train_on_batch --unused-generator
 """
 import argparse
@@ -40,7 +41,7 @@ def synthetic_items(sentences, maxlen, seed=0):
 
 
 def epoch_times(tf, keras, head_name, length_multiple, epochs=2, layers=4, sentences=1000,
-                batch=16, maxlen=128, precision='float32', step='train_steps', crf_xla=True,
+                batch=16, maxlen=128, precision='float32', step='train_steps', crf_xla=False,
                 unused_generator=False):
     """Seconds per epoch of one fresh model trained on :func:`synthetic_items`; returns a dict:
     epoch seconds, epoch 1 / last epoch, the distinct batch shapes of the run and the first
@@ -57,7 +58,7 @@ def epoch_times(tf, keras, head_name, length_multiple, epochs=2, layers=4, sente
     from crf_lr.precision import set_precision
     from crf_lr.runs import train_steps
     import crf_lr.crf
-    crf_lr.crf.USE_XLA = crf_xla
+    crf_lr.crf.USE_XLA = crf_xla                          # train_on_batch's; train_steps takes it
     if unused_generator:
         iter(tf.data.Dataset.from_generator(lambda: iter(()), output_signature=tf.TensorSpec([])))
     set_precision(precision)
@@ -73,7 +74,7 @@ def epoch_times(tf, keras, head_name, length_multiple, epochs=2, layers=4, sente
     for _ in range(epochs):
         epoch = [(b.inputs, b.labels) for b in batches]
         shapes |= {inputs[0].shape for inputs, _ in epoch}
-        steps = (train_steps(model, epoch) if step == 'train_steps' else
+        steps = (train_steps(model, epoch, crf_xla) if step == 'train_steps' else
                  (model.train_on_batch(*b) for b in epoch))
         times, started = [], time.perf_counter()
         for _ in steps:
@@ -97,8 +98,9 @@ def main():
     parser.add_argument('--step', choices=('train_steps', 'train_on_batch'),
                         default='train_steps', help='(default: %(default)s, what '
                                                     'crf_lr.runs.fit runs)')
-    parser.add_argument('--no-crf-xla', dest='crf_xla', action='store_false',
-                        help='run the CRF forward-backward without XLA (crf_lr.crf.USE_XLA)')
+    parser.add_argument('--crf-xla', action='store_true',
+                        help="compile the CRF's forward-backward with XLA (crf_lr.crf.use_xla; "
+                             "train_steps runs it without by default)")
     parser.add_argument('--unused-generator', action='store_true',
                         help='first create and drop an iterator over a Dataset.from_generator')
     for name, default in (('epochs', 2), ('layers', 4), ('sentences', 1000), ('batch', 16),

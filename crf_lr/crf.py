@@ -10,7 +10,8 @@ An empty sequence (``l = 0``) has ``s = log Z = 0``, hence log-likelihood 0 and 
 
 ``log Z`` and its gradients (the label marginals) come from one forward-backward pass in exponent
 space, rescaled at every step, in float64 (scores may differ by ~700 nats before anything
-underflows), compiled with XLA and exposed as a custom-gradient op (``_forward_backward``).
+underflows), compiled with XLA (``use_xla``) and exposed as a custom-gradient op
+(``_forward_backward``).
 Measured on 2 CPU cores (batch 32, n = 256, 7 labels, loss + gradient in a ``tf.function``): about
 10x faster than bert4keras's CRF and 3x the cost of a softmax cross-entropy. A parallel scan (tree
 of batched L x L products) and chunked GEMMs were slower here: they do L times more work, and
@@ -29,6 +30,8 @@ always refuses them (``ValueError``).
     >>> ll = crf_log_likelihood(emissions, tags, mask, transitions)   # (batch,)
     >>> crf = ConditionalRandomField(lr_multiplier=100); loss = crf.sparse_loss
 """
+import contextlib
+
 import numpy as np
 
 from crf_lr.compat import keras, tf
@@ -192,15 +195,35 @@ def _safe_divisor(x):
     return tf.where(x > 0, x, tf.ones_like(x))
 
 
-_COMPILED = {True: tf.function(_forward_backward, jit_compile=True),
-             False: tf.function(_forward_backward)}
+# autograph=False: plain tf.while_loop code, and AutoGraph's rewrite costs ~2 s per process
+_COMPILED = {True: tf.function(_forward_backward, jit_compile=True, autograph=False),
+             False: tf.function(_forward_backward, autograph=False, reduce_retracing=True)}
 
-# Compile the forward-backward pass with XLA (several times faster on CPU than without). XLA
-# compiles one program per (batch size, padded length): about a second each on 2 CPU cores, so the
-# sequence axis is padded to a multiple of _LENGTH_BUCKET and batches of varying length share a
-# few programs. Set crf_lr.crf.USE_XLA = False where XLA is unavailable (same maths, slower loop).
+# Compile the forward-backward pass with XLA: the loss + gradient alone is 3.5-4x faster on CPU
+# than without. XLA compiles one program per (batch size, padded length), about a second each on
+# 2 CPU cores, so the sequence axis is padded to a multiple of _LENGTH_BUCKET and batches of
+# varying length share a few programs. Read when a function is traced: see use_xla.
 USE_XLA = True
 _LENGTH_BUCKET = 32
+
+
+@contextlib.contextmanager
+def use_xla(enabled):
+    """Within the block, the CRF's forward-backward is compiled with XLA (``enabled``) or not;
+    the previous setting comes back after it. A ``tf.function`` keeps the choice it was traced
+    with. Without XLA the maths is the same and no sequence is padded; a training step gains
+    that way on CPU, where the XLA programs' compilations (one per batch size and length bucket)
+    cost more than they save (``crf_lr.runs.train_steps`` traces without it; docs/performance.md).
+
+        >>> with use_xla(False):
+        ...     model.train_on_batch(x, y)              # traced here: the CRF without XLA
+    """
+    global USE_XLA
+    previous, USE_XLA = USE_XLA, bool(enabled)
+    try:
+        yield
+    finally:
+        USE_XLA = previous
 
 
 @tf.custom_gradient
@@ -235,7 +258,8 @@ def _objective(emissions, labels, mask, transitions, start, end):
     gradients come from one compiled forward-backward pass wrapped as a custom gradient, so an
     outer tape never walks the loop. Gradients w.r.t. labels: none."""
     n = tf.shape(emissions)[1]
-    padded = tf.maximum(n + (-n) % _LENGTH_BUCKET, _LENGTH_BUCKET)       # n = 0 included
+    bucket = _LENGTH_BUCKET if USE_XLA else 1                            # XLA: few programs
+    padded = tf.maximum(n + (-n) % bucket, bucket)                       # n = 0 included
     padding = [[0, 0], [0, padded - n], [0, 0]]
     zeros = tf.zeros_like(transitions[0])
     return _objective_op(tf.pad(emissions, padding), tf.stop_gradient(tf.pad(labels, padding)),

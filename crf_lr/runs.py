@@ -322,14 +322,17 @@ def fit(model, run, batches_for_epoch, evaluate, epochs, metric, save_best, extr
     return results
 
 
-def train_steps(model, batches):
+def train_steps(model, batches, crf_xla=False):
     """Train ``model`` on each of ``batches`` in turn, one step each; yield each step's loss.
 
     The step is Keras's own train function (``model.make_train_function()``, the one ``fit`` and
     ``train_on_batch`` run, under the model's distribution strategy), fed from a ``tf.data``
     dataset whose signature is the first batch's with every dimension None. It is traced once per
     model, for batches of every size and length and for every later call, where ``train_on_batch``
-    traces for the first batch's exact shape and again with generalised ones.
+    traces for the first batch's exact shape and again with generalised ones. It is traced
+    without AutoGraph where the model allows (:func:`_traced_without_autograph`), and with the
+    CRF's forward-backward compiled by XLA only if ``crf_xla`` (:func:`crf_lr.crf.use_xla`): in a
+    training step on CPU its compilations cost more than they save (docs/performance.md).
 
     Args:
         model: a compiled keras.Model; built inside ``strategy.scope()``
@@ -347,6 +350,7 @@ def train_steps(model, batches):
         ...     print(loss)
     """
     from crf_lr.compat import tf
+    from crf_lr.crf import use_xla
     if not batches:
         raise ValueError('train_steps: no batches to train on')
     dataset = _batches_dataset(batches)
@@ -360,8 +364,12 @@ def train_steps(model, batches):
     made = model.distribute_reduction_method == 'first'
     model.distribute_reduction_method = 'first'
     train_function = model.make_train_function(force=not made)    # then kept by the model
+    if not made:
+        with use_xla(crf_xla):
+            train_function = model.train_function = _traced_without_autograph(
+                train_function, iterator, strategy.num_replicas_in_sync)
     for _ in batches:
-        with strategy.scope():
+        with strategy.scope(), use_xla(crf_xla):         # where the first call traces
             model.reset_metrics()                            # the loss of this step alone
             logs = train_function(iterator)
         yield float(logs['loss'])
@@ -390,6 +398,27 @@ def _batches_dataset(batches):
         return tf.nest.pack_sequence_as(signature, [tf.reshape(values, shape)
                                                     for values, shape in pieces])
     return tf.data.Dataset.from_tensor_slices(tuple(columns)).map(unpack)
+
+
+def _traced_without_autograph(function, iterator, replicas):
+    """Keras's train ``function`` (a ``tf.function``) re-made without AutoGraph and traced now for
+    ``iterator``'s batches, or ``function`` itself where that fails or ``replicas`` > 1.
+
+    AutoGraph rewrites the source of every layer's ``call`` before tracing it: half of the trace
+    of a 4-layer ALBERT step with the CRF head (2.4-2.8 s without it against 4.8-7.3 s, 2 CPU
+    cores). Layers need it only where Python control flow branches on tensor values; such a
+    layer raises ``OperatorNotAllowedInGraphError`` while tracing, and keeps AutoGraph. Several
+    replicas keep it too: under a mirrored strategy the function without AutoGraph was traced
+    again for the next epoch's iterator (2 traces against 1)."""
+    from crf_lr.compat import tf
+    if replicas > 1 or not isinstance(function, tf.types.experimental.PolymorphicFunction):
+        return function                                      # or run_eagerly
+    plain = tf.function(function.python_function, reduce_retracing=True, autograph=False)
+    try:
+        plain.get_concrete_function(iterator)
+    except tf.errors.OperatorNotAllowedInGraphError:
+        return function
+    return plain
 
 
 def _create_step_variables(model, targets):

@@ -249,7 +249,7 @@ def _viterbi_graph(*args):
     global _VITERBI_COMPILED
     if _VITERBI_COMPILED is None:
         from crf_lr.compat import tf
-        _VITERBI_COMPILED = tf.function(_viterbi_steps, jit_compile=True)
+        _VITERBI_COMPILED = tf.function(_viterbi_steps, jit_compile=True, autograph=False)
     return _VITERBI_COMPILED(*args)
 
 

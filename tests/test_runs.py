@@ -1,6 +1,7 @@
 """The run folder and the training loop: dev selection with one final test, Ctrl-C, non-finite
 losses, leftovers of interrupted checkpoint writes, the saved-model path checks, and the training
 step (the losses of ``train_on_batch``, one trace per run, for every built-in head)."""
+import inspect
 import json
 import os
 
@@ -157,3 +158,63 @@ def test_train_steps_give_the_train_on_batch_losses_and_trace_once(name):
     losses = [loss for batches in epochs for loss in train_steps(model, batches)]
     np.testing.assert_allclose(losses, expected, rtol=1e-5)
     assert model.train_function.experimental_get_tracing_count() == 1
+
+
+def _traced_files(branch_on_values):
+    """Train a Dense model with a layer that records the file its ``call`` runs from (AutoGraph
+    runs a rewritten copy from a generated file) and, if ``branch_on_values``, branches in Python
+    on a tensor's value (which needs AutoGraph); returns (files, losses, train_on_batch losses)."""
+    from crf_lr.compat import keras, tf
+    files = []
+
+    class Recording(keras.layers.Layer):
+        def call(self, inputs):
+            files.append(inspect.currentframe().f_code.co_filename)
+            if branch_on_values and tf.reduce_sum(inputs) > 1e9:
+                inputs = inputs * 0
+            return inputs
+
+    def build():
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.layers.Dense(2, input_shape=(3,)), Recording()])
+        model.compile(keras.optimizers.legacy.SGD(0.1), loss='mse')
+        return model
+    rng = np.random.default_rng(0)
+    batches = [(rng.normal(size=(n, 3)).astype('float32'), np.ones((n, 2), 'float32'))
+               for n in (4, 3)]
+    model = build()
+    files.clear()                                        # the calls that built the model
+    losses = list(train_steps(model, batches))
+    traced = list(files)
+    model = build()
+    expected = [float(model.train_on_batch(x, y)) for x, y in batches]
+    return traced, losses, expected
+
+
+def test_train_steps_trace_without_autograph_and_keep_it_for_layers_that_need_it():
+    """Tracing without AutoGraph halves a 4-layer step's trace; a layer that branches on tensor
+    values still trains, with AutoGraph (same losses as train_on_batch either way)."""
+    files, losses, expected = _traced_files(branch_on_values=False)
+    np.testing.assert_allclose(losses, expected, rtol=1e-6)
+    assert files and set(files) == {__file__}                 # its own source, not rewritten
+    files, losses, expected = _traced_files(branch_on_values=True)
+    np.testing.assert_allclose(losses, expected, rtol=1e-6)
+    assert __file__ in files and len(set(files)) == 2         # tried as is, then rewritten
+
+
+def test_train_steps_trace_the_crf_without_xla_unless_asked(monkeypatch):
+    """The CRF's forward-backward runs without XLA in runs.fit's step (crf_xla=False), with it
+    when asked; crf_lr.crf.use_xla restores the module's setting after the block."""
+    import crf_lr.crf as crf_module
+
+    def refuse(*args):
+        raise AssertionError('the XLA forward-backward was traced')
+    monkeypatch.setitem(crf_module._COMPILED, True, refuse)
+    model, head = head_model('crf')
+    batches = random_batches(head, sentences=6, batch_size=3)
+    assert all(np.isfinite(list(train_steps(model, batches))))
+    assert crf_module.USE_XLA is True
+    model, _ = head_model('crf')
+    with pytest.raises(AssertionError, match='XLA forward-backward was traced'):
+        list(train_steps(model, batches, crf_xla=True))
+    assert crf_module.USE_XLA is True
