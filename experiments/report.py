@@ -7,7 +7,9 @@
 Only runs that finished are counted, and each table says how many seeds it averages; settings
 without a finished run are listed as missing, never filled in. ``--export`` writes the summaries
 with every run's per-step training losses, so the tables and curves can be rebuilt without the
-run folders (``experiments/results/`` holds the copies behind ``docs/results.md``).
+run folders (``experiments/results/`` holds the copies behind ``docs/results.md``). An export adds
+to the file it writes: the runs already kept there (from an earlier machine) stay, this run
+folder's replace those of the same name, and the tables cover them all.
 """
 import argparse
 import json
@@ -38,6 +40,14 @@ def load(path):
                 with open(log, encoding='utf-8') as f:
                     record['step_losses'] = [x for line in f for x in json.loads(line)['step_losses']]
     return list(runs.values())
+
+
+def with_kept(path, runs):
+    """``runs`` added to the summaries already kept in ``path`` (if any), a run of the same name
+    replacing the kept one."""
+    merged = {run['name']: run for run in (load(path) if os.path.isfile(path) else [])}
+    merged.update((run['name'], run) for run in runs)
+    return list(merged.values())
 
 
 def test_scores_as_recorded_before(run):
@@ -458,6 +468,7 @@ def main(argv=None):
     if args.experiment == 'parity' and not args.summary:     # the export keeps them
         runs += exp1_layer1_pairs(args.runs)
     if args.export:
+        runs = with_kept(args.export, runs)
         os.makedirs(os.path.dirname(os.path.abspath(args.export)), exist_ok=True)
         with open(args.export, 'w', encoding='utf-8') as f:
             for record in runs:

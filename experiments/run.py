@@ -9,7 +9,9 @@ finished run is skipped, an interrupted one resumes from its last finished epoch
 that themselves), so rerunning the same command continues where it stopped. Drivers started side
 by side share the runs: each claims a run folder while it trains it. As each run finishes, its
 summary is appended to ``runs/<experiment>/summary.jsonl``; ``experiments/report.py`` turns the
-summaries into the tables of ``docs/results.md``. The scripts import this checkout's ``crf_lr``
+summaries into the tables of ``docs/results.md``, and ``report.py --export`` keeps them in
+``experiments/results/<experiment>.jsonl``: a run recorded there counts as done too, so a new machine
+without the run folders goes on with the runs still missing (``--kept``). The scripts import this checkout's ``crf_lr``
 (ahead of any installed copy), and each summary records its commit (``code``), so a fixed
 checkout (``git worktree add --detach ../expcode``) runs one version of the library throughout.
 
@@ -162,6 +164,15 @@ def finished(output, epochs):
         return False
 
 
+def kept_names(path):
+    """The run names recorded in a kept summary file (``report.py --export``); none if it is
+    missing or ``path`` is empty."""
+    if not path or not os.path.isfile(path):
+        return set()
+    with open(path, encoding='utf-8') as f:
+        return {json.loads(line)['name'] for line in f if line.strip()}
+
+
 def epochs_of(flags):
     """The ``--epochs`` a run asks for (the last one given wins, as in argparse)."""
     return int(flags[len(flags) - 1 - flags[::-1].index('--epochs') + 1])
@@ -241,6 +252,10 @@ def main(argv=None):
                         help='passed to every run; other than float32, the runs go to '
                              'runs/<experiment>-<precision>/ (default: %(default)s; the parity '
                              'experiment sets each run\'s own)')
+    parser.add_argument('--kept', default=None,
+                        help='summaries kept in the repository; a run recorded there is done '
+                             '(default: experiments/results/<experiment>[-<precision>].jsonl; '
+                             "'' runs everything again)")
     parser.add_argument('--list', action='store_true', help='print the runs and exit')
     args = parser.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(',')] if args.seeds else None
@@ -255,11 +270,16 @@ def main(argv=None):
         return runs
     if not args.data_dir:
         parser.error('the experiments need the shared data: pass --data-dir or set CRF_LR_DATA')
+    kept_path = args.kept if args.kept is not None else os.path.join(
+        ROOT, 'experiments', 'results', os.path.basename(folder) + '.jsonl')
+    kept = kept_names(kept_path) & {name for name, _, _ in runs}
+    if kept:
+        print(f'{len(kept)} of {len(runs)} runs already kept in {kept_path}', flush=True)
     os.makedirs(folder, exist_ok=True)
     for k, (name, script, flags) in enumerate(runs, 1):
         output = os.path.join(folder, name)
         epochs = epochs_of(flags)
-        if finished(output, epochs):
+        if name in kept or finished(output, epochs):
             continue
         os.makedirs(output, exist_ok=True)
         if not claim(output):

@@ -261,3 +261,32 @@ def test_runs_import_the_drivers_own_checkout_and_record_its_commit(tmp_path, mo
     assert seen['command'][1] == os.path.join(run.ROOT, 'examples', 'task_ner.py')
     import re
     assert re.fullmatch(r'([0-9a-f]{10}|unknown)(\+changes)?', run.code_version())
+
+
+def test_the_driver_skips_runs_kept_in_the_repository(tmp_path, monkeypatch):
+    started = []
+    monkeypatch.setattr(run, 'start', lambda name, *args: started.append(name))
+    kept = tmp_path / 'exp2.jsonl'
+    kept.write_text(json.dumps(dict(name='cluener/crf/seed0')) + '\n')
+    argv = ['exp2', '--only', 'cluener/', '--seeds', '0', '--data-dir', 'data',
+            '--output', str(tmp_path / 'runs')]
+    run.main(argv + ['--kept', str(kept)])
+    assert started == ['cluener/global_pointer/seed0', 'cluener/efficient_global_pointer/seed0']
+    started.clear()
+    run.main(argv + ['--kept', ''])
+    assert started[0] == 'cluener/crf/seed0'
+
+
+def test_an_export_adds_to_the_runs_it_already_keeps(exp3_summaries, tmp_path):
+    export = tmp_path / 'kept.jsonl'
+    half = len(exp3_summaries) // 2
+    for part in (exp3_summaries[:half], exp3_summaries[half - 1:]):  # one run in both halves
+        folder = tmp_path / 'runs' / 'exp3'
+        folder.mkdir(parents=True, exist_ok=True)
+        with open(folder / 'summary.jsonl', 'w', encoding='utf-8') as f:
+            for record in part:
+                f.write(json.dumps(record) + '\n')
+        report.main(['exp3', '--runs', str(tmp_path / 'runs'), '--export', str(export),
+                     '--figures', str(tmp_path / 'fig')])
+    names = [json.loads(line)['name'] for line in export.read_text().splitlines()]
+    assert sorted(names) == sorted(r['name'] for r in exp3_summaries)
