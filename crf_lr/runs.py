@@ -16,6 +16,8 @@ import time
 
 import numpy as np
 
+from crf_lr.tracing import as_arrays, free_signature, traced_without_autograph
+
 
 def command_line(argv=None, program=None):
     """The command line of a run, shell-quoted: ``python <program> <argv>`` (default: this
@@ -355,7 +357,7 @@ def train_steps(model, batches, crf_xla=False):
         raise ValueError('train_steps: no batches to train on')
     dataset = _batches_dataset(batches)
     strategy = model.distribute_strategy
-    _create_step_variables(model, _arrays(batches[0][1]))
+    _create_step_variables(model, as_arrays(batches[0][1]))
     options = tf.data.Options()     # several workers: each takes its replicas' rows of a batch
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     iterator = iter(strategy.experimental_distribute_dataset(dataset.with_options(options)))
@@ -377,15 +379,15 @@ def train_steps(model, batches, crf_xla=False):
 
 def _batches_dataset(batches):
     """A ``tf.data`` dataset of ``batches`` (non-empty list of ``(inputs, targets)`` of varying
-    shapes), in order, with the signature :func:`_signature`. Built from tensors: a
-    ``Dataset.from_generator`` made every later training step of the process 1.5x slower, used
-    or not (measured on 2 CPU cores; docs/performance.md, "One trace per run").
+    shapes), in order, with the signature :func:`crf_lr.tracing.free_signature`. Built from
+    tensors: a ``Dataset.from_generator`` made every later training step of the process 1.5x
+    slower, used or not (measured on 2 CPU cores; docs/performance.md, "One trace per run").
 
         >>> next(iter(_batches_dataset([((ids, segments), tags)])))    # the batch, as tensors
     """
     from crf_lr.compat import tf
-    signature = _signature(batches[0])
-    per_batch = [tf.nest.flatten(_arrays(batch)) for batch in batches]
+    signature = free_signature(batches[0])
+    per_batch = [tf.nest.flatten(as_arrays(batch)) for batch in batches]
     columns = []
     for k, spec in enumerate(tf.nest.flatten(signature)):
         leaves = [batch[k] for batch in per_batch]
@@ -402,23 +404,14 @@ def _batches_dataset(batches):
 
 def _traced_without_autograph(function, iterator, replicas):
     """Keras's train ``function`` (a ``tf.function``) re-made without AutoGraph and traced now for
-    ``iterator``'s batches, or ``function`` itself where that fails or ``replicas`` > 1.
-
-    AutoGraph rewrites the source of every layer's ``call`` before tracing it: half of the trace
-    of a 4-layer ALBERT step with the CRF head (2.4-2.8 s without it against 4.8-7.3 s, 2 CPU
-    cores). Layers need it only where Python control flow branches on tensor values; such a
-    layer raises ``OperatorNotAllowedInGraphError`` while tracing, and keeps AutoGraph. Several
-    replicas keep it too: under a mirrored strategy the function without AutoGraph was traced
-    again for the next epoch's iterator (2 traces against 1)."""
+    ``iterator``'s batches (:func:`crf_lr.tracing.traced_without_autograph`: 2.4-2.8 s against
+    4.8-7.3 s for a 4-layer ALBERT step with the CRF head, 2 CPU cores), or ``function`` itself
+    where a layer needs AutoGraph or ``replicas`` > 1: under a mirrored strategy the function
+    without AutoGraph was traced again for the next epoch's iterator (2 traces against 1)."""
     from crf_lr.compat import tf
     if replicas > 1 or not isinstance(function, tf.types.experimental.PolymorphicFunction):
         return function                                      # or run_eagerly
-    plain = tf.function(function.python_function, reduce_retracing=True, autograph=False)
-    try:
-        plain.get_concrete_function(iterator)
-    except tf.errors.OperatorNotAllowedInGraphError:
-        return function
-    return plain
+    return traced_without_autograph(function.python_function, iterator) or function
 
 
 def _create_step_variables(model, targets):
@@ -434,23 +427,6 @@ def _create_step_variables(model, targets):
             model.compiled_loss.build(model.output)
         if not model.compiled_metrics.built:
             model.compiled_metrics.build(model.output, targets)
-
-
-def _arrays(batch):
-    """``batch`` with its lists turned into tuples (tf.data takes tuples) and leaves into arrays."""
-    return (tuple(_arrays(x) for x in batch) if isinstance(batch, (list, tuple))
-            else np.asarray(batch))
-
-
-def _signature(batch):
-    """The ``tf.TensorSpec`` structure of batches like ``batch`` of every size and length (every
-    dimension None; float arrays in Keras's float type, as ``train_on_batch`` casts them)."""
-    from crf_lr.compat import keras, tf
-
-    def spec(array):
-        dtype = keras.backend.floatx() if array.dtype.kind == 'f' else array.dtype
-        return tf.TensorSpec([None] * array.ndim, dtype)
-    return tf.nest.map_structure(spec, _arrays(batch))
 
 
 def _train_epoch(model, batches, epoch, epochs, progress, tqdm):

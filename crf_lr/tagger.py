@@ -14,12 +14,15 @@ import shutil
 import warnings
 from typing import Optional
 
+import numpy as np
+
 from crf_lr.batching import Batches, Encoded
 from crf_lr.heads import Window, make_head
 from crf_lr.pieces import UnitEncoder, windows_of
 from crf_lr.precision import load_model
 from crf_lr.runs import model_files
 from crf_lr.tagging import merge_window_spans
+from crf_lr.tracing import as_arrays, free_signature, traced_without_autograph
 
 
 @dataclasses.dataclass
@@ -47,6 +50,7 @@ class Tagger:
     def __init__(self, model, encoder, head, maxlen, batch_size=32):
         self.model, self.encoder, self.head = model, encoder, head
         self.maxlen, self.batch_size = maxlen, batch_size
+        self._step = None        # the traced prediction step (False: none), made on first use
 
     # -- saving -------------------------------------------------------------------------------
     def save(self, folder):
@@ -110,7 +114,7 @@ class Tagger:
         if windows:
             batches = Batches([Encoded(ids) for ids in token_ids], self.batch_size, shuffle=False)
             for batch in batches:
-                predicted = self.model.predict_on_batch(batch.inputs)
+                predicted = self.scores(batch.inputs)
                 for row, w in enumerate(batch.indices):
                     window = windows[w][1]
                     window.output = self.head.window_output(predicted[row], window.starts[-1])
@@ -118,6 +122,24 @@ class Tagger:
         for k, window in windows:
             per_sequence[k].append(window)
         return per_sequence
+
+    def scores(self, inputs):
+        """The model's outputs for one batch of ``inputs`` (NumPy arrays), as a NumPy array.
+
+        What ``model.predict_on_batch`` computes, from a step traced once for batches of every
+        size and length and without AutoGraph (:mod:`crf_lr.tracing`), where ``predict_on_batch``
+        traces for the first batch's shape and again for a second; ``predict_on_batch`` itself
+        where a layer needs AutoGraph or the model has several replicas.
+        """
+        if self._step is None:
+            model, traced = self.model, None
+            if model.distribute_strategy.num_replicas_in_sync == 1:
+                traced = traced_without_autograph(lambda x: model(x, training=False),
+                                                  free_signature(inputs))
+            self._step = traced or False
+        if not self._step:
+            return np.asarray(self.model.predict_on_batch(inputs))
+        return np.asarray(self._step(as_arrays(inputs)))     # its lists as tuples
 
     def decode(self, outputs, constrain=True):
         """:class:`Prediction` of each sequence from :meth:`run`'s outputs.

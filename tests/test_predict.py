@@ -168,3 +168,32 @@ def test_help_and_path_errors_answer_before_tensorflow_loads(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert done.stdout.strip().splitlines()[-1] == '[]', done.stderr[-2000:]
     assert 'no such folder' in done.stderr
+
+
+def test_prediction_is_predict_on_batch_s_from_one_trace(saved):
+    """Tagger.scores: predict_on_batch's outputs, for batches of any size and length, from one
+    trace (predict_on_batch traces again for a second shape)."""
+    from crf_lr.tagger import Tagger
+    tagger = Tagger.load(saved['ner'])
+    rng = np.random.default_rng(0)
+    for rows, length in ((2, 7), (3, 12), (1, 5)):
+        inputs = [rng.integers(5, 10, (rows, length)).astype('int32'),
+                  np.zeros((rows, length), 'int32')]
+        np.testing.assert_allclose(tagger.scores(inputs), tagger.model.predict_on_batch(inputs),
+                                   rtol=1e-6, atol=1e-6)
+    assert tagger._step.experimental_get_tracing_count() == 1
+
+
+def test_a_model_that_needs_autograph_predicts_through_predict_on_batch():
+    from crf_lr.compat import keras, tf
+    from crf_lr.tagger import Tagger
+
+    class Branching(keras.layers.Layer):          # Python control flow on a tensor's value
+        def call(self, inputs):
+            return inputs * 0 if tf.reduce_sum(inputs) > 1e9 else inputs
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.layers.Dense(2, input_shape=(3,)), Branching()])
+    tagger = Tagger(model, encoder=None, head=None, maxlen=8)
+    x = np.random.default_rng(0).normal(size=(4, 3)).astype('float32')
+    np.testing.assert_allclose(tagger.scores(x), model.predict_on_batch(x), rtol=1e-6)
+    assert tagger._step is False

@@ -1,0 +1,44 @@
+"""Trace a Keras step once, for batches of every size and length, without AutoGraph where the
+model allows it: what the training loop (:func:`crf_lr.runs.train_steps`) and prediction
+(:class:`crf_lr.tagger.Tagger`) run.
+
+AutoGraph rewrites the source of every layer's ``call`` before tracing it, half of the trace of a
+4-layer ALBERT step with the CRF head (docs/performance.md); layers need it only where Python
+control flow branches on tensor values, and such a layer raises
+``OperatorNotAllowedInGraphError`` while tracing without it.
+
+    >>> step = traced_without_autograph(lambda inputs: model(inputs, training=False),
+    ...                                 free_signature(batch_inputs))
+    >>> scores = step(batch_inputs) if step else model.predict_on_batch(batch_inputs)
+"""
+import numpy as np
+
+
+def traced_without_autograph(python_function, *example):
+    """``python_function`` as a ``tf.function`` without AutoGraph (``reduce_retracing``), traced
+    now for ``example`` (tensors, ``tf.TensorSpec``s or a dataset iterator); None where tracing
+    it needs AutoGraph."""
+    from crf_lr.compat import tf
+    function = tf.function(python_function, reduce_retracing=True, autograph=False)
+    try:
+        function.get_concrete_function(*example)
+    except tf.errors.OperatorNotAllowedInGraphError:
+        return None
+    return function
+
+
+def as_arrays(batch):
+    """``batch`` with its lists turned into tuples (tf.data takes tuples) and leaves into arrays."""
+    return (tuple(as_arrays(x) for x in batch) if isinstance(batch, (list, tuple))
+            else np.asarray(batch))
+
+
+def free_signature(batch):
+    """The ``tf.TensorSpec`` structure of batches like ``batch`` of every size and length (every
+    dimension None; float arrays in Keras's float type, as ``train_on_batch`` casts them)."""
+    from crf_lr.compat import keras, tf
+
+    def spec(array):
+        dtype = keras.backend.floatx() if array.dtype.kind == 'f' else array.dtype
+        return tf.TensorSpec([None] * array.ndim, dtype)
+    return tf.nest.map_structure(spec, as_arrays(batch))
