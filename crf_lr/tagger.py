@@ -22,7 +22,7 @@ from crf_lr.pieces import UnitEncoder, windows_of
 from crf_lr.precision import load_model
 from crf_lr.runs import model_files
 from crf_lr.tagging import merge_window_spans
-from crf_lr.tracing import as_arrays, free_signature, traced_without_autograph
+from crf_lr.tracing import conformed, free_signature, traced_without_autograph
 
 
 @dataclasses.dataclass
@@ -50,7 +50,7 @@ class Tagger:
     def __init__(self, model, encoder, head, maxlen, batch_size=32):
         self.model, self.encoder, self.head = model, encoder, head
         self.maxlen, self.batch_size = maxlen, batch_size
-        self._step = None        # the traced prediction step (False: none), made on first use
+        self._prediction = None  # (model, its traced step or None, signature), made on first use
 
     # -- saving -------------------------------------------------------------------------------
     def save(self, folder):
@@ -129,17 +129,21 @@ class Tagger:
         What ``model.predict_on_batch`` computes, from a step traced once for batches of every
         size and length and without AutoGraph (:mod:`crf_lr.tracing`), where ``predict_on_batch``
         traces for the first batch's shape and again for a second; ``predict_on_batch`` itself
-        where a layer needs AutoGraph or the model has several replicas.
+        where a layer needs AutoGraph or the model has several replicas. Inputs are cast to the
+        first batch's dtypes; a new ``self.model`` is traced anew.
         """
-        if self._step is None:
-            model, traced = self.model, None
+        model = self.model
+        if self._prediction is None or self._prediction[0] is not model:   # or a new model
+            step, signature = None, free_signature(inputs)
             if model.distribute_strategy.num_replicas_in_sync == 1:
-                traced = traced_without_autograph(lambda x: model(x, training=False),
-                                                  free_signature(inputs))
-            self._step = traced or False
-        if not self._step:
-            return np.asarray(self.model.predict_on_batch(inputs))
-        return np.asarray(self._step(as_arrays(inputs)))     # its lists as tuples
+                with model.distribute_strategy.scope():
+                    step = traced_without_autograph(lambda x: model(x, training=False), signature)
+            self._prediction = model, step, signature
+        _, step, signature = self._prediction
+        if step is None:
+            return np.asarray(model.predict_on_batch(inputs))
+        with model.distribute_strategy.scope():
+            return np.asarray(step(conformed(inputs, signature)))
 
     def decode(self, outputs, constrain=True):
         """:class:`Prediction` of each sequence from :meth:`run`'s outputs.

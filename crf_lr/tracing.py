@@ -7,9 +7,10 @@ AutoGraph rewrites the source of every layer's ``call`` before tracing it, half 
 control flow branches on tensor values, and such a layer raises
 ``OperatorNotAllowedInGraphError`` while tracing without it.
 
-    >>> step = traced_without_autograph(lambda inputs: model(inputs, training=False),
-    ...                                 free_signature(batch_inputs))
-    >>> scores = step(batch_inputs) if step else model.predict_on_batch(batch_inputs)
+    >>> signature = free_signature(batch_inputs)
+    >>> step = traced_without_autograph(lambda inputs: model(inputs, training=False), signature)
+    >>> scores = step(conformed(batch_inputs, signature)) if step else model.predict_on_batch(
+    ...     batch_inputs)
 """
 import numpy as np
 
@@ -31,6 +32,15 @@ def as_arrays(batch):
     """``batch`` with its lists turned into tuples (tf.data takes tuples) and leaves into arrays."""
     return (tuple(as_arrays(x) for x in batch) if isinstance(batch, (list, tuple))
             else np.asarray(batch))
+
+
+def conformed(batch, signature):
+    """``batch`` as arrays (:func:`as_arrays`) of the dtypes of ``signature``
+    (:func:`free_signature`), so that a step traced for it is not traced again."""
+    from crf_lr.compat import tf
+    return tf.nest.map_structure(lambda array, spec: array.astype(spec.dtype.as_numpy_dtype,
+                                                                  copy=False),
+                                 as_arrays(batch), signature)
 
 
 def free_signature(batch):

@@ -470,9 +470,10 @@ def main(argv=None):
     if args.export:
         runs = with_kept(args.export, runs)
         os.makedirs(os.path.dirname(os.path.abspath(args.export)), exist_ok=True)
-        with open(args.export, 'w', encoding='utf-8') as f:
+        with open(args.export + '.partial', 'w', encoding='utf-8') as f:
             for record in runs:
                 f.write(json.dumps(record, ensure_ascii=False) + '\n')
+        os.replace(args.export + '.partial', args.export)     # the kept runs, never half-written
     os.makedirs(args.figures, exist_ok=True)
     body = {'exp1': report_exp1, 'exp2': report_exp2, 'exp2c': report_exp2c,
             'exp3': report_exp3, 'parity': report_parity}[args.experiment](

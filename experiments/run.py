@@ -10,9 +10,9 @@ that themselves), so rerunning the same command continues where it stopped. Driv
 by side share the runs: each claims a run folder while it trains it. As each run finishes, its
 summary is appended to ``runs/<experiment>/summary.jsonl``; ``experiments/report.py`` turns the
 summaries into the tables of ``docs/results.md``, and ``report.py --export`` keeps them in
-``experiments/results/<experiment>.jsonl``: a run recorded there counts as done too, so a new machine
-without the run folders goes on with the runs still missing (``--kept``). The scripts import this checkout's ``crf_lr``
-(ahead of any installed copy), and each summary records its commit (``code``), so a fixed
+``experiments/results/<experiment>.jsonl``: a run recorded there with the same flags counts as
+done too, so a new machine without the run folders goes on with the runs still missing
+(``--kept``). The scripts import this checkout's ``crf_lr`` (ahead of any installed copy), and each summary records its commit (``code``), so a fixed
 checkout (``git worktree add --detach ../expcode``) runs one version of the library throughout.
 
 The configurations are ordered so that a run cut short still leaves a complete comparison: all
@@ -164,13 +164,25 @@ def finished(output, epochs):
         return False
 
 
-def kept_names(path):
-    """The run names recorded in a kept summary file (``report.py --export``); none if it is
-    missing or ``path`` is empty."""
+def kept_commands(path):
+    """Run name -> recorded command of the summaries kept in ``path`` (``report.py --export``);
+    empty if it is missing or ``path`` is empty."""
     if not path or not os.path.isfile(path):
-        return set()
+        return {}
     with open(path, encoding='utf-8') as f:
-        return {json.loads(line)['name'] for line in f if line.strip()}
+        records = [json.loads(line) for line in f if line.strip()]
+    return {record['name']: record.get('command', '') for record in records}
+
+
+def is_kept(name, flags, kept):
+    """True if ``kept`` (:func:`kept_commands`) records run ``name`` with these ``flags``; a
+    record of other flags (the experiment changed since) is reported and run again."""
+    if name not in kept:
+        return False
+    if ' '.join(flags) in kept[name]:
+        return True
+    print(f'{name}: kept with other flags ({kept[name]}); running it again', flush=True)
+    return False
 
 
 def epochs_of(flags):
@@ -253,7 +265,8 @@ def main(argv=None):
                              'runs/<experiment>-<precision>/ (default: %(default)s; the parity '
                              'experiment sets each run\'s own)')
     parser.add_argument('--kept', default=None,
-                        help='summaries kept in the repository; a run recorded there is done '
+                        help='summaries kept in the repository; a run recorded there with the '
+                             'same flags is done '
                              '(default: experiments/results/<experiment>[-<precision>].jsonl; '
                              "'' runs everything again)")
     parser.add_argument('--list', action='store_true', help='print the runs and exit')
@@ -272,14 +285,15 @@ def main(argv=None):
         parser.error('the experiments need the shared data: pass --data-dir or set CRF_LR_DATA')
     kept_path = args.kept if args.kept is not None else os.path.join(
         ROOT, 'experiments', 'results', os.path.basename(folder) + '.jsonl')
-    kept = kept_names(kept_path) & {name for name, _, _ in runs}
-    if kept:
-        print(f'{len(kept)} of {len(runs)} runs already kept in {kept_path}', flush=True)
+    kept = kept_commands(kept_path)
+    done = [name for name, _, flags in runs if is_kept(name, flags, kept)]
+    if done:
+        print(f'{len(done)} of {len(runs)} runs already kept in {kept_path}', flush=True)
     os.makedirs(folder, exist_ok=True)
     for k, (name, script, flags) in enumerate(runs, 1):
         output = os.path.join(folder, name)
         epochs = epochs_of(flags)
-        if name in kept or finished(output, epochs):
+        if name in done or finished(output, epochs):
             continue
         os.makedirs(output, exist_ok=True)
         if not claim(output):

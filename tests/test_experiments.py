@@ -263,18 +263,22 @@ def test_runs_import_the_drivers_own_checkout_and_record_its_commit(tmp_path, mo
     assert re.fullmatch(r'([0-9a-f]{10}|unknown)(\+changes)?', run.code_version())
 
 
-def test_the_driver_skips_runs_kept_in_the_repository(tmp_path, monkeypatch):
+def test_the_driver_skips_runs_kept_in_the_repository(tmp_path, monkeypatch, capsys):
     started = []
     monkeypatch.setattr(run, 'start', lambda name, *args: started.append(name))
+    (name, _, flags), (other, _, other_flags) = run.experiment('exp2', [0])[:2]
     kept = tmp_path / 'exp2.jsonl'
-    kept.write_text(json.dumps(dict(name='cluener/crf/seed0')) + '\n')
+    kept.write_text(json.dumps(dict(name=name, command='python x ' + ' '.join(flags))) + '\n'
+                    + json.dumps(dict(name=other, command='python x --epochs 9')) + '\n')
     argv = ['exp2', '--only', 'cluener/', '--seeds', '0', '--data-dir', 'data',
             '--output', str(tmp_path / 'runs')]
     run.main(argv + ['--kept', str(kept)])
-    assert started == ['cluener/global_pointer/seed0', 'cluener/efficient_global_pointer/seed0']
+    assert name == 'cluener/crf/seed0' and name not in started
+    assert started == [other, 'cluener/efficient_global_pointer/seed0']   # other flags: rerun
+    assert f'{other}: kept with other flags' in capsys.readouterr().out
     started.clear()
     run.main(argv + ['--kept', ''])
-    assert started[0] == 'cluener/crf/seed0'
+    assert started[0] == name
 
 
 def test_an_export_adds_to_the_runs_it_already_keeps(exp3_summaries, tmp_path):
@@ -288,5 +292,15 @@ def test_an_export_adds_to_the_runs_it_already_keeps(exp3_summaries, tmp_path):
                 f.write(json.dumps(record) + '\n')
         report.main(['exp3', '--runs', str(tmp_path / 'runs'), '--export', str(export),
                      '--figures', str(tmp_path / 'fig')])
-    names = [json.loads(line)['name'] for line in export.read_text().splitlines()]
-    assert sorted(names) == sorted(r['name'] for r in exp3_summaries)
+    records = [json.loads(line) for line in export.read_text().splitlines()]
+    assert sorted(r['name'] for r in records) == sorted(r['name'] for r in exp3_summaries)
+    assert not os.path.exists(str(export) + '.partial')
+    # a run of the same name from a later run folder replaces the kept one
+    replaced = dict(exp3_summaries[0], wall_seconds=12345.0)
+    with open(tmp_path / 'runs' / 'exp3' / 'summary.jsonl', 'w', encoding='utf-8') as f:
+        f.write(json.dumps(replaced) + '\n')
+    report.main(['exp3', '--runs', str(tmp_path / 'runs'), '--export', str(export),
+                 '--figures', str(tmp_path / 'fig')])
+    records = {json.loads(line)['name']: json.loads(line) for line in export.read_text().splitlines()}
+    assert len(records) == len(exp3_summaries)
+    assert records[replaced['name']]['wall_seconds'] == 12345.0

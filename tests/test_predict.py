@@ -171,17 +171,26 @@ def test_help_and_path_errors_answer_before_tensorflow_loads(tmp_path):
 
 
 def test_prediction_is_predict_on_batch_s_from_one_trace(saved):
-    """Tagger.scores: predict_on_batch's outputs, for batches of any size and length, from one
-    trace (predict_on_batch traces again for a second shape)."""
+    """Tagger.scores: predict_on_batch's outputs, for batches of any size, length and integer
+    dtype, from one trace (predict_on_batch traces again for a second shape); a model set on the
+    tagger afterwards is traced anew."""
     from crf_lr.tagger import Tagger
     tagger = Tagger.load(saved['ner'])
     rng = np.random.default_rng(0)
-    for rows, length in ((2, 7), (3, 12), (1, 5)):
-        inputs = [rng.integers(5, 10, (rows, length)).astype('int32'),
-                  np.zeros((rows, length), 'int32')]
+    batches = [[rng.integers(5, 10, (rows, length)).astype(dtype),
+                np.zeros((rows, length), dtype)]
+               for rows, length, dtype in ((2, 7, 'int32'), (3, 12, 'int32'), (1, 5, 'int64'))]
+    for inputs in batches:
         np.testing.assert_allclose(tagger.scores(inputs), tagger.model.predict_on_batch(inputs),
                                    rtol=1e-6, atol=1e-6)
-    assert tagger._step.experimental_get_tracing_count() == 1
+    model, step, _ = tagger._prediction
+    assert step.experimental_get_tracing_count() == 1
+    other = Tagger.load(saved['ner']).model
+    other.set_weights([w + 0.5 for w in other.get_weights()])
+    tagger.model = other
+    np.testing.assert_allclose(tagger.scores(batches[0]), other.predict_on_batch(batches[0]),
+                               rtol=1e-6, atol=1e-6)
+    assert not np.allclose(tagger.scores(batches[0]), model.predict_on_batch(batches[0]))
 
 
 def test_a_model_that_needs_autograph_predicts_through_predict_on_batch():
@@ -192,8 +201,10 @@ def test_a_model_that_needs_autograph_predicts_through_predict_on_batch():
         def call(self, inputs):
             return inputs * 0 if tf.reduce_sum(inputs) > 1e9 else inputs
     keras.utils.set_random_seed(0)
-    model = keras.Sequential([keras.layers.Dense(2, input_shape=(3,)), Branching()])
+    dense = keras.layers.Dense(2, input_shape=(3,))
+    model = keras.Sequential([dense, Branching()])
     tagger = Tagger(model, encoder=None, head=None, maxlen=8)
     x = np.random.default_rng(0).normal(size=(4, 3)).astype('float32')
-    np.testing.assert_allclose(tagger.scores(x), model.predict_on_batch(x), rtol=1e-6)
-    assert tagger._step is False
+    kernel, bias = dense.get_weights()
+    np.testing.assert_allclose(tagger.scores(x), x @ kernel + bias, rtol=1e-5)
+    assert tagger._prediction[1] is None                      # predict_on_batch, not a trace
