@@ -255,6 +255,7 @@ def report_exp2c(runs, figures, folder):
     except ImportError as error:
         return lines + ['', f'(no figure: {error})']
     for dataset, series in curves.items():
+        series = {head: series[head] for head in ORDER[::-1] if head in series}  # same colours
         marked = dict(series, **{'epoch 2 (fixed-scale experiment 2)': (
             [2, 2], [min(min(v) for v in series.values()), max(max(v) for v in series.values())])})
         path = plot_curves(marked, os.path.join(figures, f'exp2c-{dataset}.png'), xlabel='epoch',
