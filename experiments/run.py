@@ -12,8 +12,9 @@ summary is appended to ``runs/<experiment>/summary.jsonl``; ``experiments/report
 summaries into the tables of ``docs/results.md``, and ``report.py --export`` keeps them in
 ``experiments/results/<experiment>.jsonl``: a run recorded there with the same flags counts as
 done too, so a new machine without the run folders goes on with the runs still missing
-(``--kept``). The scripts import this checkout's ``crf_lr`` (ahead of any installed copy), and each summary records its commit (``code``), so a fixed
-checkout (``git worktree add --detach ../expcode``) runs one version of the library throughout.
+(``--kept``). The scripts import this checkout's ``crf_lr`` (ahead of any installed copy), and
+each summary records its commit (``code``), so a fixed checkout (``git worktree add --detach
+../expcode``) runs one version of the library throughout.
 
 The configurations are ordered so that a run cut short still leaves a complete comparison: all
 settings for the first seed, then the next seed, and so on (``--seeds`` and ``--only`` narrow it).
@@ -21,6 +22,7 @@ settings for the first seed, then the next seed, and so on (``--seeds`` and ``--
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -164,25 +166,22 @@ def finished(output, epochs):
         return False
 
 
-def kept_commands(path):
-    """Run name -> recorded command of the summaries kept in ``path`` (``report.py --export``);
+def kept_flags(path):
+    """Run name -> the flags it ran with, from the summaries kept in ``path`` (``report.py
+    --export``; their command without ``python <script>``, ``--data-dir`` and ``--output``);
     empty if it is missing or ``path`` is empty."""
     if not path or not os.path.isfile(path):
         return {}
     with open(path, encoding='utf-8') as f:
         records = [json.loads(line) for line in f if line.strip()]
-    return {record['name']: record.get('command', '') for record in records}
+    return {record['name']: _flags_of(record.get('command', '')) for record in records}
 
 
-def is_kept(name, flags, kept):
-    """True if ``kept`` (:func:`kept_commands`) records run ``name`` with these ``flags``; a
-    record of other flags (the experiment changed since) is reported and run again."""
-    if name not in kept:
-        return False
-    if ' '.join(flags) in kept[name]:
-        return True
-    print(f'{name}: kept with other flags ({kept[name]}); running it again', flush=True)
-    return False
+def _flags_of(command):
+    words = shlex.split(command)[2:]
+    placed = {k + step for k, word in enumerate(words) if word in ('--data-dir', '--output')
+              for step in (0, 1)}
+    return [word for k, word in enumerate(words) if k not in placed]
 
 
 def epochs_of(flags):
@@ -285,8 +284,11 @@ def main(argv=None):
         parser.error('the experiments need the shared data: pass --data-dir or set CRF_LR_DATA')
     kept_path = args.kept if args.kept is not None else os.path.join(
         ROOT, 'experiments', 'results', os.path.basename(folder) + '.jsonl')
-    kept = kept_commands(kept_path)
-    done = [name for name, _, flags in runs if is_kept(name, flags, kept)]
+    kept = kept_flags(kept_path)
+    done = {name for name, _, flags in runs if kept.get(name) == flags}
+    for name in sorted(kept.keys() & {name for name, _, _ in runs} - done):
+        print(f'{name}: kept with other flags ({" ".join(kept[name])}); running it again',
+              flush=True)
     if done:
         print(f'{len(done)} of {len(runs)} runs already kept in {kept_path}', flush=True)
     os.makedirs(folder, exist_ok=True)
