@@ -52,27 +52,34 @@ def with_kept(path, runs):
 
 def test_scores_as_recorded_before(run):
     """A summary of the scripts since model selection moved to the development split, in the
-    layout of the earlier summaries, so one report reads both.
+    layout of the earlier summaries, so one report reads both; a summary already in that layout
+    (as ``--export`` keeps it) comes back the same.
 
     Runs with ``--test-every-epoch`` log each epoch's test scores as ``test_*``, primary scores
     with the scheme's decoding constraints and ``test_*_unconstrained`` beside them. The earlier
     layout kept test scores unprefixed, unconstrained, with ``f1_constrained`` beside, and
-    ``best`` was the best epoch's test F1. Earlier summaries pass unchanged.
+    ``first_epoch`` was epoch 1's test F1. ``best_epoch`` and ``best`` stay the development
+    split's choice (the earlier summaries, without ``dev_f1``, chose on test and pass unchanged).
     """
     epochs = run.get('epochs', [])
-    if not epochs or 'test_f1' not in epochs[0]:
+    if not epochs or 'dev_f1' not in epochs[0]:
         return run
-    converted = []
-    for epoch in epochs:
-        test = {k[5:]: v for k, v in epoch.items() if k.startswith('test_')}
-        if 'f1_unconstrained' in test:
-            free = {k[:-len('_unconstrained')]: v for k, v in test.items()
-                    if k.endswith('_unconstrained')}
-            test = dict({k: v for k, v in test.items() if not k.endswith('_unconstrained')},
-                        **free, f1_constrained=test['f1'])
-        converted.append(dict({k: v for k, v in epoch.items() if not k.startswith('test_')},
-                              **test))
-    return dict(run, epochs=converted, best=max(e['f1'] for e in converted))
+    if 'test_f1' in epochs[0]:
+        epochs = [_unprefixed_test_scores(epoch) for epoch in epochs]
+    if 'f1' not in epochs[0]:
+        return run                                             # no test scores per epoch
+    return dict(run, epochs=epochs, first_epoch=epochs[0]['f1'],
+                best=max(e['dev_f1'] for e in epochs))
+
+
+def _unprefixed_test_scores(epoch):
+    test = {k[5:]: v for k, v in epoch.items() if k.startswith('test_')}
+    if 'f1_unconstrained' in test:
+        free = {k[:-len('_unconstrained')]: v for k, v in test.items()
+                if k.endswith('_unconstrained')}
+        test = dict({k: v for k, v in test.items() if not k.endswith('_unconstrained')},
+                    **free, f1_constrained=test['f1'])
+    return dict({k: v for k, v in epoch.items() if not k.startswith('test_')}, **test)
 
 
 def mean_std(values):
@@ -102,27 +109,42 @@ def scale_line(runs):
 
 
 def report_exp1(runs, figures, folder):
-    lines = ['| encoder | setting | main lr | CRF lr | F1 after epoch 1 | best F1 | '
-             'best F1, constrained decoding | sane tags (seed 0) | emission margin / '
-             'transition spread (seed 0) | largest transition change from init (seed 0) | seeds |',
-             '|' + '---|' * 11]
+    """The table of experiment 1: test F1 (decoded without constraints unless the column says
+    so) after epoch 1 and at the epoch each run selected, and the seed-0 transition diagnostics;
+    then the sanity figures and the seed-0 transition matrices of three settings."""
+    lines = ['| encoder | setting | main lr | CRF lr | test F1 after epoch 1 | test F1, selected '
+             'epoch | test F1, selected epoch, constrained decoding | selected epoch | sane tags '
+             '(seed 0) | '
+             'emission margin / transition spread (seed 0) | largest transition change from init '
+             '(seed 0) | seeds |',
+             '|' + '---|' * 12]
     groups = grouped(runs)
     for name, members in groups.items():
         encoder, setting = name.split('/')
         config = members[0]['config']
-        best = [max(r['epochs'], key=lambda e: e['f1']) for r in members]
+        selected = [r['epochs'][r['best_epoch'] - 1] for r in members]
         seed0 = min(members, key=lambda r: r['config']['seed'])['epochs'][-1]
         crf = config['head'] == 'crf'
         crf_lr = f'{config["lr"] * config["crf_lr_multiplier"]:g}' if crf else '—'
+        sanity = crf and not config.get('constrain')    # see the note below the table
+        sane_tags = f'{seed0.get("sane_tags")}/4' if sanity else '—'
         lines.append(
             f'| {encoder} | {setting} | {config["lr"]:g} | {crf_lr} '
             f'| {mean_std([r["first_epoch"] for r in members])} '
-            f'| {mean_std([r["best"] for r in members])} '
-            f'| {mean_std([b["f1_constrained"] for b in best])} '
-            f'| {seed0.get("sane_tags", "—")}{"/4" if crf else ""} '
-            f'| {seed0["margin_to_spread"] if crf else "—"} '
+            f'| {mean_std([e["f1"] for e in selected])} '
+            f'| {mean_std([e["f1_constrained"] for e in selected])} '
+            f'| {", ".join(str(r["best_epoch"]) for r in members)} '
+            f'| {sane_tags} '
+            f'| {seed0["margin_to_spread"] if sanity else "—"} '
             f'| {seed0.get("transition_change", "—") if crf else "—"} | {len(members)} |')
     lines.append('')
+    if any(r['config'].get('constrain') for r in runs):
+        lines += ['Settings trained with the constraints (`--constrain`) have no sanity figures: '
+                  'the impossible transitions are masked in training, get no gradient and keep '
+                  'their initial values.', '']
+    if any('dev_f1' not in r['epochs'][0] for r in runs):
+        lines += ['Runs without development-split scores (before 2026-11-23) selected their '
+                  'epoch on the test F1.', '']
     lines += _sanity_figures(groups, figures)
     for name in [n for n in groups if n.endswith(('CRF-1', 'CRF-x1000', 'CRF-x100'))
                  and n.startswith('albert-L1')]:
@@ -148,7 +170,7 @@ def transition_margins(groups):
     by_encoder = defaultdict(dict)
     for name, members in groups.items():
         epoch = min(members, key=lambda r: r['config']['seed'])['epochs'][-1]
-        if 'transitions' in epoch:
+        if 'transitions' in epoch and not members[0]['config'].get('constrain'):
             encoder, setting = name.split('/')
             margins = transition_sanity(np.array(epoch['transitions']))
             label = f'{setting} (emission / transition {epoch["margin_to_spread"]:g})'
@@ -483,6 +505,7 @@ def main(argv=None):
     print('Commands (one per setting, as `experiments/run.py` started them; {s} = the seed):\n')
     for name, members in grouped(runs).items():
         command = re.sub(r'(--seed |/seed)\d+', r'\1{s}', members[0]['command'])
+        command = re.sub(r'^python \S*/(examples/)', r'python \1', command)  # from any checkout
         seeds = ', '.join(str(r['config']['seed']) for r in members)
         print(f'    {command}    # seeds {seeds}')
     print('\n' + '\n'.join(body))

@@ -127,13 +127,36 @@ def test_exp1_report_sanity_margins(tmp_path):
     epoch = dict(epoch=1, f1=0.9, f1_constrained=0.91, sane_tags=3, margin_to_spread=0.5,
                  transition_change=1.0, transitions=trans)
     runs = [dict(name='albert-L1/CRF-2/seed0', command='python x --seed 0', machine='m',
-                 wall_seconds=1.0, config=config, epochs=[epoch], best=0.9, first_epoch=0.9)]
+                 wall_seconds=1.0, config=config, epochs=[epoch], best=0.9, best_epoch=1,
+                 first_epoch=0.9)]
     margins = report.transition_margins(report.grouped(runs))
     assert margins['albert-L1']['CRF-2 (emission / transition 0.5)'] == pytest.approx(
         dict(s=-0.4, b=3.0, m=2.0, e=0.5))
     lines = report.report_exp1(runs, str(tmp_path), str(tmp_path))
     assert '| albert-L1 | CRF-2 | 0.001 | 0.01 | 90.00 (1 seed) |' in '\n'.join(lines)
     assert os.path.isfile(tmp_path / 'exp1-albert-L1-sanity.png')
+
+
+def test_exp1_report_scores_the_epoch_chosen_on_dev_on_test(tmp_path):
+    # epoch 2 has the better test F1, epoch 1 the better dev F1: the table reports epoch 1's test
+    # scores, the first column epoch 1's test F1 (not its dev F1)
+    def epoch(k, dev, test, test_free):
+        return dict(epoch=k, dev_f1=dev, test_f1=test, test_f1_unconstrained=test_free,
+                    sane_tags=4, margin_to_spread=0.5, transition_change=1.0)
+    record = dict(name='albert-L1/CRF-2/seed0', command='python x --seed 0', machine='m',
+                  wall_seconds=1.0, config=dict(lr=1e-3, crf_lr_multiplier=10, head='crf', seed=0),
+                  epochs=[epoch(1, 0.95, 0.80, 0.70), epoch(2, 0.90, 0.85, 0.75)], best=0.95,
+                  best_epoch=1, first_epoch=0.95)
+    run = report.test_scores_as_recorded_before(record)
+    assert (run['best_epoch'], run['best'], run['first_epoch']) == (1, 0.95, 0.70)
+    assert report.test_scores_as_recorded_before(run) == run, 'a kept (converted) summary'
+    table = '\n'.join(report.report_exp1([run], str(tmp_path), str(tmp_path)))
+    assert '| albert-L1 | CRF-2 | 0.001 | 0.01 | 70.00 (1 seed) | 70.00 (1 seed) | 80.00 (1 seed) ' \
+           '| 1 | 4/4 |' in table
+    assert 'selected their epoch on the test F1' not in table
+    masked = dict(run, name='albert-L1/CRF-2-plus/seed0', config=dict(run['config'], constrain=True))
+    table = '\n'.join(report.report_exp1([masked], str(tmp_path), str(tmp_path)))
+    assert '| 1 | — | — | 1.0 | 1 |' in table, 'no sanity figures for masked transitions'
 
 
 @pytest.mark.parametrize('results, done', [
