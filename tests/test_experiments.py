@@ -327,3 +327,18 @@ def test_an_export_adds_to_the_runs_it_already_keeps(exp3_summaries, tmp_path):
     records = {json.loads(line)['name']: json.loads(line) for line in export.read_text().splitlines()}
     assert len(records) == len(exp3_summaries)
     assert records[replaced['name']]['wall_seconds'] == 12345.0
+
+
+@pytest.mark.parametrize('experiment, document', [
+    ('exp2', 'results.md'), ('exp2c', 'results.md'), ('exp3', 'results.md'),
+    ('parity', 'performance.md')])
+def test_the_documented_tables_are_rebuilt_from_the_kept_runs(experiment, document, tmp_path,
+                                                              capsys):
+    pytest.importorskip('matplotlib')
+    report.main([experiment, '--summary', os.path.join(ROOT, 'experiments', 'results',
+                                                       f'{experiment}.jsonl'),
+                 '--figures', str(tmp_path)])
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith('|')]
+    with open(os.path.join(ROOT, 'docs', document), encoding='utf-8') as f:
+        text = f.read()
+    assert rows and [row for row in rows if row not in text] == []
