@@ -60,6 +60,7 @@ def test_scores_as_recorded_before(run):
     layout kept test scores unprefixed, unconstrained, with ``f1_constrained`` beside, and
     ``first_epoch`` was epoch 1's test F1. ``best_epoch`` and ``best`` stay the development
     split's choice (the earlier summaries, without ``dev_f1``, chose on test and pass unchanged).
+    A run without test scores per epoch passes unchanged.
     """
     epochs = run.get('epochs', [])
     if not epochs or 'dev_f1' not in epochs[0]:
@@ -67,9 +68,8 @@ def test_scores_as_recorded_before(run):
     if 'test_f1' in epochs[0]:
         epochs = [_unprefixed_test_scores(epoch) for epoch in epochs]
     if 'f1' not in epochs[0]:
-        return run                                             # no test scores per epoch
-    return dict(run, epochs=epochs, first_epoch=epochs[0]['f1'],
-                best=max(e['dev_f1'] for e in epochs))
+        return run
+    return dict(run, epochs=epochs, first_epoch=epochs[0]['f1'])
 
 
 def _unprefixed_test_scores(epoch):
@@ -90,6 +90,16 @@ def mean_std(values):
     if len(values) == 1:
         return f'{100 * values[0]:.2f} (1 seed)'
     return f'{100 * np.mean(values):.2f} ± {100 * np.std(values, ddof=1):.2f}'
+
+
+def selected_epoch(run):
+    """The record of the epoch ``run`` selected (its saved model)."""
+    return run['epochs'][run['best_epoch'] - 1]
+
+
+def selected_epochs(runs):
+    """'4, 6': the epoch each of ``runs`` selected."""
+    return ', '.join(str(r['best_epoch']) for r in runs)
 
 
 def grouped(runs):
@@ -114,26 +124,25 @@ def report_exp1(runs, figures, folder):
     then the sanity figures and the seed-0 transition matrices of three settings."""
     lines = ['| encoder | setting | main lr | CRF lr | test F1 after epoch 1 | test F1, selected '
              'epoch | test F1, selected epoch, constrained decoding | selected epoch | sane tags '
-             '(seed 0) | '
-             'emission margin / transition spread (seed 0) | largest transition change from init '
-             '(seed 0) | seeds |',
+             '(seed 0, last epoch) | emission margin / transition spread (seed 0, last epoch) | '
+             'largest transition change from init (seed 0, last epoch) | seeds |',
              '|' + '---|' * 12]
     groups = grouped(runs)
     for name, members in groups.items():
         encoder, setting = name.split('/')
         config = members[0]['config']
-        selected = [r['epochs'][r['best_epoch'] - 1] for r in members]
+        selected = [selected_epoch(r) for r in members]
         seed0 = min(members, key=lambda r: r['config']['seed'])['epochs'][-1]
         crf = config['head'] == 'crf'
         crf_lr = f'{config["lr"] * config["crf_lr_multiplier"]:g}' if crf else '—'
         sanity = crf and not config.get('constrain')    # see the note below the table
-        sane_tags = f'{seed0.get("sane_tags")}/4' if sanity else '—'
+        sane_tags = f'{seed0["sane_tags"]}/4' if sanity and 'sane_tags' in seed0 else '—'
         lines.append(
             f'| {encoder} | {setting} | {config["lr"]:g} | {crf_lr} '
-            f'| {mean_std([r["first_epoch"] for r in members])} '
-            f'| {mean_std([e["f1"] for e in selected])} '
-            f'| {mean_std([e["f1_constrained"] for e in selected])} '
-            f'| {", ".join(str(r["best_epoch"]) for r in members)} '
+            f'| {mean_std([r["epochs"][0].get("f1") for r in members])} '
+            f'| {mean_std([e.get("f1") for e in selected])} '
+            f'| {mean_std([e.get("f1_constrained") for e in selected])} '
+            f'| {selected_epochs(members)} '
             f'| {sane_tags} '
             f'| {seed0["margin_to_spread"] if sanity else "—"} '
             f'| {seed0.get("transition_change", "—") if crf else "—"} | {len(members)} |')
@@ -251,7 +260,7 @@ def report_exp2c(runs, figures, folder):
     curves, budgets = defaultdict(dict), defaultdict(dict)
     for name, members in grouped(runs).items():
         dataset, head = name.split('/')
-        chosen = [r['epochs'][r['best_epoch'] - 1] for r in members]
+        chosen = [selected_epoch(r) for r in members]
         budgets[dataset][head] = [_selected_f1(r) for r in members]
 
         def cell(key, records=chosen):
@@ -260,7 +269,7 @@ def report_exp2c(runs, figures, folder):
         tests = [r['test']['f1'] for r in members if r.get('test')]
         epochs = [e for r in members for e in _later_epochs(r)]
         lines.append(
-            f'| {dataset} | {head} | {", ".join(str(r["best_epoch"]) for r in members)} '
+            f'| {dataset} | {head} | {selected_epochs(members)} '
             f'| {stopped} | {cell("dev_precision")} | {cell("dev_recall")} | {cell("dev_f1")} '
             f'| {cell("dev_f1_unconstrained") if head == "crf" else "—"} '
             f'| {mean_std(tests) if tests else "no labelled test"} '
