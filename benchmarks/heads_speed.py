@@ -90,13 +90,13 @@ def main():
     if args.predict:
         print(prediction_speed(args.predict, args))
         return
-    heads = driver.EXP2_HEADS
-    seen = {(d, h): [] for d in args.datasets.split(',') for h in heads}
+    heads, datasets = driver.EXP2_HEADS, args.datasets.split(',')
+    seen = {(d, h): [] for d in datasets for h in heads}
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as root:
         for r in range(args.rounds):
             order = heads[r % len(heads):] + heads[:r % len(heads)]
-            for dataset in args.datasets.split(','):
+            for dataset in datasets:
                 for head in order:
                     output = os.path.join(root, f'{dataset}-{head}-{r}')
                     seen[dataset, head].append(speeds(dataset, head, args, output))

@@ -132,10 +132,10 @@ def report_exp1(runs, figures, folder):
         encoder, setting = name.split('/')
         config = members[0]['config']
         selected = [selected_epoch(r) for r in members]
-        seed0 = min(members, key=lambda r: r['config']['seed'])['epochs'][-1]
+        seed0 = _seed0_last_epoch(members)
         crf = config['head'] == 'crf'
         crf_lr = f'{config["lr"] * config["crf_lr_multiplier"]:g}' if crf else '—'
-        sanity = crf and not config.get('constrain')    # see the note below the table
+        sanity = _has_sanity(config)
         sane_tags = f'{seed0["sane_tags"]}/4' if sanity and 'sane_tags' in seed0 else '—'
         lines.append(
             f'| {encoder} | {setting} | {config["lr"]:g} | {crf_lr} '
@@ -172,14 +172,25 @@ def report_exp1(runs, figures, folder):
     return lines
 
 
+def _seed0_last_epoch(members):
+    """The last epoch's record of the lowest seed among ``members``."""
+    return min(members, key=lambda r: r['config']['seed'])['epochs'][-1]
+
+
+def _has_sanity(config):
+    """A CRF whose impossible transitions learn (not masked in training by ``--constrain``),
+    so that their sanity means something."""
+    return config['head'] == 'crf' and not config.get('constrain')
+
+
 def transition_margins(groups):
     """{encoder: {setting label: {tag: margin}}}: each tag's weakest possible successor minus its
     strongest impossible one (> 0 is sane), from every CRF setting's seed-0 run's last epoch."""
     from crf_lr.diagnostics import transition_sanity
     by_encoder = defaultdict(dict)
     for name, members in groups.items():
-        epoch = min(members, key=lambda r: r['config']['seed'])['epochs'][-1]
-        if 'transitions' in epoch and not members[0]['config'].get('constrain'):
+        epoch = _seed0_last_epoch(members)
+        if 'transitions' in epoch and _has_sanity(members[0]['config']):
             encoder, setting = name.split('/')
             margins = transition_sanity(np.array(epoch['transitions']))
             label = f'{setting} (emission / transition {epoch["margin_to_spread"]:g})'
