@@ -259,12 +259,17 @@ def report_exp2(runs, figures, folder):
     return lines + ['', f'![F1 per head](figures/{os.path.basename(path)})']
 
 
+EXP2C_TITLES = {'exp2c': 'Experiment 2 to convergence',
+                'exp2c-stop3': 'Experiment 2 to convergence, 3-epoch stop window'}
+
+
 def report_exp2c(runs, figures, folder):
     """Experiment 2 to convergence: each run's dev-selected epoch, where it stopped, dev P/R/F1
     there (CRF also without decoding constraints), the test F1 of the selected model where the
     dataset has a labelled test part, speeds, the heads' order at each epoch budget
     (:func:`ordering_by_budget`), and the mean dev-F1 curve per head (epoch 2 marked: the budget
-    of the fixed-scale experiment 2)."""
+    of the fixed-scale experiment 2), drawn as ``<experiment>-<dataset>.png`` (``folder``'s name is
+    the experiment's)."""
     lines = ['| dataset | head | selected epoch | stopped after | dev P | dev R | dev F1 | dev F1 '
              'without constraints | test F1 (selected model) | head parameters | training '
              'windows/s | prediction sentences/s | seeds |', '|' + '---|' * 13]
@@ -300,9 +305,10 @@ def report_exp2c(runs, figures, folder):
         series = {head: series[head] for head in ORDER[::-1] if head in series}  # same colours
         marked = dict(series, **{'epoch 2 (fixed-scale experiment 2)': (
             [2, 2], [min(min(v) for v in series.values()), max(max(v) for v in series.values())])})
-        path = plot_curves(marked, os.path.join(figures, f'exp2c-{dataset}.png'), xlabel='epoch',
-                           ylabel='dev strict F1 (mean over seeds)',
-                           title=f'Experiment 2 to convergence: {dataset}',
+        experiment = os.path.basename(folder)                  # exp2c, exp2c-stop3
+        path = plot_curves(marked, os.path.join(figures, f'{experiment}-{dataset}.png'),
+                           xlabel='epoch', ylabel='dev strict F1 (mean over seeds)',
+                           title=f'{EXP2C_TITLES[experiment]}: {dataset}',
                            styles={'epoch 2 (fixed-scale experiment 2)': 'k:'})
         lines += ['', f'![{dataset}: dev F1 per epoch](figures/{os.path.basename(path)})']
     return lines
@@ -497,7 +503,8 @@ def _exp3_plots(pairs, curves, figures):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    parser.add_argument('experiment', choices=('exp1', 'exp2', 'exp2c', 'exp3', 'parity'))
+    parser.add_argument('experiment', choices=('exp1', 'exp2', 'exp2c', 'exp2c-stop3', 'exp3',
+                                               'parity'))
     parser.add_argument('--runs', default=os.path.join(ROOT, 'runs'),
                         help='parent of the run folders (default: runs/)')
     parser.add_argument('--summary', default=None,
@@ -519,8 +526,8 @@ def main(argv=None):
         os.replace(args.export + '.partial', args.export)     # the kept runs, never half-written
     os.makedirs(args.figures, exist_ok=True)
     body = {'exp1': report_exp1, 'exp2': report_exp2, 'exp2c': report_exp2c,
-            'exp3': report_exp3, 'parity': report_parity}[args.experiment](
-        runs, args.figures, folder)
+            'exp2c-stop3': report_exp2c, 'exp3': report_exp3,
+            'parity': report_parity}[args.experiment](runs, args.figures, folder)
     print(scale_line(runs) + '\n')
     print('Commands (one per setting, as `experiments/run.py` started them; {s} = the seed):\n')
     for name, members in grouped(runs).items():

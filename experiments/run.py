@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -51,11 +52,20 @@ EXP2_SCALE = ['--train-limit', '3000', '--eval-limit', '1000', '--epochs', '2', 
               '--crf-lr-multiplier', '100', '--test-every-epoch']
 EXP2_DATASETS = ('cluener', 'cmeee', 'msra')
 EXP2_HEADS = ('crf', 'global_pointer', 'efficient_global_pointer')
-# Experiment 2 to convergence: the whole training sets, every dev sentence; stop once dev F1 has
-# risen by less than 0.3 points over two epochs, at most 15 epochs.
-EXP2C_SCALE = ['--epochs', '15', '--stop-gain', '0.003', '--stop-epochs', '2', '--lr', '2e-4',
-               '--crf-lr-multiplier', '100']
+
+
+def exp2c_scale(stop_epochs):
+    """Experiment 2 to convergence: the whole training sets, every dev sentence; stop once dev F1
+    has risen by less than 0.3 points over ``stop_epochs`` epochs, at most 15 epochs."""
+    return ['--epochs', '15', '--stop-gain', '0.003', '--stop-epochs', str(stop_epochs), '--lr',
+            '2e-4', '--crf-lr-multiplier', '100']
+
+
+EXP2C_SCALE = exp2c_scale(2)        # the issue's rule
 EXP2C_DATASETS = ('cluener', 'cmeee')
+# experiment -> (datasets, stop window); exp2c-stop3: CMeEE's runs with a three-epoch window, the
+# rule's sensitivity on that dataset's noisy dev curves
+EXP2C_VARIANTS = {'exp2c': (EXP2C_DATASETS, 2), 'exp2c-stop3': (('cmeee',), 3)}
 
 # bf16 accuracy parity: examples/demo.py's settings (ALBERT-tiny layer 1, PKU) and the 300-sentence
 # MSRA default NER run per head, for every seed, each in float32 and in mixed_bfloat16.
@@ -104,7 +114,9 @@ def exp3_runs(seeds=None):
 
 
 # exp3: each block's own seeds (EXP3_BLOCKS)
-DEFAULT_SEEDS = {'exp1': '0,1,2', 'exp2': '0,1', 'exp2c': '0,1,2', 'parity': '0,1,2'}
+DEFAULT_SEEDS = {'exp1': '0,1,2', 'exp2': '0,1', 'exp2c': '0,1,2', 'exp2c-stop3': '0,1,2',
+                 'parity': '0,1,2'}
+EXPERIMENTS = ('exp1', 'exp2', 'exp2c', 'exp2c-stop3', 'exp3', 'parity')
 
 
 def experiment(name, seeds=None):
@@ -134,11 +146,13 @@ def experiment(name, seeds=None):
                 for head in EXP2_HEADS:
                     runs.append((f'{dataset}/{head}/seed{seed}', 'task_ner.py',
                                  EXP2_SCALE + s + ['--dataset', dataset, '--head', head]))
-        elif name == 'exp2c':
-            for dataset in EXP2C_DATASETS:
+        elif name in EXP2C_VARIANTS:
+            datasets, stop_epochs = EXP2C_VARIANTS[name]
+            for dataset in datasets:
                 for head in EXP2_HEADS:
                     runs.append((f'{dataset}/{head}/seed{seed}', 'task_ner.py',
-                                 EXP2C_SCALE + s + ['--dataset', dataset, '--head', head]))
+                                 exp2c_scale(stop_epochs) + s
+                                 + ['--dataset', dataset, '--head', head]))
         elif name == 'parity':
             for precision in PRECISIONS:
                 p = ['--precision', precision]
@@ -148,8 +162,8 @@ def experiment(name, seeds=None):
                           PARITY_NER + ['--head', head] + s + p)
                          for head in EXP2_HEADS + ('softmax',)]
         else:
-            raise SystemExit(f'unknown experiment {name!r}: expected exp1, exp2, exp2c, exp3 or '
-                             f'parity')
+            raise SystemExit(f'unknown experiment {name!r}: expected one of '
+                             f'{", ".join(EXPERIMENTS)}')
     return runs
 
 
@@ -190,6 +204,7 @@ def epochs_of(flags):
 
 
 CLAIM = 'driver.pid'     # in a run folder while a driver trains it
+BEGUN_FROM = 'begun_from.txt'    # in a run folder begun from another run: that run's folder
 
 
 def claim(output):
@@ -214,6 +229,27 @@ def claim(output):
             return claim(output)
     with os.fdopen(descriptor, 'w', encoding='utf-8') as f:
         f.write(str(os.getpid()))
+    return True
+
+
+def begin_from(source, output):
+    """Begin the run in ``output`` from the finished run in ``source``: its record, epochs,
+    checkpoint and best model, not its results (so the run is not finished yet). The task script
+    then resumes it, and refuses if the two runs' arguments differ in more than a resumed run may
+    change (``crf_lr.runs.RESUMABLE_CHANGES``: the epochs, the stop rule); ``BEGUN_FROM`` names
+    ``source``. False, copying nothing, where ``source`` has no checkpoint or ``output`` has begun
+    already.
+
+        >>> begin_from('runs/exp2c/cmeee/crf/seed1', 'runs/exp2c-stop3/cmeee/crf/seed1')
+    """
+    if (not os.path.isfile(os.path.join(source, 'checkpoint', 'last.index'))
+            or os.path.exists(os.path.join(output, 'log.jsonl'))):
+        return False
+    shutil.copytree(source, output, dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns('results.json', 'log.jsonl', CLAIM))
+    with open(os.path.join(output, BEGUN_FROM), 'w', encoding='utf-8') as f:
+        f.write(source)
+    shutil.copy2(os.path.join(source, 'log.jsonl'), output)     # last: it marks the run begun
     return True
 
 
@@ -249,7 +285,7 @@ def code_version():
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    parser.add_argument('experiment', choices=('exp1', 'exp2', 'exp2c', 'exp3', 'parity'))
+    parser.add_argument('experiment', choices=EXPERIMENTS)
     parser.add_argument('--data-dir', default=os.environ.get('CRF_LR_DATA'),
                         help='shared data folder (default: $CRF_LR_DATA)')
     parser.add_argument('--seeds', default=None,
@@ -268,6 +304,11 @@ def main(argv=None):
                              'same flags is done '
                              '(default: experiments/results/<experiment>[-<precision>].jsonl; '
                              "'' runs everything again)")
+    parser.add_argument('--begin-from', default=None, metavar='EXPERIMENT',
+                        help='begin each run not yet started from the run of the same name in '
+                             'OUTPUT/EXPERIMENT (its epochs, checkpoint and best model), where the '
+                             'two differ only in the epochs or the stop rule: exp2c-stop3 '
+                             '--begin-from exp2c goes on from where the two-epoch window stopped')
     parser.add_argument('--list', action='store_true', help='print the runs and exit')
     args = parser.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(',')] if args.seeds else None
@@ -305,12 +346,22 @@ def main(argv=None):
         try:
             if finished(output, epochs):   # finished by another driver since the check above
                 continue
+            if args.begin_from:
+                source = os.path.join(args.output, args.begin_from, name)
+                if os.path.isdir(source) and not finished(source, 0):
+                    print(f'[{time.strftime("%H:%M:%S")}] {k}/{len(runs)} {name}: {source} has '
+                          f'not finished; skipped', flush=True)
+                    continue
+                begin_from(source, output)
             summary = start(name, script, flags, output, args.data_dir, epochs,
                             f'[{time.strftime("%H:%M:%S")}] {k}/{len(runs)} {name}')
         finally:
             os.remove(os.path.join(output, CLAIM))
         if summary is None:
             continue
+        if os.path.exists(os.path.join(output, BEGUN_FROM)):  # wall time: this run's epochs only
+            with open(os.path.join(output, BEGUN_FROM), encoding='utf-8') as f:
+                summary['begun_from'] = os.path.relpath(f.read(), args.output)
         with open(os.path.join(folder, 'summary.jsonl'), 'a', encoding='utf-8') as f:
             f.write(json.dumps(summary, ensure_ascii=False) + '\n')
         print(f'  done in {summary["wall_seconds"]:.0f}s: best {summary["best"]:.4f} '

@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -222,12 +223,12 @@ def test_exp2c_report_reads_the_dev_selected_epoch_and_where_each_run_stopped(tm
     runs = [summary('crf', 0, [0.5, 0.7, 0.6, 0.6], stopped=4, test=dict(f1=0.68)),
             summary('crf', 1, [0.5, 0.5, 0.9], test=dict(f1=0.88)),
             summary('global_pointer', 0, [0.2, 0.4], test=None)]
-    lines = report.report_exp2c(runs, str(tmp_path), str(tmp_path))
+    lines = report.report_exp2c(runs, str(tmp_path), str(tmp_path / 'exp2c-stop3'))
     assert ('| cmeee | crf | 2, 3 | 4, 3 | 80.00 ± 14.14 | 80.00 ± 14.14 | 80.00 ± 14.14 '
             '| 70.00 ± 14.14 | 78.00 ± 14.14 | 500 | 10.0 | 100.0 | 2 |') in lines
     assert ('| cmeee | global_pointer | 2 | 2 | 40.00 (1 seed) | 40.00 (1 seed) | 40.00 (1 seed) '
             '| — | no labelled test | 500 | 10.0 | 100.0 | 1 |') in lines
-    assert os.path.isfile(tmp_path / 'exp2c-cmeee.png')
+    assert os.path.isfile(tmp_path / 'exp2c-stop3-cmeee.png')
 
 
 def test_exp2c_ordering_compares_the_dev_selected_f1_at_each_epoch_budget():
@@ -315,6 +316,44 @@ def test_the_driver_skips_runs_kept_in_the_repository(tmp_path, monkeypatch, cap
     started.clear()
     run.main(argv + ['--kept', ''])
     assert started[0] == name
+
+
+def test_a_run_begins_from_the_finished_run_of_another_experiment(tmp_path, monkeypatch, capsys):
+    """exp2c-stop3 --begin-from exp2c: each CMeEE run starts from exp2c's finished run of the same
+    name (record, epochs, checkpoint, best model; not its results), one still training is left
+    alone, one missing starts afresh; the summary names where it began."""
+    runs_dir = tmp_path / 'runs'
+
+    def source(name, finished):
+        folder = runs_dir / 'exp2c' / name
+        (folder / 'checkpoint').mkdir(parents=True)
+        (folder / 'model').mkdir()
+        for path, text in (('checkpoint/last.index', 'i'), ('model/model.h5', 'm'),
+                           ('log.jsonl', '{"epoch": 1}\n'), ('run.json', '{}'),
+                           ('results.json', json.dumps(dict(epochs=[{}], **(
+                               dict(test=None, stopped_after_epoch=1) if finished else {}))))):
+            (folder / path).write_text(text)
+    source('cmeee/crf/seed1', finished=True)
+    source('cmeee/global_pointer/seed1', finished=False)
+    seen = {}
+
+    def start(name, script, flags, output, *args):
+        seen[name] = sorted(str(p.relative_to(output)) for p in Path(output).rglob('*')
+                            if p.name != run.CLAIM)
+        return dict(name=name, wall_seconds=1.0, best=0.5, first_epoch=0.4)
+    monkeypatch.setattr(run, 'start', start)
+    run.main(['exp2c-stop3', '--seeds', '1', '--data-dir', 'data', '--output', str(runs_dir),
+              '--kept', '', '--begin-from', 'exp2c'])
+    assert seen == {'cmeee/crf/seed1': ['begun_from.txt', 'checkpoint', 'checkpoint/last.index',
+                                        'log.jsonl', 'model', 'model/model.h5', 'run.json'],
+                    'cmeee/efficient_global_pointer/seed1': []}
+    assert 'cmeee/global_pointer/seed1: ' in capsys.readouterr().out
+    summaries = [json.loads(line) for line in
+                 (runs_dir / 'exp2c-stop3' / 'summary.jsonl').read_text().splitlines()]
+    assert [s.get('begun_from') for s in summaries] == ['exp2c/cmeee/crf/seed1', None]
+    begun = runs_dir / 'exp2c-stop3' / 'cmeee' / 'crf' / 'seed1'
+    assert not run.begin_from(str(runs_dir / 'exp2c' / 'cmeee' / 'crf' / 'seed1'), str(begun))
+    assert ['--stop-epochs', '3'] == run.experiment('exp2c-stop3', [1])[0][2][4:6]
 
 
 def test_an_export_adds_to_the_runs_it_already_keeps(exp3_summaries, tmp_path):
