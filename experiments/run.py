@@ -346,7 +346,7 @@ def main(argv=None):
         try:
             if finished(output, epochs):   # finished by another driver since the check above
                 continue
-            if args.begin_from:
+            if args.begin_from and not os.path.exists(os.path.join(output, 'log.jsonl')):
                 source = os.path.join(args.output, args.begin_from, name)
                 if os.path.isdir(source) and not finished(source, 0):
                     print(f'[{time.strftime("%H:%M:%S")}] {k}/{len(runs)} {name}: {source} has '
