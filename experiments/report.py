@@ -113,9 +113,13 @@ def grouped(runs):
 def scale_line(runs):
     wall = sum(r['wall_seconds'] for r in runs)
     finished = max((r['epochs'][-1].get('time', '') for r in runs), default='')
+    begun = sorted(r['begun_from'] for r in runs if r.get('begun_from'))
     return (f'Machine: {runs[0]["machine"]}. {len(runs)} finished runs, {wall / 60:.0f} min of run '
             f'time summed over the runs' + (f', the last one finished {finished}' if finished else '')
-            + '. Code: ' + ', '.join(sorted({r.get('code', 'not recorded') for r in runs})) + '.')
+            + '. Code: ' + ', '.join(sorted({r.get('code', 'not recorded') for r in runs})) + '.'
+            + (f' Begun from the finished runs {", ".join(begun)} (`run.py --begin-from`): '
+               f'their epochs up to where those stopped, and their code, are those runs\'; their '
+               f'run time counts only the epochs after.' if begun else ''))
 
 
 def report_exp1(runs, figures, folder):

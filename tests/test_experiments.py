@@ -351,6 +351,8 @@ def test_a_run_begins_from_the_finished_run_of_another_experiment(tmp_path, monk
     summaries = [json.loads(line) for line in
                  (runs_dir / 'exp2c-stop3' / 'summary.jsonl').read_text().splitlines()]
     assert [s.get('begun_from') for s in summaries] == ['exp2c/cmeee/crf/seed1', None]
+    line = report.scale_line([dict(s, machine='m', epochs=[{}], code='c') for s in summaries])
+    assert 'Begun from the finished runs exp2c/cmeee/crf/seed1 (' in line
     begun = runs_dir / 'exp2c-stop3' / 'cmeee' / 'crf' / 'seed1'
     assert not run.begin_from(str(runs_dir / 'exp2c' / 'cmeee' / 'crf' / 'seed1'), str(begun))
     assert ['--stop-epochs', '3'] == run.experiment('exp2c-stop3', [1])[0][2][4:6]
