@@ -385,7 +385,7 @@ def test_an_export_adds_to_the_runs_it_already_keeps(exp3_summaries, tmp_path):
 
 @pytest.mark.parametrize('experiment, document', [
     ('exp1', 'results.md'), ('exp2', 'results.md'), ('exp2c', 'results.md'),
-    ('exp3', 'results.md'), ('parity', 'performance.md')])
+    ('exp2c-stop3', 'results.md'), ('exp3', 'results.md'), ('parity', 'performance.md')])
 def test_the_documented_tables_are_rebuilt_from_the_kept_runs(experiment, document, tmp_path,
                                                               capsys):
     pytest.importorskip('matplotlib')
