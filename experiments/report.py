@@ -505,10 +505,13 @@ def _exp3_plots(pairs, curves, figures):
     return lines
 
 
+REPORTS = {'exp1': report_exp1, 'exp2': report_exp2, 'exp2c': report_exp2c,
+           'exp2c-stop3': report_exp2c, 'exp3': report_exp3, 'parity': report_parity}
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    parser.add_argument('experiment', choices=('exp1', 'exp2', 'exp2c', 'exp2c-stop3', 'exp3',
-                                               'parity'))
+    parser.add_argument('experiment', choices=REPORTS)
     parser.add_argument('--runs', default=os.path.join(ROOT, 'runs'),
                         help='parent of the run folders (default: runs/)')
     parser.add_argument('--summary', default=None,
@@ -529,9 +532,7 @@ def main(argv=None):
                 f.write(json.dumps(record, ensure_ascii=False) + '\n')
         os.replace(args.export + '.partial', args.export)     # the kept runs, never half-written
     os.makedirs(args.figures, exist_ok=True)
-    body = {'exp1': report_exp1, 'exp2': report_exp2, 'exp2c': report_exp2c,
-            'exp2c-stop3': report_exp2c, 'exp3': report_exp3,
-            'parity': report_parity}[args.experiment](runs, args.figures, folder)
+    body = REPORTS[args.experiment](runs, args.figures, folder)
     print(scale_line(runs) + '\n')
     print('Commands (one per setting, as `experiments/run.py` started them; {s} = the seed):\n')
     for name, members in grouped(runs).items():

@@ -30,8 +30,9 @@ run = load('experiments', 'run')
 report = load('experiments', 'report')
 
 
-@pytest.mark.parametrize('name', ['exp1', 'exp2', 'exp2c', 'exp3', 'parity'])
+@pytest.mark.parametrize('name', run.EXPERIMENTS)
 def test_every_configuration_parses(name):
+    assert name in report.REPORTS, 'every experiment the driver runs has a report'
     scripts = {s: load('examples', s[:-3]) for s in ('task_cws_crf.py', 'task_ner.py')}
     runs = run.experiment(name)
     assert len({r[0] for r in runs}) == len(runs), 'run names must be unique'
