@@ -37,7 +37,7 @@ def main(argv=None):
     from crf_lr.datasets import read_word_list, resolve_data_dir
     from crf_lr.diagnostics import count_violations, diagnose, format_sanity, format_transitions
     from crf_lr.distribute import make_strategy, worker_folder
-    from crf_lr.encoders import default_encoder, default_learning_rate, load_encoder
+    from crf_lr.encoders import default_learning_rate, load_encoder
     from crf_lr.heads import make_head, piece_states
     from crf_lr.metrics import segmentation_scores
     from crf_lr.optimizers import LayerwiseAdam
@@ -46,13 +46,14 @@ def main(argv=None):
     from crf_lr.splits import load_splits
     from crf_lr.tagger import Tagger
     from crf_lr.tagging import SEG
+    from crf_lr.vocabulary import check_vocabulary, choose_encoder
 
     # ---- data: PFR 1998-01 (or your file) to train, a hold-out (or your dev file) to select ----
     with user_errors():                                    # a bad file: its path:line, no traceback
         strategy = make_strategy(args.strategy)    # before any other TensorFlow work: multiworker
         data = load_splits(None if args.train_file else 'pku', args.train_file, args.dev_file,
                            args.test_file, args.format or (args.train_file and 'segmented'),
-                           args.repair, args.data_dir, args.train_limit, args.eval_limit,
+                           not args.strict, args.data_dir, args.train_limit, args.eval_limit,
                            args.holdout, args.sample_seed)
     print(data.describe())
     data_dir = None if args.train_file else resolve_data_dir(args.data_dir)
@@ -66,13 +67,18 @@ def main(argv=None):
     set_check_numerics(True)            # NaN/inf in a layer or loss stops the run, naming it
     print(set_precision(args.precision))                 # e.g. 'precision: float32 (...)'
     keras.utils.set_random_seed(args.seed)
-    encoder = args.encoder or default_encoder(data.units)   # MiniLM for words, else ALBERT
+    encoder, why = ((args.encoder, 'as given') if args.encoder else   # else by the text's script
+                    choose_encoder(e.text for e in data.train))
+    print(f'encoder {encoder} ({why})')
     with strategy.scope():                   # the model's variables on every replica
         bert, vocab_path, encoder_info = load_encoder(encoder, args.layers, args.vocab)
         head = make_head(args.head, scheme=SEG, lr_multiplier=args.crf_lr_multiplier,
                          constrain_training=args.constrain, boundary_scores=args.boundary_scores)
         model = keras.Model(bert.inputs, head.build(piece_states(bert)))
         units = UnitEncoder(vocab_path)
+        with user_errors():                        # most units [UNK]: stop, name an encoder to try
+            print(check_vocabulary(units, (e.text for e in data.train), encoder,
+                                   args.allow_unknown))
         samples = make_samples([(e.text, e.tags, SEG.decode(e.tags)) for e in data.train], units,
                                args.maxlen, head)
         lr = args.lr or default_learning_rate(encoder, args.layers)

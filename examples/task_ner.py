@@ -8,8 +8,9 @@ Efficient GlobalPointer head: on your own files, or on a benchmark.
     python examples/task_ner.py --dataset conll2003 --encoder minilm-en --train-limit 400 \\
         --no-bias-correction --reinit-top 1                       # experiment 3
 
-After every epoch the development split is scored (strict span P/R/F1, relaxed token-type F1 per
-type); it selects the epoch. The selected model is saved to OUTPUT/model and scored once on the
+After every epoch the development split is scored (strict span P/R/F1; relaxed F1, the share of
+characters or words given their gold entity type whatever the boundaries; per type); it selects
+the epoch. The selected model is saved to OUTPUT/model and scored once on the
 test split at the end. Words of English text are split into WordPieces; a word's label goes to all
 its pieces and the first piece's prediction is the word's.
 """
@@ -48,7 +49,7 @@ def main(argv=None):
     from crf_lr import set_check_numerics, set_precision
     from crf_lr.compat import keras
     from crf_lr.distribute import make_strategy, worker_folder
-    from crf_lr.encoders import default_encoder, default_learning_rate, load_encoder
+    from crf_lr.encoders import default_learning_rate, load_encoder
     from crf_lr.heads import make_head, piece_states
     from crf_lr.metrics import confusion_matrix, format_confusion_matrix, relaxed_scores, span_scores
     from crf_lr.optimizers import LayerwiseAdam
@@ -58,12 +59,13 @@ def main(argv=None):
     from crf_lr.splits import load_splits
     from crf_lr.tagger import Tagger
     from crf_lr.tagging import label_list, spans_to_tags
+    from crf_lr.vocabulary import check_vocabulary, choose_encoder
 
     # ---- data: train, dev (selects the epoch), test (scored once at the end) ----
     with user_errors():                                    # a bad file: its path:line, no traceback
         strategy = make_strategy(args.strategy)    # before any other TensorFlow work: multiworker
         data = load_splits(args.dataset, args.train_file, args.dev_file, args.test_file,
-                           args.format, args.repair, args.data_dir, args.train_limit,
+                           args.format, not args.strict, args.data_dir, args.train_limit,
                            args.eval_limit, args.holdout, args.sample_seed)
     print(data.describe() + f'\ntypes: {list(data.types)}')
     run = RunLog(worker_folder(args.output, strategy), dict(vars(args), script='task_ner'),
@@ -73,7 +75,9 @@ def main(argv=None):
     set_check_numerics(True)            # NaN/inf in a layer or loss stops the run, naming it
     print(set_precision(args.precision))                 # e.g. 'precision: float32 (...)'
     keras.utils.set_random_seed(args.seed)
-    encoder = args.encoder or default_encoder(data.units)   # MiniLM for words, else ALBERT
+    encoder, why = ((args.encoder, 'as given') if args.encoder else   # else by the text's script
+                    choose_encoder(e.tokens for e in data.train))
+    print(f'encoder {encoder} ({why})')
     with strategy.scope():                   # the model's variables on every replica
         bert, vocab_path, encoder_info = load_encoder(encoder, args.layers, args.vocab)
         if args.reinit_top:
@@ -85,6 +89,9 @@ def main(argv=None):
                          head_size=args.head_size, flat=flat)
         model = keras.Model(bert.inputs, head.build(piece_states(bert)))
         units = UnitEncoder(vocab_path, data.units)
+        with user_errors():                        # most units [UNK]: stop, name an encoder to try
+            print(check_vocabulary(units, (e.tokens for e in data.train), encoder,
+                                   args.allow_unknown))
         samples = make_samples([(e.tokens, e.tags, e.spans) for e in data.train], units,
                                args.maxlen, head)
         lr = args.lr or default_learning_rate(encoder, args.layers)
@@ -98,6 +105,7 @@ def main(argv=None):
 
     # ---- evaluator: strict spans, relaxed types, confusion matrix without padding, speed ----
     tag_labels = label_list(data.types, 'BIO')
+    unit = 'word' if data.units == 'words' else 'character'   # what relaxed F1 counts
 
     def score(tagger, examples, name):
         started = time.time()
@@ -124,7 +132,7 @@ def main(argv=None):
                           support=strict['per_type'].get(kind, {}).get('support', 0))
                           for kind in data.types})
         print(f'{name}: strict P {result["precision"]:.4f} R {result["recall"]:.4f} '
-              f'F1 {result["f1"]:.4f}; relaxed F1 {result["relaxed_f1"]:.4f}'
+              f'F1 {result["f1"]:.4f}; relaxed (per-{unit} type) F1 {result["relaxed_f1"]:.4f}'
               + (f'; without constraints F1 {result["f1_unconstrained"]:.4f}'
                  if 'f1_unconstrained' in result else ''))
         print(f'{"type":<14}{"strict F1":>10}{"relaxed F1":>11}{"support":>9}')
@@ -147,8 +155,9 @@ def main(argv=None):
     extra = dict(task='ner', dataset=args.dataset or args.train_file, splits=data.names,
                  train_sentences=len(data.train), train_windows=len(samples),
                  dev_sentences=len(data.dev), test_sentences=len(data.test or ()),
-                 repairs=data.repairs, encoder=encoder_info, lr=lr, head=head.config(),
-                 head_parameters=head.count_params())
+                 repairs=data.repairs, repaired_tags=len(data.repaired_at),
+                 repaired_at=data.repaired_at[:100], encoder=encoder_info, lr=lr,
+                 head=head.config(), head_parameters=head.count_params())
     return fit(model, run, lambda epoch: epoch_batches(samples, args.batch_size, args.seed,
                                                        epoch, head),
                evaluate, args.epochs, 'dev_f1', lambda: tagger.save(run.model_dir), extra,
