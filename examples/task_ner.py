@@ -11,14 +11,15 @@ Efficient GlobalPointer head: on your own files, or on a benchmark.
 After every epoch the development split is scored (strict span P/R/F1, relaxed token-type F1 per
 type); it selects the epoch. The selected model is saved to OUTPUT/model and scored once on the
 test split at the end. Words of English text are split into WordPieces; a word's label goes to all
-its pieces and the first piece's prediction is the word's.
+its pieces and the first piece's prediction is the word's (--label-pieces first: only the first
+piece is labelled, and the CRF runs over the first pieces only).
 """
 import argparse
 import os
 import time
 
 # no TensorFlow before --help:
-from crf_lr.cli import add_common_arguments, parse_checked, user_errors
+from crf_lr.cli import LABEL_PIECES_HELP, add_common_arguments, parse_checked, user_errors
 from crf_lr.datasets import DATASETS
 
 
@@ -33,6 +34,8 @@ def parse_args(argv=None):
     parser.add_argument('--reinit-top', type=int, default=0,
                         help='re-initialise the top L transformer layers before training '
                              '(BERT-style encoders only; default: 0)')
+    parser.add_argument('--label-pieces', choices=('all', 'first'), default='all',
+                        help=LABEL_PIECES_HELP)
     add_common_arguments(parser, default_output='runs/ner')
     args = parse_checked(parser, argv)
     if args.reinit_top < 0:
@@ -70,9 +73,13 @@ def main(argv=None):
     built = build_task_model(args, strategy, data.units, lambda: make_head(
         args.head, data.types, 'BIO', lr_multiplier=args.crf_lr_multiplier,
         constrain_training=args.constrain, boundary_scores=args.boundary_scores,
-        head_size=args.head_size, flat=flat), [(e.tokens, e.tags, e.spans) for e in data.train])
+        head_size=args.head_size, flat=flat, label_pieces=args.label_pieces),
+        [(e.tokens, e.tags, e.spans) for e in data.train])
     tagger, samples = built.tagger, built.samples
     head, model = tagger.head, tagger.model
+    if getattr(head, 'label_pieces', 'all') != args.label_pieces:
+        raise SystemExit(f'task_ner.py: error: --label-pieces {args.label_pieces} needs a head '
+                         f'that takes it (crf); --head {args.head} does not')
 
     # ---- evaluator: strict spans, relaxed types, confusion matrix without padding, speed ----
     tag_labels = label_list(data.types, 'BIO')
