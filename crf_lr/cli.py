@@ -22,6 +22,14 @@ ENCODER_HELP = ("'albert-tiny-zh' (the packaged envpos ALBERT-tiny, converted on
                 "else minilm-en), with the reason printed")
 HEAD_HELP = ("a registered head: crf (default), softmax, global_pointer, efficient_global_pointer, "
              "or one added with crf_lr.heads.register_head before main() runs")
+LABEL_PIECES_HELP = (
+    "words split into WordPieces: 'all' gives a word's tag to all its pieces and reads the "
+    "word's prediction off its first piece; 'first' (Hugging Face's convention) trains on the "
+    "first piece only: the other pieces are left out of the loss, the metrics and the decoding, "
+    "and the CRF runs over the first pieces gathered into one row per word, so that its "
+    "transitions go from word to word (masking the other pieces in place would make a path "
+    "through them pay two transitions). crf head only; no effect on characters "
+    "(default: %(default)s)")
 CRF_MULTIPLIER_HELP = (
     'the CRF transitions learn at this multiple of --lr (default: %(default)s). At fine-tuning '
     'rates the transitions barely move at 1x and end up meaningless; 100x makes them sensible and '

@@ -12,14 +12,15 @@ After every epoch the development split is scored (strict span P/R/F1; relaxed F
 characters or words given their gold entity type whatever the boundaries; per type); it selects
 the epoch. The selected model is saved to OUTPUT/model and scored once on the
 test split at the end. Words of English text are split into WordPieces; a word's label goes to all
-its pieces and the first piece's prediction is the word's.
+its pieces and the first piece's prediction is the word's (--label-pieces first: only the first
+piece is labelled, and the CRF runs over the first pieces only).
 """
 import argparse
 import os
 import time
 
 # no TensorFlow before --help:
-from crf_lr.cli import add_common_arguments, parse_checked, user_errors
+from crf_lr.cli import LABEL_PIECES_HELP, add_common_arguments, parse_checked, user_errors
 from crf_lr.datasets import DATASETS
 
 
@@ -34,6 +35,8 @@ def parse_args(argv=None):
     parser.add_argument('--reinit-top', type=int, default=0,
                         help='re-initialise the top L transformer layers before training '
                              '(BERT-style encoders only; default: 0)')
+    parser.add_argument('--label-pieces', choices=('all', 'first'), default='all',
+                        help=LABEL_PIECES_HELP)
     add_common_arguments(parser, default_output='runs/ner')
     args = parse_checked(parser, argv)
     if args.reinit_top < 0:
@@ -46,20 +49,15 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    from crf_lr import set_check_numerics, set_precision
-    from crf_lr.compat import keras
     from crf_lr.distribute import make_strategy, worker_folder
-    from crf_lr.encoders import default_learning_rate, load_encoder
-    from crf_lr.heads import make_head, piece_states
+    from crf_lr.heads import make_head
     from crf_lr.metrics import confusion_matrix, format_confusion_matrix, relaxed_scores, span_scores
-    from crf_lr.optimizers import LayerwiseAdam
-    from crf_lr.pieces import UnitEncoder
-    from crf_lr.runs import RunLog, epoch_batches, fit, make_samples, warmup_schedule
+    from crf_lr.runs import RunLog, epoch_batches, fit
     from crf_lr.spans import outermost
     from crf_lr.splits import load_splits
     from crf_lr.tagger import Tagger
     from crf_lr.tagging import label_list, spans_to_tags
-    from crf_lr.vocabulary import check_vocabulary, choose_encoder
+    from crf_lr.task_model import build_task_model
 
     # ---- data: train, dev (selects the epoch), test (scored once at the end) ----
     with user_errors():                                    # a bad file: its path:line, no traceback
@@ -72,36 +70,17 @@ def main(argv=None):
                  args.overwrite, argv, program=__file__)
 
     # ---- model: encoder -> piece states -> head (Dense + CRF, Dense + softmax, span scores) ----
-    set_check_numerics(True)            # NaN/inf in a layer or loss stops the run, naming it
-    print(set_precision(args.precision))                 # e.g. 'precision: float32 (...)'
-    keras.utils.set_random_seed(args.seed)
-    encoder, why = ((args.encoder, 'as given') if args.encoder else   # else by the text's script
-                    choose_encoder(e.tokens for e in data.train))
-    print(f'encoder {encoder} ({why})')
-    with strategy.scope():                   # the model's variables on every replica
-        bert, vocab_path, encoder_info = load_encoder(encoder, args.layers, args.vocab)
-        if args.reinit_top:
-            from crf_lr.finetune import reinitialize_top_layers
-            reinitialize_top_layers(bert, args.reinit_top, seed=args.seed)
-        flat = args.spans == 'flat' or (args.spans == 'auto' and not data.nested)
-        head = make_head(args.head, data.types, 'BIO', lr_multiplier=args.crf_lr_multiplier,
-                         constrain_training=args.constrain, boundary_scores=args.boundary_scores,
-                         head_size=args.head_size, flat=flat)
-        model = keras.Model(bert.inputs, head.build(piece_states(bert)))
-        units = UnitEncoder(vocab_path, data.units)
-        with user_errors():                        # most units [UNK]: stop, name an encoder to try
-            print(check_vocabulary(units, (e.tokens for e in data.train), encoder,
-                                   args.allow_unknown))
-        samples = make_samples([(e.tokens, e.tags, e.spans) for e in data.train], units,
-                               args.maxlen, head)
-        lr = args.lr or default_learning_rate(encoder, args.layers)
-        schedule = warmup_schedule(args.warmup_proportion, len(samples), args.batch_size,
-                                   args.epochs)
-        model.compile(LayerwiseAdam(lr, bias_correction=args.bias_correction, **schedule),
-                      loss=head.loss, metrics=head.metrics)
-    tagger = Tagger(model, units, head, args.maxlen, args.batch_size)
-    print(f'encoder {encoder_info}; {head}: {head.count_params()} parameters; lr {lr}; '
-          f'{len(samples)} training windows')
+    flat = args.spans == 'flat' or (args.spans == 'auto' and not data.nested)
+    built = build_task_model(args, strategy, data.units, lambda: make_head(
+        args.head, data.types, 'BIO', lr_multiplier=args.crf_lr_multiplier,
+        constrain_training=args.constrain, boundary_scores=args.boundary_scores,
+        head_size=args.head_size, flat=flat, label_pieces=args.label_pieces),
+        [(e.tokens, e.tags, e.spans) for e in data.train])
+    tagger, samples = built.tagger, built.samples
+    head, model = tagger.head, tagger.model
+    if getattr(head, 'label_pieces', 'all') != args.label_pieces:
+        raise SystemExit(f'task_ner.py: error: --label-pieces {args.label_pieces} needs a head '
+                         f'that takes it (crf); --head {args.head} does not')
 
     # ---- evaluator: strict spans, relaxed types, confusion matrix without padding, speed ----
     tag_labels = label_list(data.types, 'BIO')
@@ -156,7 +135,7 @@ def main(argv=None):
                  train_sentences=len(data.train), train_windows=len(samples),
                  dev_sentences=len(data.dev), test_sentences=len(data.test or ()),
                  repairs=data.repairs, repaired_tags=len(data.repaired_at),
-                 repaired_at=data.repaired_at[:100], encoder=encoder_info, lr=lr,
+                 repaired_at=data.repaired_at[:100], encoder=built.encoder_info, lr=built.lr,
                  head=head.config(), head_parameters=head.count_params())
     return fit(model, run, lambda epoch: epoch_batches(samples, args.batch_size, args.seed,
                                                        epoch, head),
