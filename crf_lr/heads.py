@@ -23,6 +23,7 @@ from crf_lr.crf import ConditionalRandomField
 from crf_lr.global_pointer import EfficientGlobalPointer, GlobalPointer
 from crf_lr.losses import sparse_global_pointer_crossentropy, sparse_global_pointer_f1
 from crf_lr.pieces import piece_spans_to_unit_spans, unit_spans_to_piece_spans
+from crf_lr.posteriors import PositionProbabilities, Posteriors, span_events
 from crf_lr.serialization import register
 from crf_lr.spans import decode_spans, non_overlapping, pad_sparse_targets, sparse_targets
 from crf_lr.tagging import get_scheme
@@ -85,9 +86,15 @@ class Window:
 @dataclasses.dataclass
 class Decoded:
     """A head's reading of one window: unit spans ``(start, end, label)`` (end exclusive; words
-    are labelled ``'w'`` when segmenting) and one tag per unit (tag heads; None for span heads)."""
+    are labelled ``'w'`` when segmenting), one tag per unit (tag heads; None for span heads), a
+    confidence in [0, 1] per span (see :meth:`Head.decode`), the probability of the whole
+    decoded tag path (tag heads; None for span heads) and, when asked, the label probabilities
+    of every unit ``(units, L)`` (tag heads)."""
     spans: list
     tags: Optional[list] = None
+    confidences: Optional[list] = None
+    path_probability: Optional[float] = None
+    marginals: Optional[np.ndarray] = None
 
 
 class Head:
@@ -100,6 +107,11 @@ class Head:
         types: entity types (ignored when the scheme segments words).
         scheme: a ``crf_lr.tagging.SCHEMES`` name or a ``crf_lr.tagging.Scheme``.
         layer_class: the Keras layer class to build (default: the head's own), e.g. a subclass.
+
+    Attributes:
+        temperature: positive float dividing every score before confidences are computed (1:
+            as trained; ``crf_lr.calibration.calibrate`` fits it on the development split). It
+            never changes what is decoded, only the confidences.
     """
     name = None
     layer_class = None
@@ -110,6 +122,7 @@ class Head:
         self.types = [] if self.scheme.segmentation else list(types)
         self.layer_class = layer_class or type(self).layer_class
         self.layers, self.loss, self.metrics = [], None, []
+        self.temperature = 1.0
 
     @property
     def labels(self):
@@ -179,32 +192,56 @@ class TagHead(Head):
         """``(scores -> Viterbi inputs, trans, start, end)`` of this head."""
         raise NotImplementedError
 
-    def decode(self, windows, constrain=True):
+    def _posteriors(self, scores, lengths, parameters):
+        """What the confidences are read from, for one batch of Viterbi inputs ``scores``
+        (B, n, L): an object with ``path_probability(row, path)`` and ``marginals()``."""
+        raise NotImplementedError
+
+    def _span_confidence(self, posteriors, row, begin, stop, kind, path):
+        """Confidence of the entity over pieces ``begin..stop-1`` of row ``row``."""
+        raise NotImplementedError
+
+    def decode(self, windows, constrain=True, marginals=False):
         """:class:`Decoded` of each window; all windows decoded together (batched Viterbi).
 
         Args:
             windows: list of :class:`Window` with ``output`` from :meth:`window_output`.
             constrain: forbid the scheme's impossible transitions, starts and ends.
+            marginals: also return each unit's label probabilities (its first piece's).
         """
         allowed = self.scheme.allowed(self.labels) if constrain else (None,) * 3
         prepare, trans, start, end = self._transitions()
+        parameters = dict(transitions=trans, start=start, end=end,
+                          allowed_transitions=allowed[0], allowed_starts=allowed[1],
+                          allowed_ends=allowed[2])
         scores = [prepare(w.output) for w in windows]
-        paths = []
+        decoded = []
         for begin in range(0, len(scores), 256):
-            group = scores[begin:begin + 256]
-            batch = np.zeros((len(group), max(len(s) for s in group), len(self.labels)))
+            group, lengths = scores[begin:begin + 256], [len(s) for s in scores[begin:begin + 256]]
+            batch = np.zeros((len(group), max(lengths), len(self.labels)))
             for row, s in enumerate(group):
                 batch[row, :len(s)] = np.maximum(s, DISALLOWED_SCORE)
-            paths += viterbi_decode(batch, trans, lengths=[len(s) for s in group], start=start,
-                                    end=end, allowed_transitions=allowed[0],
-                                    allowed_starts=allowed[1], allowed_ends=allowed[2])
-        decoded = []
-        for window, path in zip(windows, paths):
-            piece_tags = [self.labels[i] for i in path]
-            word_index = np.repeat(np.arange(len(window.units)), np.diff(window.starts))
-            tags = self.scheme.collect(word_index, piece_tags, len(window.units))
-            decoded.append(Decoded(self.scheme.decode(tags, strict=True), tags))
+            paths = viterbi_decode(batch, lengths=lengths, **parameters)
+            posteriors = self._posteriors(batch, lengths, parameters)
+            unit_marginals = posteriors.marginals() if marginals else None
+            for row, (window, path) in enumerate(zip(windows[begin:begin + 256], paths)):
+                decoded.append(self._read(window, path, posteriors, row, unit_marginals))
         return decoded
+
+    def _read(self, window, path, posteriors, row, marginals):
+        """The :class:`Decoded` of one window from its Viterbi ``path``."""
+        piece_tags = [self.labels[i] for i in path]
+        word_index = np.repeat(np.arange(len(window.units)), np.diff(window.starts))
+        tags = self.scheme.collect(word_index, piece_tags, len(window.units))
+        spans = self.scheme.decode(tags, strict=True)
+        confidences = [self._span_confidence(posteriors, row, window.starts[s], window.starts[e],
+                                             kind, path) for s, e, kind in spans]
+        if marginals is not None:
+            first = np.minimum(window.starts[:-1], max(len(path) - 1, 0))
+            has_pieces = np.diff(window.starts) > 0
+            marginals = np.where(has_pieces[:, None], marginals[row, first], 0.0)
+        return Decoded(spans, tags, confidences, posteriors.path_probability(row, path),
+                       marginals)
 
 
 class CRFHead(TagHead):
@@ -228,6 +265,7 @@ class CRFHead(TagHead):
         self.lr_multiplier, self.constrain_training = lr_multiplier, constrain_training
         self.boundary_scores = boundary_scores
         self.crf = None
+        self._events = {}           # (type, pieces) -> its span_events
 
     def options(self):
         return dict(lr_multiplier=self.lr_multiplier, constrain_training=self.constrain_training,
@@ -251,6 +289,17 @@ class CRFHead(TagHead):
                              for p in self.crf.effective_parameters('float64'))
         return (lambda scores: scores), trans, start, end
 
+    def _posteriors(self, scores, lengths, parameters):
+        return Posteriors(scores, lengths=lengths, temperature=self.temperature, **parameters)
+
+    def _span_confidence(self, posteriors, row, begin, stop, kind, path):
+        """The exact probability under the CRF (at ``temperature``) that these pieces hold
+        exactly this entity, whatever the rest of the text (``crf_lr.posteriors``)."""
+        key = kind, stop - begin
+        if key not in self._events:
+            self._events[key] = span_events(self.scheme, self.labels, kind, stop - begin)
+        return posteriors.span_probability(row, begin, stop, self._events[key])
+
 
 class SoftmaxHead(TagHead):
     """``Dense(L, softmax)``; loss sparse categorical crossentropy. Decoding: argmax per piece, or
@@ -267,6 +316,14 @@ class SoftmaxHead(TagHead):
     def _transitions(self):
         return ((lambda probabilities: np.log(np.maximum(probabilities, 1e-30))),
                 np.zeros((len(self.labels),) * 2), None, None)
+
+    def _posteriors(self, scores, lengths, parameters):
+        return PositionProbabilities(scores, lengths, self.temperature)
+
+    def _span_confidence(self, posteriors, row, begin, stop, kind, path):
+        """The product of the per-piece probabilities of the span's decoded tags (the softmax
+        scores each piece alone; at ``temperature``)."""
+        return posteriors.labels_probability(row, begin, path[begin:stop])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -314,12 +371,21 @@ class SpanHead(Head):
         found = decode_spans(prediction, lengths=pieces)
         return [((s, e, self.types[t]), float(prediction[t, s, e - 1])) for s, e, t in found]
 
-    def decode(self, windows, constrain=True):
-        """:class:`Decoded` of each window (``constrain`` has no meaning for span heads)."""
+    def decode(self, windows, constrain=True, marginals=False):
+        """:class:`Decoded` of each window (``constrain`` has no meaning for span heads; neither
+        have ``marginals``). A span's confidence is the logistic of its score divided by
+        ``temperature``: a score that ranks spans, not a calibrated probability unless the
+        temperature was fitted (``crf_lr.calibration``)."""
         decoded = []
         for window in windows:
+            scored = dict(window.output)
             spans = non_overlapping(window.output) if self.flat else [s for s, _ in window.output]
-            decoded.append(Decoded(piece_spans_to_unit_spans(sorted(spans), window.starts)))
+            # each label carries its span's confidence through the piece -> unit mapping
+            spans = [(s, e, (label, float(1 / (1 + np.exp(-scored[s, e, label] / self.temperature)))))
+                     for s, e, label in sorted(spans)]
+            units = piece_spans_to_unit_spans(spans, window.starts)
+            decoded.append(Decoded([(s, e, label) for s, e, (label, _) in units], None,
+                                   [confidence for _, _, (_, confidence) in units]))
         return decoded
 
 

@@ -158,6 +158,37 @@ class Posteriors:
         return float(np.exp(min(total - self.log_z[row], 0.0)))
 
 
+class PositionProbabilities:
+    """Per-position label probabilities (a softmax head's), with :class:`Posteriors`'s reading
+    methods: under such a model positions are independent.
+
+    Args:
+        log_probabilities: float array (batch, n, L); lengths: ints (batch,);
+        temperature: positive float: ``p ~ exp(log p / temperature)`` at each position.
+
+        >>> PositionProbabilities(np.log(p), [3]).path_probability(0, [0, 2, 1])
+    """
+
+    def __init__(self, log_probabilities, lengths, temperature=1.0):
+        scaled = np.asarray(log_probabilities, dtype=np.float64) / temperature
+        self.log_p = scaled - logsumexp(scaled, axis=2)[..., None]
+        self.lengths = np.asarray(lengths)
+
+    def marginals(self):
+        """float64 (batch, n, L), padding rows 0."""
+        live = np.arange(self.log_p.shape[1]) < self.lengths[:, None]
+        return np.where(live[..., None], np.exp(self.log_p), 0.0)
+
+    def labels_probability(self, row, begin, labels):
+        """Product of the probabilities of ``labels`` at positions ``begin, begin + 1, ...``."""
+        labels = np.asarray(labels, dtype=np.intp)
+        return float(np.exp(self.log_p[row, np.arange(begin, begin + len(labels)), labels].sum()))
+
+    def path_probability(self, row, path):
+        """Product of the probabilities of ``path`` (length ``lengths[row]``) of sequence ``row``."""
+        return self.labels_probability(row, 0, path)
+
+
 def _masked_logsumexp(x, allowed):
     return logsumexp(x[allowed], axis=0) if allowed.any() else -np.inf
 
