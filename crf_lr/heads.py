@@ -194,12 +194,16 @@ class TagHead(Head):
 
     def _posteriors(self, scores, lengths, parameters):
         """What the confidences are read from, for one batch of Viterbi inputs ``scores``
-        (B, n, L): an object with ``path_probability(row, path)`` and ``marginals()``."""
-        raise NotImplementedError
+        (B, n, L): an object with ``path_probability(row, path)`` and ``marginals()``. By
+        default the CRF that Viterbi decodes: ``p(path) ~ exp(score / temperature)``."""
+        return Posteriors(scores, lengths=lengths, temperature=self.temperature, **parameters)
 
     def _span_confidence(self, posteriors, row, begin, stop, kind, path):
-        """Confidence of the entity over pieces ``begin..stop-1`` of row ``row``."""
-        raise NotImplementedError
+        """Confidence of the entity over pieces ``begin..stop-1`` of row ``row``: by default the
+        exact probability under the CRF (at ``temperature``) that these pieces hold exactly this
+        entity, whatever the rest of the text (``crf_lr.posteriors``)."""
+        events = span_events(self.scheme, self.labels, kind, stop - begin)
+        return posteriors.span_probability(row, begin, stop, events)
 
     def decode(self, windows, constrain=True, marginals=False):
         """:class:`Decoded` of each window; all windows decoded together (batched Viterbi).
@@ -265,7 +269,6 @@ class CRFHead(TagHead):
         self.lr_multiplier, self.constrain_training = lr_multiplier, constrain_training
         self.boundary_scores = boundary_scores
         self.crf = None
-        self._events = {}           # (type, pieces) -> its span_events
 
     def options(self):
         return dict(lr_multiplier=self.lr_multiplier, constrain_training=self.constrain_training,
@@ -288,17 +291,6 @@ class CRFHead(TagHead):
         trans, start, end = (None if p is None else p.numpy()
                              for p in self.crf.effective_parameters('float64'))
         return (lambda scores: scores), trans, start, end
-
-    def _posteriors(self, scores, lengths, parameters):
-        return Posteriors(scores, lengths=lengths, temperature=self.temperature, **parameters)
-
-    def _span_confidence(self, posteriors, row, begin, stop, kind, path):
-        """The exact probability under the CRF (at ``temperature``) that these pieces hold
-        exactly this entity, whatever the rest of the text (``crf_lr.posteriors``)."""
-        key = kind, stop - begin
-        if key not in self._events:
-            self._events[key] = span_events(self.scheme, self.labels, kind, stop - begin)
-        return posteriors.span_probability(row, begin, stop, self._events[key])
 
 
 class SoftmaxHead(TagHead):

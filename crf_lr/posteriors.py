@@ -23,6 +23,7 @@ the scheme's ``encode`` and ``decode``, so every scheme of ``crf_lr.tagging`` wo
     >>> posteriors.span_probability(0, 1, 3, events)                   # p(tokens 1-2 are a PER)
 """
 import dataclasses
+import functools
 
 import numpy as np
 
@@ -221,11 +222,18 @@ def span_events(scheme, labels, kind, size):
         scheme: a ``crf_lr.tagging.Scheme``; labels: its label list (L,); kind: entity type
             (``'w'`` for a word of SEG); size: int >= 1.
     Returns:
-        list of :class:`SpanEvent` (labels missing from ``labels`` give no event).
+        list of :class:`SpanEvent` (labels missing from ``labels`` give no event); the answers
+        are cached, so treat them as read-only.
 
         >>> [e.labels for e in span_events(get_scheme('BIO'), ['O', 'B-T', 'I-T'], 'T', 2)]
         [(1, 2)]
     """
+    return _span_events(scheme, tuple(labels), kind, size)
+
+
+@functools.lru_cache(maxsize=4096)
+def _span_events(scheme, labels, kind, size):
+    labels = list(labels)
     index = {label: i for i, label in enumerate(labels)}
     alone = scheme.encode([(0, size, kind)], size)
     after_one = scheme.encode([(0, 1, kind), (1, size + 1, kind)], size + 1)[1:]

@@ -10,7 +10,9 @@ Efficient GlobalPointer head: on your own files, or on a benchmark.
 
 After every epoch the development split is scored (strict span P/R/F1, relaxed token-type F1 per
 type); it selects the epoch. The selected model is saved to OUTPUT/model and scored once on the
-test split at the end. Words of English text are split into WordPieces; a word's label goes to all
+test split at the end. Then a temperature for its entity confidences is fitted on the development
+split and saved with it; results.json's ``calibration`` holds the expected calibration error
+before and after (dev, and test when labelled), OUTPUT/reliability_*.png the diagrams. Words of English text are split into WordPieces; a word's label goes to all
 its pieces and the first piece's prediction is the word's.
 """
 import argparse
@@ -27,7 +29,7 @@ def parse_args(argv=None):
         description=__doc__.split('\n\n')[0],
         epilog='Outputs in --output: log.jsonl (one line per epoch, with every step loss), '
                'results.json, model/ (the selected model, for python -m crf_lr.predict), '
-               'confusion_*.txt.')
+               'confusion_*.txt, reliability_*.png.')
     parser.add_argument('--dataset', choices=sorted(DATASETS),
                         help='a benchmark (default: msra, unless --train-file is given)')
     parser.add_argument('--reinit-top', type=int, default=0,
@@ -46,12 +48,14 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     from crf_lr import set_check_numerics, set_precision
+    from crf_lr.calibration import calibrate
     from crf_lr.compat import keras
     from crf_lr.distribute import make_strategy, worker_folder
     from crf_lr.encoders import default_encoder, default_learning_rate, load_encoder
     from crf_lr.heads import make_head, piece_states
     from crf_lr.metrics import confusion_matrix, format_confusion_matrix, relaxed_scores, span_scores
     from crf_lr.optimizers import LayerwiseAdam
+    from crf_lr.plots import plot_reliability
     from crf_lr.pieces import UnitEncoder
     from crf_lr.runs import RunLog, epoch_batches, fit, make_samples, warmup_schedule
     from crf_lr.spans import outermost
@@ -149,10 +153,30 @@ def main(argv=None):
                  dev_sentences=len(data.dev), test_sentences=len(data.test or ()),
                  repairs=data.repairs, encoder=encoder_info, lr=lr, head=head.config(),
                  head_parameters=head.count_params())
-    return fit(model, run, lambda epoch: epoch_batches(samples, args.batch_size, args.seed,
-                                                       epoch, head),
-               evaluate, args.epochs, 'dev_f1', lambda: tagger.save(run.model_dir), extra,
-               final_test=final_test, stop_gain=args.stop_gain, stop_epochs=args.stop_epochs)
+    results = fit(model, run, lambda epoch: epoch_batches(samples, args.batch_size, args.seed,
+                                                          epoch, head),
+                  evaluate, args.epochs, 'dev_f1', lambda: tagger.save(run.model_dir), extra,
+                  final_test=final_test, stop_gain=args.stop_gain, stop_epochs=args.stop_epochs)
+
+    # ---- calibration: a temperature for the confidences, fitted on dev, saved with the model ----
+    selected = Tagger.load(run.model_dir)
+    report = calibrate(selected, ([e.tokens for e in data.dev], [e.spans for e in data.dev]),
+                       ([e.tokens for e in data.test], [e.spans for e in data.test])
+                       if data.test else None)
+    selected.save(run.model_dir)
+    for split in ('dev', 'test'):
+        if split in report:
+            before, after = (report[split][k].pop('outcomes') for k in ('before', 'after'))
+            plot_reliability({'temperature 1': before,
+                              f'temperature {report["temperature"]}': after},
+                             os.path.join(run.output, f'reliability_{split}.png'),
+                             title=f'{head.name}, {split}')
+            print(f'{split}: entity confidence ECE {report[split]["before"]["ece"]:.4f} -> '
+                  f'{report[split]["after"]["ece"]:.4f} at temperature {report["temperature"]}')
+    standard = ('command', 'machine', 'config', 'metric', 'epochs', 'best_epoch', 'best',
+                'first_epoch')
+    return run.write_results('dev_f1', **{k: v for k, v in results.items() if k not in standard},
+                             calibration=report)
 
 
 if __name__ == '__main__':

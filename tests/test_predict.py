@@ -298,3 +298,33 @@ def test_a_model_that_needs_autograph_predicts_through_predict_on_batch():
     kernel, bias = dense.get_weights()
     np.testing.assert_allclose(tagger.scores(x), x @ kernel + bias, rtol=1e-5)
     assert tagger._prediction[1] is None                      # predict_on_batch, not a trace
+
+
+def test_calibrate_fits_a_temperature_that_lowers_the_nll_and_travels_with_the_model(
+        saved, tmp_path):
+    """Gold = half of the predicted entities: the fitted temperature lowers the dev NLL, changes
+    no prediction, is saved in labels.json and applied after loading."""
+    from crf_lr.calibration import calibrate
+    from crf_lr.plots import plot_reliability
+    from crf_lr.tagger import Tagger
+    tagger = Tagger.load(saved['ner_crf'])
+    texts = ['张三上海', '上海张三去', '张三去上海工作', '今天很好']
+    predicted = tagger.decode(tagger.run(texts))
+    gold = [p.spans[::2] for p in predicted]
+    report = calibrate(tagger, (texts, gold), test=(texts[:2], gold[:2]))
+    dev = report['dev']
+    assert dev['after']['nll'] <= dev['before']['nll'] and report['temperature'] != 1.0
+    assert tagger.head.temperature == report['temperature']
+    assert dev['before']['entities'] == sum(len(p.spans) for p in predicted) > 2
+    assert set(report['test']) == {'before', 'after'}
+    again = tagger.decode(tagger.run(texts))
+    assert [p.spans for p in again] == [p.spans for p in predicted]
+    tagger.save(str(tmp_path / 'calibrated'))
+    reloaded = Tagger.load(str(tmp_path / 'calibrated'))
+    assert reloaded.head.temperature == report['temperature']
+    np.testing.assert_allclose([c for p in reloaded.decode(reloaded.run(texts))
+                                for c in p.confidences],
+                               [c for p in again for c in p.confidences], rtol=1e-6)
+    path = plot_reliability({'T = 1': dev['before']['outcomes'],
+                             'fitted': dev['after']['outcomes']}, str(tmp_path / 'r.png'))
+    assert open(path, 'rb').read(8) == b'\x89PNG\r\n\x1a\n'
