@@ -205,13 +205,15 @@ class TagHead(Head):
         events = span_events(self.scheme, self.labels, kind, stop - begin)
         return posteriors.span_probability(row, begin, stop, events)
 
-    def decode(self, windows, constrain=True, marginals=False):
+    def decode(self, windows, constrain=True, marginals=False, confidences=True):
         """:class:`Decoded` of each window; all windows decoded together (batched Viterbi).
 
         Args:
             windows: list of :class:`Window` with ``output`` from :meth:`window_output`.
             constrain: forbid the scheme's impossible transitions, starts and ends.
             marginals: also return each unit's label probabilities (its first piece's).
+            confidences: compute each span's confidence and the path probability (False:
+                both None, and no forward-backward pass).
         """
         allowed = self.scheme.allowed(self.labels) if constrain else (None,) * 3
         prepare, trans, start, end = self._transitions()
@@ -226,7 +228,8 @@ class TagHead(Head):
             for row, s in enumerate(group):
                 batch[row, :len(s)] = np.maximum(s, DISALLOWED_SCORE)
             paths = viterbi_decode(batch, lengths=lengths, **parameters)
-            posteriors = self._posteriors(batch, lengths, parameters)
+            posteriors = (self._posteriors(batch, lengths, parameters)
+                          if confidences or marginals else None)
             unit_marginals = posteriors.marginals() if marginals else None
             for row, (window, path) in enumerate(zip(windows[begin:begin + 256], paths)):
                 decoded.append(self._read(window, path, posteriors, row, unit_marginals))
@@ -238,14 +241,17 @@ class TagHead(Head):
         word_index = np.repeat(np.arange(len(window.units)), np.diff(window.starts))
         tags = self.scheme.collect(word_index, piece_tags, len(window.units))
         spans = self.scheme.decode(tags, strict=True)
-        confidences = [self._span_confidence(posteriors, row, window.starts[s], window.starts[e],
-                                             kind, path) for s, e, kind in spans]
+        confidences = probability = None
+        if posteriors is not None:
+            confidences = [self._span_confidence(posteriors, row, window.starts[s],
+                                                 window.starts[e], kind, path)
+                           for s, e, kind in spans]
+            probability = posteriors.path_probability(row, path)
         if marginals is not None:
             first = np.minimum(window.starts[:-1], max(len(path) - 1, 0))
             has_pieces = np.diff(window.starts) > 0
             marginals = np.where(has_pieces[:, None], marginals[row, first], 0.0)
-        return Decoded(spans, tags, confidences, posteriors.path_probability(row, path),
-                       marginals)
+        return Decoded(spans, tags, confidences, probability, marginals)
 
 
 class CRFHead(TagHead):
@@ -363,9 +369,9 @@ class SpanHead(Head):
         found = decode_spans(prediction, lengths=pieces)
         return [((s, e, self.types[t]), float(prediction[t, s, e - 1])) for s, e, t in found]
 
-    def decode(self, windows, constrain=True, marginals=False):
-        """:class:`Decoded` of each window (``constrain`` has no meaning for span heads; neither
-        have ``marginals``). A span's confidence is the logistic of its score divided by
+    def decode(self, windows, constrain=True, marginals=False, confidences=True):
+        """:class:`Decoded` of each window (``constrain`` and ``marginals`` have no meaning for
+        span heads; ``confidences`` False gives None). A span's confidence is the logistic of its score divided by
         ``temperature``: a score that ranks spans, not a calibrated probability unless the
         temperature was fitted (``crf_lr.calibration``)."""
         decoded = []
@@ -377,7 +383,8 @@ class SpanHead(Head):
                      for s, e, label in sorted(spans)]
             units = piece_spans_to_unit_spans(spans, window.starts)
             decoded.append(Decoded([(s, e, label) for s, e, (label, _) in units], None,
-                                   [confidence for _, _, (_, confidence) in units]))
+                                   [confidence for _, _, (_, confidence) in units]
+                                   if confidences else None))
         return decoded
 
 

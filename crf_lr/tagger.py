@@ -158,7 +158,7 @@ class Tagger:
         with model.distribute_strategy.scope():
             return np.asarray(step(conformed(inputs, signature)))
 
-    def decode(self, outputs, constrain=True, marginals=False):
+    def decode(self, outputs, constrain=True, marginals=False, confidences=True):
         """:class:`Prediction` of each sequence from :meth:`run`'s outputs.
 
         Args:
@@ -166,9 +166,13 @@ class Tagger:
             constrain: tag heads decode with the scheme's hard constraints (Viterbi with the
                 impossible transitions forbidden); span heads ignore it.
             marginals: tag heads: also give each unit's label probabilities.
+            confidences: give confidences and path probabilities (False: None, and tag heads
+                skip the forward-backward pass).
         """
         flat = [window for windows in outputs for window in windows]
         options = dict(marginals=True) if marginals else {}
+        if not confidences:
+            options['confidences'] = False
         decoded = iter(self.head.decode(flat, constrain, **options) if flat else [])
         tagging = self.head.kind == 'tags'
         results = []
@@ -177,24 +181,24 @@ class Tagger:
             for window in windows:
                 reading = next(decoded)
                 # the label carries the confidence through the merge (which sorts the spans)
-                local.append((window.offset, [(s, e, (label, confidence)) for (s, e, label),
-                                              confidence in zip(reading.spans,
-                                                                reading.confidences)]))
+                local.append((window.offset, [
+                    (s, e, (label, confidence)) for (s, e, label), confidence in
+                    zip(reading.spans, reading.confidences or [None] * len(reading.spans))]))
                 tags = None if reading.tags is None or tags is None else tags + reading.tags
-                if tagging:
+                if tagging and confidences:
                     probability *= reading.path_probability
                 rows.append(reading.marginals)
             merged = merge_window_spans(local)
             results.append(Prediction(
                 [(s, e, label) for s, e, (label, _) in merged], tags if tagging else None,
-                [confidence for _, _, (_, confidence) in merged],
-                probability if tagging else None,
+                [confidence for _, _, (_, confidence) in merged] if confidences else None,
+                probability if tagging and confidences else None,
                 _stacked(rows, len(self.head.labels)) if marginals and tagging else None))
         return results
 
     def predict(self, sequences, constrain=True):
         """Spans of each sequence: ``run`` then ``decode``; returns a list of span lists."""
-        return [p.spans for p in self.decode(self.run(sequences), constrain)]
+        return [p.spans for p in self.decode(self.run(sequences), constrain, confidences=False)]
 
 
 def _stacked(rows, num_labels):

@@ -107,7 +107,7 @@ def main(argv=None):
         started = time.time()
         outputs = tagger.run([e.tokens for e in examples])
         seconds = time.time() - started
-        predicted = tagger.decode(outputs)                 # tag heads: the scheme's constraints
+        predicted = tagger.decode(outputs, confidences=False)   # the scheme's constraints
         strict = span_scores([e.spans for e in examples], [p.spans for p in predicted])
         tags = [p.tags if p.tags is not None else spans_to_tags(outermost(p.spans), len(e.tokens))
                 for e, p in zip(examples, predicted)]
@@ -117,7 +117,7 @@ def main(argv=None):
             f.write(format_confusion_matrix(matrix, tag_labels) + '\n')
         result = {k: round(strict[k], 5) for k in ('precision', 'recall', 'f1')}
         if tagger.head.kind == 'tags':
-            free = tagger.decode(outputs, constrain=False)
+            free = tagger.decode(outputs, constrain=False, confidences=False)
             result['f1_unconstrained'] = round(span_scores([e.spans for e in examples],
                                                            [p.spans for p in free])['f1'], 5)
         result.update(relaxed_f1=round(relaxed['f1'], 5),
