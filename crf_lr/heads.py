@@ -198,12 +198,17 @@ class TagHead(Head):
         default the CRF that Viterbi decodes: ``p(path) ~ exp(score / temperature)``."""
         return Posteriors(scores, lengths=lengths, temperature=self.temperature, **parameters)
 
-    def _span_confidence(self, posteriors, row, begin, stop, kind, path):
-        """Confidence of the entity over pieces ``begin..stop-1`` of row ``row``: by default the
-        exact probability under the CRF (at ``temperature``) that these pieces hold exactly this
-        entity, whatever the rest of the text (``crf_lr.posteriors``)."""
-        events = span_events(self.scheme, self.labels, kind, stop - begin)
-        return posteriors.span_probability(row, begin, stop, events)
+    def _span_confidences(self, posteriors, spans, paths):
+        """Confidence of each entity ``(row, begin, stop, kind)`` (over pieces ``begin..stop-1``
+        of row ``row``; ``paths``: the rows' Viterbi paths): by default the exact probability
+        under the CRF (at ``temperature``) that these pieces hold exactly this entity, whatever
+        the rest of the text (``crf_lr.posteriors``)."""
+        if not spans:
+            return []
+        rows, begins, stops, _ = zip(*spans)
+        events = [span_events(self.scheme, self.labels, kind, stop - begin)
+                  for _, begin, stop, kind in spans]
+        return posteriors.span_probabilities(rows, begins, stops, events).tolist()
 
     def decode(self, windows, constrain=True, marginals=False, confidences=True):
         """:class:`Decoded` of each window; all windows decoded together (batched Viterbi).
@@ -228,30 +233,36 @@ class TagHead(Head):
             for row, s in enumerate(group):
                 batch[row, :len(s)] = np.maximum(s, DISALLOWED_SCORE)
             paths = viterbi_decode(batch, lengths=lengths, **parameters)
-            posteriors = (self._posteriors(batch, lengths, parameters)
-                          if confidences or marginals else None)
-            unit_marginals = posteriors.marginals() if marginals else None
-            for row, (window, path) in enumerate(zip(windows[begin:begin + 256], paths)):
-                decoded.append(self._read(window, path, posteriors, row, unit_marginals))
+            readings = [self._read(window, path) for window, path in
+                        zip(windows[begin:begin + 256], paths)]
+            if confidences or marginals:
+                self._add_confidences(readings, windows[begin:begin + 256], paths,
+                                      self._posteriors(batch, lengths, parameters), marginals)
+            decoded += readings
         return decoded
 
-    def _read(self, window, path, posteriors, row, marginals):
-        """The :class:`Decoded` of one window from its Viterbi ``path``."""
+    def _read(self, window, path):
+        """The :class:`Decoded` of one window from its Viterbi ``path`` (no confidences yet)."""
         piece_tags = [self.labels[i] for i in path]
         word_index = np.repeat(np.arange(len(window.units)), np.diff(window.starts))
         tags = self.scheme.collect(word_index, piece_tags, len(window.units))
-        spans = self.scheme.decode(tags, strict=True)
-        confidences = probability = None
-        if posteriors is not None:
-            confidences = [self._span_confidence(posteriors, row, window.starts[s],
-                                                 window.starts[e], kind, path)
-                           for s, e, kind in spans]
-            probability = posteriors.path_probability(row, path)
-        if marginals is not None:
-            first = np.minimum(window.starts[:-1], max(len(path) - 1, 0))
-            has_pieces = np.diff(window.starts) > 0
-            marginals = np.where(has_pieces[:, None], marginals[row, first], 0.0)
-        return Decoded(spans, tags, confidences, probability, marginals)
+        return Decoded(self.scheme.decode(tags, strict=True), tags)
+
+    def _add_confidences(self, readings, windows, paths, posteriors, marginals):
+        """Fill in the confidences, path probabilities and (``marginals``) unit marginals of
+        the :class:`Decoded` of one batch of windows."""
+        spans = [(row, window.starts[s], window.starts[e], kind)
+                 for row, (reading, window) in enumerate(zip(readings, windows))
+                 for s, e, kind in reading.spans]
+        found = iter(self._span_confidences(posteriors, spans, paths))
+        probabilities = posteriors.marginals() if marginals else None
+        for row, (reading, window, path) in enumerate(zip(readings, windows, paths)):
+            reading.confidences = [next(found) for _ in reading.spans]
+            reading.path_probability = posteriors.path_probability(row, path)
+            if marginals:
+                first = np.minimum(window.starts[:-1], max(len(path) - 1, 0))
+                has_pieces = np.diff(window.starts) > 0
+                reading.marginals = np.where(has_pieces[:, None], probabilities[row, first], 0.0)
 
 
 class CRFHead(TagHead):
@@ -318,10 +329,11 @@ class SoftmaxHead(TagHead):
     def _posteriors(self, scores, lengths, parameters):
         return PositionProbabilities(scores, lengths, self.temperature)
 
-    def _span_confidence(self, posteriors, row, begin, stop, kind, path):
-        """The product of the per-piece probabilities of the span's decoded tags (the softmax
+    def _span_confidences(self, posteriors, spans, paths):
+        """The product of the per-piece probabilities of each span's decoded tags (the softmax
         scores each piece alone; at ``temperature``)."""
-        return posteriors.labels_probability(row, begin, path[begin:stop])
+        return [posteriors.labels_probability(row, begin, paths[row][begin:stop])
+                for row, begin, stop, _ in spans]
 
 
 # ---------------------------------------------------------------------------------------------

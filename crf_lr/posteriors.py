@@ -134,29 +134,62 @@ class Posteriors:
         Returns:
             float in [0, 1].
         """
-        length = self.lengths[row]
-        if not 0 <= begin < stop <= length:
-            raise ValueError(f'span ({begin}, {stop}) outside the sequence of length {length}')
-        emissions, trans = self.emissions[row], self.transitions
-        terms = []
-        for event in events:
-            ids = np.asarray(event.labels, dtype=np.intp)
-            if len(ids) != stop - begin:
-                raise ValueError(f'an event of {len(ids)} labels for a span of {stop - begin}')
-            inner = emissions[np.arange(begin, stop), ids].sum() + trans[ids[:-1], ids[1:]].sum()
-            if begin == 0:
-                left = self.start[ids[0]] if event.at_start else -np.inf
-            else:
-                left = _masked_logsumexp(self.log_alpha[row, begin - 1] + trans[:, ids[0]],
-                                         event.before)
-            if stop == length:
-                right = self.end[ids[-1]] if event.at_end else -np.inf
-            else:
-                right = _masked_logsumexp(trans[ids[-1]] + emissions[stop]
-                                          + self.log_beta[row, stop], event.after)
-            terms.append(left + inner + right)
-        total = np.logaddexp.reduce(terms) if terms else -np.inf
-        return float(np.exp(min(total - self.log_z[row], 0.0)))
+        return float(self.span_probabilities([row], [begin], [stop], [events])[0])
+
+    def span_probabilities(self, rows, begins, stops, events):
+        """:meth:`span_probability` of many spans at once (vectorised over spans and events).
+
+        Args:
+            rows, begins, stops: ints (S,); events: list (S,) of lists of :class:`SpanEvent`.
+        Returns:
+            float64 array (S,).
+        """
+        rows, begins, stops = (np.asarray(x, dtype=np.intp).reshape(-1)
+                               for x in (rows, begins, stops))
+        lengths = self.lengths[rows]
+        bad = ~((0 <= begins) & (begins < stops) & (stops <= lengths))
+        if bad.any():
+            k = int(np.nonzero(bad)[0][0])
+            raise ValueError(f'span ({begins[k]}, {stops[k]}) outside the sequence of length '
+                             f'{lengths[k]}')
+        flat = [(k, event) for k, found in enumerate(events) for event in found]
+        result = np.full(len(rows), -np.inf)
+        if flat:
+            owner = np.array([k for k, _ in flat])
+            terms = self._event_log_scores(rows[owner], begins[owner], stops[owner],
+                                           [event for _, event in flat])
+            np.logaddexp.at(result, owner, terms)
+        return np.exp(np.minimum(result - self.log_z[rows], 0.0))
+
+    def _event_log_scores(self, rows, begins, stops, events):
+        """log-sum of the scores of all paths holding each event at its span: (E,)."""
+        sizes = stops - begins
+        if any(len(event.labels) != size for event, size in zip(events, sizes)):
+            raise ValueError('an event has a different number of labels than its span')
+        labels = np.concatenate([event.labels for event in events]).astype(np.intp)
+        owner = np.repeat(np.arange(len(events)), sizes)
+        firsts = np.cumsum(sizes) - sizes
+        positions = np.repeat(begins, sizes) + np.arange(len(labels)) - np.repeat(firsts, sizes)
+        inner = np.bincount(owner, self.emissions[np.repeat(rows, sizes), positions, labels],
+                            minlength=len(events))
+        inside = owner[1:] == owner[:-1]                    # consecutive labels of one event
+        inner += np.bincount(owner[1:][inside],
+                             self.transitions[labels[:-1][inside], labels[1:][inside]],
+                             minlength=len(events))
+        first, last = labels[firsts], labels[firsts + sizes - 1]
+        before, after = (np.stack([getattr(e, name) for e in events]) for name in
+                         ('before', 'after'))
+        into = self.log_alpha[rows, np.maximum(begins - 1, 0)] + self.transitions[:, first].T
+        left = np.where(begins == 0,
+                        np.where([e.at_start for e in events], self.start[first], -np.inf),
+                        _logsumexp_where(into, before))
+        following = np.minimum(stops, self.emissions.shape[1] - 1)
+        out = (self.transitions[last] + self.emissions[rows, following]
+               + self.log_beta[rows, following])
+        right = np.where(stops == self.lengths[rows],
+                         np.where([e.at_end for e in events], self.end[last], -np.inf),
+                         _logsumexp_where(out, after))
+        return left + inner + right
 
 
 class PositionProbabilities:
@@ -190,8 +223,13 @@ class PositionProbabilities:
         return self.labels_probability(row, 0, path)
 
 
-def _masked_logsumexp(x, allowed):
-    return logsumexp(x[allowed], axis=0) if allowed.any() else -np.inf
+def _logsumexp_where(x, allowed):
+    """logsumexp over the last axis of the entries of ``x`` where ``allowed``; -inf if none."""
+    x = np.where(allowed, x, -np.inf)
+    peak = x.max(axis=-1, keepdims=True)
+    peak = np.where(np.isfinite(peak), peak, 0.0)
+    with np.errstate(divide='ignore'):
+        return peak[..., 0] + np.log(np.exp(x - peak).sum(axis=-1))
 
 
 @dataclasses.dataclass(frozen=True)

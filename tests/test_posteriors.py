@@ -90,3 +90,19 @@ def test_validation_messages():
         posteriors.span_probability(0, 1, 3, [])
     with pytest.raises(ValueError, match='path of length 1'):
         posteriors.path_probability(0, [0])
+
+
+def test_many_spans_at_once_equal_one_at_a_time():
+    scheme = SCHEMES['BIOES']
+    rng = np.random.default_rng(9)
+    labels, case = scheme_case(rng, scheme, ['A', 'B'], 3, 6)
+    posteriors = Posteriors(**case)
+    spans = [(row, b, e, kind) for row in range(2) for b in range(case['lengths'][row])
+             for e in range(b + 1, case['lengths'][row] + 1) for kind in ('A', 'B')]
+    events = [span_events(scheme, labels, kind, e - b) for _, b, e, kind in spans]
+    rows, begins, stops, _ = zip(*spans)
+    together = posteriors.span_probabilities(rows, begins, stops, events)
+    one_by_one = [posteriors.span_probability(r, b, e, ev)
+                  for (r, b, e, _), ev in zip(spans, events)]
+    np.testing.assert_allclose(together, one_by_one, rtol=1e-12, atol=1e-15)
+    assert posteriors.span_probabilities([], [], [], []).shape == (0,)
