@@ -383,21 +383,25 @@ class SpanHead(Head):
 
     def decode(self, windows, constrain=True, marginals=False, confidences=True):
         """:class:`Decoded` of each window (``constrain`` and ``marginals`` have no meaning for
-        span heads; ``confidences`` False gives None). A span's confidence is the logistic of its score divided by
-        ``temperature``: a score that ranks spans, not a calibrated probability unless the
-        temperature was fitted (``crf_lr.calibration``)."""
+        span heads; ``confidences`` False gives None). A span's confidence is the logistic of
+        its score divided by ``temperature``: a score that ranks spans, not a calibrated
+        probability unless the temperature was fitted (``crf_lr.calibration``)."""
         decoded = []
         for window in windows:
             scored = dict(window.output)
             spans = non_overlapping(window.output) if self.flat else [s for s, _ in window.output]
             # each label carries its span's confidence through the piece -> unit mapping
-            spans = [(s, e, (label, float(1 / (1 + np.exp(-scored[s, e, label] / self.temperature)))))
+            spans = [(s, e, (label, _logistic(scored[s, e, label] / self.temperature)))
                      for s, e, label in sorted(spans)]
             units = piece_spans_to_unit_spans(spans, window.starts)
             decoded.append(Decoded([(s, e, label) for s, e, (label, _) in units], None,
                                    [confidence for _, _, (_, confidence) in units]
                                    if confidences else None))
         return decoded
+
+
+def _logistic(score):
+    return float(1 / (1 + np.exp(-score)))
 
 
 class GlobalPointerHead(SpanHead):

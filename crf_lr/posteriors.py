@@ -110,7 +110,7 @@ class Posteriors:
         return np.where(live[..., None], np.exp(np.minimum(log_p, 0)), 0.0)
 
     def path_log_score(self, row, path):
-        """Score ``s(path)`` of the label ids ``path`` (length ``lengths[row]``) of sequence ``row``."""
+        """Score ``s(path)`` of the label ids ``path`` (length ``lengths[row]``) of row ``row``."""
         path = np.asarray(path, dtype=np.intp)
         if len(path) != self.lengths[row]:
             raise ValueError(f'path of length {len(path)} for a sequence of length '
@@ -219,7 +219,7 @@ class PositionProbabilities:
         return float(np.exp(self.log_p[row, np.arange(begin, begin + len(labels)), labels].sum()))
 
     def path_probability(self, row, path):
-        """Product of the probabilities of ``path`` (length ``lengths[row]``) of sequence ``row``."""
+        """Product of the probabilities of ``path`` (length ``lengths[row]``) of row ``row``."""
         return self.labels_probability(row, 0, path)
 
 

@@ -12,8 +12,9 @@ After every epoch the development split is scored (strict span P/R/F1, relaxed t
 type); it selects the epoch. The selected model is saved to OUTPUT/model and scored once on the
 test split at the end. Then a temperature for its entity confidences is fitted on the development
 split and saved with it; results.json's ``calibration`` holds the expected calibration error
-before and after (dev, and test when labelled), OUTPUT/reliability_*.png the diagrams. Words of English text are split into WordPieces; a word's label goes to all
-its pieces and the first piece's prediction is the word's.
+before and after (dev, and test when labelled), OUTPUT/reliability_*.png the diagrams. Words of
+English text are split into WordPieces; a word's label goes to all its pieces and the first
+piece's prediction is the word's.
 """
 import argparse
 import os
