@@ -30,7 +30,7 @@ import numpy as np
 from crf_lr.viterbi import DISALLOWED_SCORE, _lengths_array, constrained_parameters
 
 
-def logsumexp(x, axis):
+def _logsumexp(x, axis):
     """``log(sum(exp(x)))`` over ``axis``, stable for any finite scores."""
     peak = x.max(axis=axis, keepdims=True)
     return np.squeeze(peak, axis) + np.log(np.exp(x - peak).sum(axis=axis))
@@ -77,7 +77,7 @@ class Posteriors:
         last = np.maximum(self.lengths - 1, 0)
         rows = np.arange(batch)
         if n:
-            log_z = logsumexp(self.log_alpha[rows, last] + self.end, axis=1)
+            log_z = _logsumexp(self.log_alpha[rows, last] + self.end, axis=1)
         else:
             log_z = np.zeros(batch)
         self.log_z = np.where(self.lengths > 0, log_z, 0.0)
@@ -91,12 +91,12 @@ class Posteriors:
             return log_alpha, log_beta
         log_alpha[:, 0] = self.start + emissions[:, 0]
         for t in range(1, n):
-            moved = logsumexp(log_alpha[:, t - 1, :, None] + trans, axis=1) + emissions[:, t]
+            moved = _logsumexp(log_alpha[:, t - 1, :, None] + trans, axis=1) + emissions[:, t]
             log_alpha[:, t] = np.where((t < self.lengths)[:, None], moved, log_alpha[:, t - 1])
         log_beta[:, n - 1] = self.end
         for t in range(n - 2, -1, -1):
             # beta_t(i) = logsumexp_j trans[i, j] + emissions[t + 1, j] + beta_{t+1}(j)
-            moved = logsumexp(trans + (emissions[:, t + 1] + log_beta[:, t + 1])[:, None], axis=2)
+            moved = _logsumexp(trans + (emissions[:, t + 1] + log_beta[:, t + 1])[:, None], axis=2)
             log_beta[:, t] = np.where((t + 1 < self.lengths)[:, None], moved, self.end)
         return log_alpha, log_beta
 
@@ -205,7 +205,7 @@ class PositionProbabilities:
 
     def __init__(self, log_probabilities, lengths, temperature=1.0):
         scaled = np.asarray(log_probabilities, dtype=np.float64) / temperature
-        self.log_p = scaled - logsumexp(scaled, axis=2)[..., None]
+        self.log_p = scaled - _logsumexp(scaled, axis=2)[..., None]
         self.lengths = np.asarray(lengths)
 
     def marginals(self):
