@@ -258,14 +258,50 @@ def _objective(emissions, labels, mask, transitions, start, end):
     ``labels`` (B, n, L) one-hot or soft; all zeros gives ``-log Z``. The value and all its
     gradients come from one compiled forward-backward pass wrapped as a custom gradient, so an
     outer tape never walks the loop. Gradients w.r.t. labels: none."""
+    emissions, labels, mask, transitions, start, end = _padded(emissions, labels, mask,
+                                                               transitions, start, end)
+    return _objective_op(emissions, tf.stop_gradient(labels), mask, transitions, start, end)
+
+
+def _padded(emissions, labels, mask, transitions, start, end):
+    """The forward-backward pass's inputs: the sequence axis padded to the XLA length bucket,
+    zeros for a missing start / end."""
     n = tf.shape(emissions)[1]
     bucket = _LENGTH_BUCKET if USE_XLA else 1                            # XLA: few programs
     padded = tf.maximum(n + (-n) % bucket, bucket)                       # n = 0 included
     padding = [[0, 0], [0, padded - n], [0, 0]]
     zeros = tf.zeros_like(transitions[0])
-    return _objective_op(tf.pad(emissions, padding), tf.stop_gradient(tf.pad(labels, padding)),
-                         tf.pad(mask, padding[:2]), transitions,
-                         zeros if start is None else start, zeros if end is None else end)
+    return (tf.pad(emissions, padding), tf.pad(labels, padding), tf.pad(mask, padding[:2]),
+            transitions, zeros if start is None else start, zeros if end is None else end)
+
+
+def _marginals(emissions, mask, transitions, start, end):
+    """``p(y_t = j)`` (B, n, L) of validated inputs, 0 on padding rows: the forward-backward
+    pass's gradient of ``-log Z`` with respect to the emissions (no gradient flows back)."""
+    inputs = [tf.stop_gradient(x) for x in _padded(
+        emissions, tf.zeros_like(emissions), mask, transitions, start, end)]
+    _, (d_emissions, _, _), _ = _COMPILED[USE_XLA](*inputs)
+    return tf.zeros_like(emissions) - d_emissions[:, :tf.shape(emissions)[1]]
+
+
+def crf_marginals(emissions, mask, transitions, start=None, end=None):
+    """Posterior probability ``p(y_t = j | emissions)`` of every label at every position.
+
+    Forward-backward in the graph (float64, compiled with XLA like the loss), with the same
+    scores and constraints as ``crf_log_partition``.
+
+    Args:
+        emissions, mask, transitions, start, end: as in ``crf_log_partition``.
+    Returns:
+        float tensor (batch, n, L) in the compute dtype: each real row sums to 1, padding rows
+        are all 0.
+
+        >>> p = crf_marginals(emissions, tf.sequence_mask(lengths, n), transitions)
+        >>> p.shape                         # (batch, n, L)
+    """
+    emissions, mask, transitions, start, end = _validated(
+        emissions, mask, transitions, start, end, 'crf_marginals')
+    return _marginals(emissions, mask, transitions, start, end)
 
 
 def crf_log_partition(emissions, mask, transitions, start=None, end=None):
@@ -467,6 +503,26 @@ class ConditionalRandomField(LayerMethodOwner, keras.layers.Layer):
         hits = tf.logical_and(tf.equal(y_true, tf.argmax(y_pred, -1, output_type=tf.int32)), mask)
         return (tf.reduce_sum(tf.cast(hits, 'float32'))
                 / tf.maximum(tf.reduce_sum(tf.cast(mask, 'float32')), 1.0))
+
+    def marginals(self, emissions, mask=None):
+        """Posterior label probabilities with the layer's parameters and constraints, in-graph.
+
+        Args:
+            emissions: float tensor (batch, n, L), e.g. this layer's output (its ``-inf`` rows
+                are read as padding when ``mask`` is None).
+            mask: optional bool / 0-1 tensor (batch, n), left-aligned.
+        Returns:
+            float32 tensor (batch, n, L) (float64 for float64 emissions): ``p(y_t = j)``, rows
+            summing to 1, padding rows all 0.
+
+            >>> probabilities = crf.marginals(model.predict(token_ids))      # (batch, n, L)
+        """
+        emissions, found = self._unpack(emissions, 'marginals')
+        mask = found if mask is None else mask
+        transitions, start, end = self.effective_parameters(emissions.dtype)
+        emissions, mask, transitions, start, end = _validated(
+            emissions, mask, transitions, start, end, self._owner('marginals'))
+        return _marginals(emissions, mask, transitions, start, end)
 
     def decode(self, emissions, lengths=None, mask=None):
         """Viterbi paths with the layer's current parameters and constraints (NumPy).

@@ -76,7 +76,7 @@ def main(argv=None):
             len(examples) / max(time.time() - started, 1e-9), 2))
         gold = [e.words for e in examples]
         for constrain, suffix in ((True, ''), (False, '_unconstrained')):
-            predicted = tagger.decode(outputs, constrain)
+            predicted = tagger.decode(outputs, constrain, confidences=False)
             words = [[e.text[s:t] for s, t, _ in p.spans] for e, p in zip(examples, predicted)]
             scores = segmentation_scores(gold, words, train_words)
             result.update({k + suffix: _rounded(scores[k]) for k in

@@ -10,10 +10,13 @@ Efficient GlobalPointer head: on your own files, or on a benchmark.
 
 After every epoch the development split is scored (strict span P/R/F1; relaxed F1, the share of
 characters or words given their gold entity type whatever the boundaries; per type); it selects
-the epoch. The selected model is saved to OUTPUT/model and scored once on the
-test split at the end. Words of English text are split into WordPieces; a word's label goes to all
-its pieces and the first piece's prediction is the word's (--label-pieces first: only the first
-piece is labelled, and the CRF runs over the first pieces only).
+the epoch. The selected model is saved to OUTPUT/model and scored once on the test split at the
+end. Then a temperature for its entity confidences is fitted on the development split and saved
+with it; results.json's ``calibration`` holds the expected calibration error before and after
+(dev, and test when labelled), OUTPUT/reliability_*.png the diagrams. Words of English text are
+split into WordPieces; a word's label goes to all its pieces and the first piece's prediction is
+the word's (--label-pieces first: only the first piece is labelled, and the CRF runs over the
+first pieces only).
 """
 import argparse
 import os
@@ -29,7 +32,7 @@ def parse_args(argv=None):
         description=__doc__.split('\n\n')[0],
         epilog='Outputs in --output: log.jsonl (one line per epoch, with every step loss), '
                'results.json, model/ (the selected model, for python -m crf_lr.predict), '
-               'confusion_*.txt.')
+               'confusion_*.txt, reliability_*.png.')
     parser.add_argument('--dataset', choices=sorted(DATASETS),
                         help='a benchmark (default: msra, unless --train-file is given)')
     parser.add_argument('--reinit-top', type=int, default=0,
@@ -49,9 +52,11 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
+    from crf_lr.calibration import calibrate
     from crf_lr.distribute import make_strategy, worker_folder
     from crf_lr.heads import make_head
     from crf_lr.metrics import confusion_matrix, format_confusion_matrix, relaxed_scores, span_scores
+    from crf_lr.plots import plot_reliability
     from crf_lr.runs import RunLog, epoch_batches, fit
     from crf_lr.spans import outermost
     from crf_lr.splits import load_splits
@@ -90,7 +95,7 @@ def main(argv=None):
         started = time.time()
         outputs = tagger.run([e.tokens for e in examples])
         seconds = time.time() - started
-        predicted = tagger.decode(outputs)                 # tag heads: the scheme's constraints
+        predicted = tagger.decode(outputs, confidences=False)   # the scheme's constraints
         strict = span_scores([e.spans for e in examples], [p.spans for p in predicted])
         tags = [p.tags if p.tags is not None else spans_to_tags(outermost(p.spans), len(e.tokens))
                 for e, p in zip(examples, predicted)]
@@ -100,7 +105,7 @@ def main(argv=None):
             f.write(format_confusion_matrix(matrix, tag_labels) + '\n')
         result = {k: round(strict[k], 5) for k in ('precision', 'recall', 'f1')}
         if tagger.head.kind == 'tags':
-            free = tagger.decode(outputs, constrain=False)
+            free = tagger.decode(outputs, constrain=False, confidences=False)
             result['f1_unconstrained'] = round(span_scores([e.spans for e in examples],
                                                            [p.spans for p in free])['f1'], 5)
         result.update(relaxed_f1=round(relaxed['f1'], 5),
@@ -137,10 +142,30 @@ def main(argv=None):
                  repairs=data.repairs, repaired_tags=len(data.repaired_at),
                  repaired_at=data.repaired_at[:100], encoder=built.encoder_info, lr=built.lr,
                  head=head.config(), head_parameters=head.count_params())
-    return fit(model, run, lambda epoch: epoch_batches(samples, args.batch_size, args.seed,
-                                                       epoch, head),
-               evaluate, args.epochs, 'dev_f1', lambda: tagger.save(run.model_dir), extra,
-               final_test=final_test, stop_gain=args.stop_gain, stop_epochs=args.stop_epochs)
+    results = fit(model, run, lambda epoch: epoch_batches(samples, args.batch_size, args.seed,
+                                                          epoch, head),
+                  evaluate, args.epochs, 'dev_f1', lambda: tagger.save(run.model_dir), extra,
+                  final_test=final_test, stop_gain=args.stop_gain, stop_epochs=args.stop_epochs)
+
+    # ---- calibration: a temperature for the confidences, fitted on dev, saved with the model ----
+    selected = Tagger.load(run.model_dir)
+    report = calibrate(selected, ([e.tokens for e in data.dev], [e.spans for e in data.dev]),
+                       ([e.tokens for e in data.test], [e.spans for e in data.test])
+                       if data.test else None)
+    selected.save(run.model_dir)
+    for split in ('dev', 'test'):
+        if split in report:
+            before, after = (report[split][k].pop('outcomes') for k in ('before', 'after'))
+            plot_reliability({'temperature 1': before,
+                              f'temperature {report["temperature"]}': after},
+                             os.path.join(run.output, f'reliability_{split}.png'),
+                             title=f'{head.name}, {split}')
+            print(f'{split}: entity confidence ECE {report[split]["before"]["ece"]:.4f} -> '
+                  f'{report[split]["after"]["ece"]:.4f} at temperature {report["temperature"]}')
+    standard = ('command', 'machine', 'config', 'metric', 'epochs', 'best_epoch', 'best',
+                'first_epoch')
+    return run.write_results('dev_f1', **{k: v for k, v in results.items() if k not in standard},
+                             calibration=report)
 
 
 if __name__ == '__main__':

@@ -200,6 +200,8 @@ def test_ner_span_head_on_nested_capable_data(tiny):
     assert 0 <= records[-1]['dev_relaxed_f1'] <= 1 and 'dev_f1_unconstrained' not in records[-1]
     assert os.path.isfile(output / 'confusion_dev_epoch2.txt')
     assert results['test'] is None and 'no labelled test split' in results['splits']['test']
+    assert set(results['calibration']) == {'temperature', 'dev'}
+    assert os.path.isfile(output / 'reliability_dev.png')
     heads, d, hidden = 10, 8, 16                     # CLUENER types, head size, hidden
     assert results['head_parameters'] == 2 * d * (hidden + 1) + heads * (4 * d + 2)
 
@@ -214,6 +216,14 @@ def test_ner_softmax_on_word_pieces_scores_like_its_saved_model(tiny):
     records = _records(output)
     assert records[1]['loss'] < records[0]['loss']
     assert 'dev_f1_unconstrained' in records[-1] and records[-1]['dev_predict_sentences_per_second'] > 0
+    calibration = results['calibration']               # fitted on dev, saved with the model
+    assert set(calibration) == {'temperature', 'dev', 'test'}
+    assert calibration['dev']['after']['nll'] <= calibration['dev']['before']['nll'] + 1e-9
+    assert all(0 <= calibration[s][w]['ece'] <= 1 for s in ('dev', 'test')
+               for w in ('before', 'after'))
+    assert os.path.isfile(output / 'reliability_test.png')
+    assert json.load(open(output / 'results.json'))['calibration'] == calibration
+    assert Tagger.load(str(output / 'model')).head.temperature == calibration['temperature']
     test = load_dataset('conll2003', 'test', tiny['data']).examples
     predicted = Tagger.load(str(output / 'model')).predict([e.tokens for e in test])
     assert span_scores([e.spans for e in test], predicted)['f1'] == pytest.approx(

@@ -57,6 +57,12 @@ def test_span_heads_decode_flat_by_default_and_nested_on_request():
         results[flat] = head.decode([window])[0]
     assert results[True].spans == [(1, 3, 'B'), (4, 5, 'B')] and results[True].tags is None
     assert results[False].spans == [(0, 4, 'A'), (1, 3, 'B'), (4, 5, 'B')]
+    logistic = lambda x: 1 / (1 + np.exp(-x))                        # noqa: E731
+    np.testing.assert_allclose(results[True].confidences, logistic(np.array([3.0, 1.0])))
+    np.testing.assert_allclose(results[False].confidences, logistic(np.array([2.0, 3.0, 1.0])))
+    head.temperature = 2.0
+    np.testing.assert_allclose(head.decode([window])[0].confidences,
+                               logistic(np.array([1.0, 1.5, 0.5])))
 
 
 def test_span_heads_return_unit_spans_of_multi_piece_words():

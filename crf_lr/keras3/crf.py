@@ -122,6 +122,35 @@ def _log_partition(emissions, mask, transitions, start, end):
     return ops.where(ops.any(mask, axis=1), log_z, ops.zeros_like(log_z))
 
 
+def _marginals(emissions, mask, transitions, start, end):
+    """``p(y_t = j)`` (B, n, L) of clean emissions by forward and backward scans in log space;
+    padding rows 0."""
+    first, last = _first_and_last(mask)
+    steps = (ops.transpose(emissions, (1, 0, 2)), ops.transpose(mask), ops.transpose(first),
+             ops.transpose(last))
+
+    def forward(alpha, inputs):
+        emission, live, opens, _ = inputs
+        moved = ops.logsumexp(alpha[:, :, None] + transitions[None], axis=1)
+        moved = ops.where(opens[:, None], start, moved) + emission
+        alpha = ops.where(live[:, None], moved, alpha)
+        return alpha, alpha
+
+    def backward(following, inputs):
+        # following = emissions[t + 1] + beta[t + 1]; beta[t] = end at the last real position
+        emission, _, _, closes = inputs
+        beta = ops.logsumexp(transitions[None] + following[:, None, :], axis=2)
+        beta = ops.where(closes[:, None], end, beta)
+        return emission + beta, beta
+
+    zeros = ops.zeros_like(emissions[:, 0])
+    _, alphas = ops.scan(forward, zeros, steps)
+    _, betas = ops.scan(backward, zeros, steps, reverse=True)
+    # normalised per position: each row sums to 1 exactly (log Z cancels)
+    marginals = ops.softmax(ops.transpose(alphas + betas, (1, 0, 2)), axis=-1)
+    return marginals * ops.cast(mask, marginals.dtype)[..., None]
+
+
 def _one_hot(tags, emissions, mask):
     """One-hot (B, n, L) of int ``tags``, after checking (when concrete) they are label ids."""
     num_labels = emissions.shape[-1]
@@ -161,6 +190,17 @@ def crf_log_partition(emissions, mask, transitions, start=None, end=None):
     """
     emissions, mask, transitions, start, end = _validated(emissions, mask, transitions, start, end)
     return _log_partition(_clean(emissions, mask), mask, transitions, start, end)
+
+
+def crf_marginals(emissions, mask, transitions, start=None, end=None):
+    """Posterior probability ``p(y_t = j | emissions)`` (batch, n, L) of every label at every
+    position: rows sum to 1, padding rows are 0. Arguments as in ``crf_log_partition``.
+
+        >>> p = crf_marginals(emissions, lengths[:, None] > np.arange(n), transitions)
+        >>> p.shape                         # (batch, n, L)
+    """
+    emissions, mask, transitions, start, end = _validated(emissions, mask, transitions, start, end)
+    return _marginals(_clean(emissions, mask), mask, transitions, start, end)
 
 
 def crf_sequence_score(emissions, tags, mask, transitions, start=None, end=None):
@@ -367,6 +407,18 @@ class ConditionalRandomField(keras.layers.Layer):
     # registered functions (not methods), so that a saved model's metrics load back
     sparse_accuracy = staticmethod(crf_sparse_accuracy)
     dense_accuracy = staticmethod(crf_dense_accuracy)
+
+    def marginals(self, emissions, mask=None):
+        """Posterior label probabilities (batch, n, L) with the layer's parameters and
+        constraints, in ``keras.ops``; ``mask`` None: this layer's ``-inf`` rows are padding.
+
+            >>> probabilities = crf.marginals(model(x))                      # rows sum to 1
+        """
+        emissions = ops.convert_to_tensor(emissions)
+        if mask is None:
+            mask = ops.any(emissions > -np.inf, axis=-1)
+        dtype = _compute_dtype(emissions)
+        return crf_marginals(emissions, mask, *self._scoring_parameters(dtype))
 
     def decode(self, emissions, lengths=None, mask=None):
         """Viterbi paths (NumPy): a list of int64 arrays, one per sequence, of its own length,
