@@ -175,8 +175,10 @@ def quiet_tensorflow(verbose=False, native=True):
     """
     if verbose:
         return
+    import logging
     import warnings
     os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+    logging.getLogger('tensorflow').setLevel(logging.ERROR)     # its Python-side WARNING lines
     warnings.filterwarnings('ignore', message='The initializer')
     if native:
         filter_native_log()
