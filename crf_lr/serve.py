@@ -260,7 +260,7 @@ def main(argv=None):
     parser.add_argument('--port', type=int, default=8000, help='(default: %(default)s)')
     parser.add_argument('--max-batch', type=int, default=64,
                         help='texts per model run (default: %(default)s; 1: no micro-batching)')
-    parser.add_argument('--batch-wait-ms', type=float, default=5.0,
+    parser.add_argument('--batch-wait-ms', type=float, default=2.0,
                         help='how long the first request of a batch waits for others '
                              '(default: %(default)s)')
     parser.add_argument('--precision', choices=('float32', 'mixed_bfloat16', 'auto'),

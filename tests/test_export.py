@@ -15,26 +15,34 @@ import pytest
 
 from test_examples import write_tiny_encoder
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAXLEN = 16
 TEXTS = ['张三去上海工作', '我们喜欢北京的天气。', '', '今天很好', '李四王五赵六去北京上海工作']
 HEADS = {'crf': ('crf', ['LOC', 'PER'], 'BIOES'),
          'softmax': ('softmax', ['LOC', 'PER'], 'BIO'),
          'pointer_flat': ('global_pointer', ['LOC', 'PER', 'ORG'], 'BIO'),
-         'pointer_nested': ('efficient_global_pointer', ['LOC', 'PER'], 'BIO')}
+         'pointer_nested': ('efficient_global_pointer', ['LOC', 'PER'], 'BIO'),
+         'segmenter': ('crf', (), 'SEG')}
 
-# Run in a fresh interpreter: load every export, run it, prove crf_lr and bert4keras never loaded.
+# Run in a fresh interpreter: load every export, run it, and run examples/serving_client.py on
+# the texts; prove crf_lr and bert4keras never loaded.
 FRESH = """
-import sys, numpy as np, tensorflow as tf
+import json, sys, numpy as np, tensorflow as tf
+sys.path.insert(0, sys.argv[3])
+from serving_client import Client
 inputs = np.load(sys.argv[1])
-outputs = {}
-for name in sys.argv[3:]:
+outputs, client = {}, {}
+for name in sys.argv[4:-1]:
     served = tf.saved_model.load(sys.argv[2] + '/' + name).signatures['serving_default']
     result = served(token_ids=tf.constant(inputs['token_ids']),
                     segment_ids=tf.constant(inputs['segment_ids']))
     outputs.update({name + '/' + key: value.numpy() for key, value in result.items()})
+    client[name] = Client(sys.argv[2] + '/' + name).predict(json.loads(sys.argv[-1]))
 leaked = [m for m in sys.modules if m.split('.')[0] in ('crf_lr', 'bert4keras')]
 assert not leaked, leaked
 np.savez(sys.argv[1].replace('inputs', 'outputs'), **outputs)
+with open(sys.argv[1].replace('inputs.npz', 'client.json'), 'w') as f:
+    json.dump(client, f)
 """
 
 
@@ -56,7 +64,7 @@ def exported(tmp_path_factory):
         head = make_head(head_name, types, scheme, flat=name != 'pointer_nested')
         model = keras.Model(encoder.inputs, head.build(piece_states(encoder)))
         if head_name == 'crf':    # transitions of the emissions' scale, so that they matter
-            head.crf.set_weights([np.random.default_rng(0).normal(0, 2, (9, 9))])
+            head.crf.set_weights([np.random.default_rng(0).normal(0, 2, (len(head.labels),) * 2)])
         Tagger(model, UnitEncoder(vocab), head, MAXLEN).save(str(root / 'models' / name))
         main([str(root / 'models' / name), str(root / 'exported' / name)])
         taggers[name] = Tagger.load(str(root / 'models' / name))
@@ -68,14 +76,16 @@ def exported(tmp_path_factory):
     inputs = root / 'inputs.npz'
     np.savez(inputs, token_ids=token_ids, segment_ids=np.zeros_like(token_ids))
     env = dict(os.environ, PYTHONPATH='')               # nothing of ours on the path
-    subprocess.run([sys.executable, '-c', FRESH, str(inputs), str(root / 'exported'), *HEADS],
+    subprocess.run([sys.executable, '-c', FRESH, str(inputs), str(root / 'exported'),
+                    os.path.join(ROOT, 'examples'), *HEADS, json.dumps(TEXTS)],
                    check=True, env=env, cwd=str(root))
     outputs = dict(np.load(root / 'outputs.npz'))
-    return root, taggers, token_ids, outputs
+    client = json.loads((root / 'client.json').read_text())
+    return root, taggers, token_ids, outputs, client
 
 
 def test_files_beside_the_savedmodel(exported):
-    root, taggers, _, _ = exported
+    root, taggers = exported[:2]
     for name in HEADS:
         folder = root / 'exported' / name
         assert {'saved_model.pb', 'variables', 'labels.json', 'vocab.txt'} <= set(os.listdir(folder))
@@ -86,7 +96,7 @@ def test_files_beside_the_savedmodel(exported):
 @pytest.mark.parametrize('name', ['crf', 'softmax'])
 def test_tag_heads_decode_as_the_tagger(exported, name):
     from crf_lr.viterbi import constrained_parameters
-    _, taggers, token_ids, outputs = exported
+    _, taggers, token_ids, outputs, _ = exported
     tagger = taggers[name]
     head, labels = tagger.head, tagger.head.labels
     scores = tagger.scores([token_ids, np.zeros_like(token_ids)])
@@ -114,7 +124,7 @@ def test_tag_heads_decode_as_the_tagger(exported, name):
 
 @pytest.mark.parametrize('name', ['pointer_flat', 'pointer_nested'])
 def test_span_heads_decode_as_the_tagger(exported, name):
-    _, taggers, token_ids, outputs = exported
+    _, taggers, token_ids, outputs, _ = exported
     tagger = taggers[name]
     types = tagger.head.labels
     scores = tagger.scores([token_ids, np.zeros_like(token_ids)])
@@ -130,6 +140,15 @@ def test_span_heads_decode_as_the_tagger(exported, name):
     hits = sum(len(window.output) for windows in tagger.run(TEXTS) for window in windows)
     kept = sum(len(spans_) for spans_ in tagger.predict(TEXTS))
     assert (hits > kept) == (name == 'pointer_flat')      # the flat decoder had overlaps to drop
+
+
+@pytest.mark.parametrize('name', list(HEADS))
+def test_the_example_client_gives_the_entities_of_predict_lines(exported, name):
+    """examples/serving_client.py (no crf_lr): text -> ids -> SavedModel -> entities or words."""
+    from crf_lr.predict import predict_lines
+    taggers, client = exported[1], exported[4]
+    assert client[name] == predict_lines(taggers[name], TEXTS)
+    assert any(client[name])
 
 
 def test_bad_arguments_are_one_line_errors(exported, tmp_path, capsys):
