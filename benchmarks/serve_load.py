@@ -6,7 +6,9 @@ Two servers of the same model run side by side on free ports of 127.0.0.1: the d
 of single-sentence requests is sent by 1, 8 and 32 concurrent keep-alive clients, to each server
 in turn (interleaved rounds, so a burst of load from other processes hits both alike); it stops
 by itself. Prints a Markdown table: requests per second and p50 / p99 latency, the median [min–max]
-over rounds, and the throughput ratio of the two servers per round.
+over rounds, the throughput ratio of the two servers per round, and the CPU time the server
+process and this client spent per request (what throughput an idle machine would allow, where
+other processes take CPU from a shared one).
 
     $ python benchmarks/serve_load.py runs/ner/model --requests 2000 --rounds 3
 """
@@ -35,25 +37,43 @@ MODES = {'micro-batching': (), 'one request, one batch': ('--max-batch', '1')}
 
 
 async def load(url, clients, requests):
-    """Send ``requests`` POSTs from ``clients`` concurrent clients; returns ``(seconds,
-    latencies)``, raising on any answer other than 200."""
-    import httpx
+    """Send ``requests`` POSTs from ``clients`` concurrent keep-alive connections; returns
+    ``(seconds, latencies)``, raising on any answer other than 200.
+
+    The client speaks HTTP/1.1 over asyncio streams itself: an HTTP library costs several
+    milliseconds of CPU a request (httpx: ~4 ms here), which on a shared machine would be taken
+    from the server being measured."""
+    host, port = url.split('//')[1].split(':')
     latencies, sent = [], iter(range(requests))
 
-    async def client(http):
-        for k in sent:
-            body = {'texts': [SENTENCES[k % len(SENTENCES)]]}
-            began = time.perf_counter()
-            response = await http.post(url + '/v1/predict', json=body)
-            latencies.append(time.perf_counter() - began)
-            if response.status_code != 200:
-                raise RuntimeError(f'{url}: {response.status_code} {response.text}')
+    async def client():
+        reader, writer = await asyncio.open_connection(host, int(port))
+        try:
+            for k in sent:
+                body = json.dumps({'texts': [SENTENCES[k % len(SENTENCES)]]}).encode()
+                began = time.perf_counter()
+                writer.write(b'POST /v1/predict HTTP/1.1\r\nHost: %s\r\nContent-Type: '
+                             b'application/json\r\nContent-Length: %d\r\n\r\n%s'
+                             % (host.encode(), len(body), body))
+                head = await reader.readuntil(b'\r\n\r\n')
+                length = int(head.lower().split(b'content-length:')[1].split(b'\r\n')[0])
+                answer = await reader.readexactly(length)
+                latencies.append(time.perf_counter() - began)
+                if not head.startswith(b'HTTP/1.1 200'):
+                    raise RuntimeError(f'{url}: {head.splitlines()[0]} {answer[:200]}')
+        finally:
+            writer.close()
 
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(limits=limits, timeout=120) as http:
-        began = time.perf_counter()
-        await asyncio.gather(*(client(http) for _ in range(clients)))
-        return time.perf_counter() - began, latencies
+    began = time.perf_counter()
+    await asyncio.gather(*(client() for _ in range(clients)))
+    return time.perf_counter() - began, latencies
+
+
+def cpu_seconds(pid):
+    """User + system CPU seconds of process ``pid`` so far (all its threads; Linux /proc)."""
+    with open(f'/proc/{pid}/stat') as f:
+        fields = f.read().rsplit(')', 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
 
 
 def spread(values, digits=0):
@@ -74,26 +94,32 @@ def main(argv=None):
     rows = {(c, mode): [] for c in args.clients for mode in MODES}
     load_before = os.getloadavg()[0]
     with contextlib.ExitStack() as stack:
-        urls = {mode: stack.enter_context(serve_page.running_server(args.model_dir, *flags))
-                for mode, flags in MODES.items()}
-        for url in urls.values():                                  # warm: connections, caches
+        servers = {mode: stack.enter_context(serve_page.running_server(args.model_dir, *flags))
+                   for mode, flags in MODES.items()}
+        for url, _ in servers.values():                            # warm: connections, caches
             asyncio.run(load(url, 8, 64))
         for round_ in range(args.rounds):
             for clients in args.clients:
                 for mode in (MODES if round_ % 2 == 0 else reversed(MODES)):
-                    seconds, latencies = asyncio.run(load(urls[mode], clients, args.requests))
+                    url, pid = servers[mode]
+                    server_cpu, client_cpu = cpu_seconds(pid), time.process_time()
+                    seconds, latencies = asyncio.run(load(url, clients, args.requests))
                     rows[clients, mode].append(dict(
                         per_second=args.requests / seconds,
                         p50_ms=1e3 * np.percentile(latencies, 50),
-                        p99_ms=1e3 * np.percentile(latencies, 99)))
+                        p99_ms=1e3 * np.percentile(latencies, 99),
+                        server_cpu_ms=1e3 * (cpu_seconds(pid) - server_cpu) / args.requests,
+                        client_cpu_ms=1e3 * (time.process_time() - client_cpu) / args.requests))
                     print(f'round {round_ + 1}, {clients} clients, {mode}: '
                           f'{rows[clients, mode][-1]}', flush=True)
     load_after = os.getloadavg()[0]
     print(f'\n{args.requests} single-sentence requests per measurement, {args.rounds} rounds; '
           f'{os.cpu_count()} cores ({platform.processor() or platform.machine()}); load average '
           f'{load_before:.1f} before, {load_after:.1f} after\n')
-    print('| clients | server | requests/s | p50 ms | p99 ms | throughput ratio |')
-    print('|--------:|--------|-----------:|-------:|-------:|-----------------:|')
+    print('| clients | server | requests/s | p50 ms | p99 ms | throughput ratio '
+          '| server CPU ms / request | client CPU ms / request |')
+    print('|--------:|--------|-----------:|-------:|-------:|-----------------:'
+          '|------------------------:|------------------------:|')
     batched, single = MODES
     for clients in args.clients:
         ratios = [a['per_second'] / b['per_second']
@@ -103,7 +129,8 @@ def main(argv=None):
             ratio = spread(ratios, 2) + '×' if mode == batched else ''
             print(f'| {clients} | {mode} | {spread([r["per_second"] for r in runs])} | '
                   f'{spread([r["p50_ms"] for r in runs])} | {spread([r["p99_ms"] for r in runs])}'
-                  f' | {ratio} |')
+                  f' | {ratio} | {spread([r["server_cpu_ms"] for r in runs], 1)} | '
+                  f'{spread([r["client_cpu_ms"] for r in runs], 1)} |')
     if args.json:
         with open(args.json, 'w', encoding='utf-8') as f:
             json.dump(dict(requests=args.requests, rounds=args.rounds, load_before=load_before,

@@ -41,7 +41,7 @@ def test_entities_are_highlighted_with_their_types(trained_ner_dir, browser, tmp
     expected = predict_lines(tagger, [text])[0]
     allowed = tagger.head.scheme.allowed(tagger.head.labels)[0]
     assert [(e['text'], e['type']) for e in expected] == [('张三', 'PER'), ('北京', 'LOC')]
-    with serve_page.running_server(trained_ner_dir) as url:
+    with serve_page.running_server(trained_ner_dir) as (url, _):
         entities, words = serve_page.analyse(browser, url, text)
         browser.save_screenshot(str(tmp_path / 'serve-page.png'))
         assert [(mention, kind) for mention, kind, _ in entities] == [('张三', 'PER'),
@@ -74,6 +74,6 @@ def test_a_segmentation_model_shows_words(tmp_path, browser):
     model = keras.Model(encoder.inputs, head.build(piece_states(encoder)))
     Tagger(model, UnitEncoder(vocab), head, 16).save(str(tmp_path / 'model'))
     text = '我们喜欢北京的天气。'
-    with serve_page.running_server(str(tmp_path / 'model')) as url:
+    with serve_page.running_server(str(tmp_path / 'model')) as (url, _):
         entities, words = serve_page.analyse(browser, url, text)
     assert entities == [] and len(words) > 1 and ''.join(words) == text

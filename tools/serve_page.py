@@ -40,8 +40,9 @@ def free_port():
 
 @contextlib.contextmanager
 def running_server(model_dir, *flags, timeout=180):
-    """``python -m crf_lr.serve model_dir`` on a free loopback port; yields its base URL and
-    stops it on exit (raises RuntimeError with its output if it does not come up)."""
+    """``python -m crf_lr.serve model_dir`` on a free loopback port; yields its base URL and its
+    process id, and stops it on exit (raises RuntimeError with its output if it does not come
+    up)."""
     port = free_port()
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get(
         'PYTHONPATH')])))
@@ -60,7 +61,7 @@ def running_server(model_dir, *flags, timeout=180):
                     server.kill()
                     raise RuntimeError(f'the server did not start:\n{server.stdout.read()}')
                 time.sleep(0.5)
-        yield url
+        yield url, server.pid
     finally:
         server.terminate()
         try:
@@ -120,7 +121,7 @@ def main(argv=None):
     missing = browser_missing()
     if missing:
         parser.error(missing)
-    with running_server(args.model_dir) as url, chromium(height=args.height) as driver:
+    with running_server(args.model_dir) as (url, _), chromium(height=args.height) as driver:
         entities, words = analyse(driver, url, args.text)
         driver.save_screenshot(args.screenshot)
     print(entities or words)
