@@ -35,7 +35,7 @@ from crf_lr.runs import model_files
 
 
 def _tag_decoder(head):
-    """``(scores, lengths) -> outputs`` of a CRF or softmax head: constrained Viterbi in the graph."""
+    """``(scores, lengths) -> outputs`` of a CRF or softmax head: constrained Viterbi in graph."""
     from crf_lr.compat import tf
     from crf_lr.crf import crf_sequence_score
     from crf_lr.heads import CRFHead, SoftmaxHead
@@ -52,7 +52,7 @@ def _tag_decoder(head):
                          f'softmax and GlobalPointer heads')
     parameters = [tf.constant(p, tf.float32) for p in constrained_parameters(
         trans, start, end, *head.scheme.allowed(head.labels))]
-    # marginals: outputs['marginals'] = head.crf.marginals(...) once ConditionalRandomField.marginals lands
+    # marginals: add outputs['marginals'] from ConditionalRandomField.marginals when it lands
 
     def decode(scores, lengths):
         emissions = tf.maximum(prepare(scores), DISALLOWED_SCORE)        # padding: -inf -> -1e4

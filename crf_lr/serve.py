@@ -1,4 +1,4 @@
-"""Serve a saved model over HTTP: a JSON API whose concurrent requests are micro-batched, and a page.
+"""Serve a saved model over HTTP: a JSON API that micro-batches concurrent requests, and a page.
 
     python -m crf_lr.serve runs/ner/model                  # then open http://127.0.0.1:8000/
     curl -s 127.0.0.1:8000/v1/predict -H 'Content-Type: application/json' \\

@@ -6,7 +6,8 @@ for a segmentation model. For character models (Chinese): one character, one tok
 than ``maxlen - 2`` characters (labels.json) must be cut first; crf_lr cuts at sentence ends.
 
     python examples/serving_client.py exported/ner/1 '中共中央总书记江泽民发表新年讲话'
-    python examples/serving_client.py exported/ner/1 '...' --url http://127.0.0.1:8501/v1/models/ner:predict
+    python examples/serving_client.py exported/ner/1 '江泽民发表讲话' \
+        --url http://127.0.0.1:8501/v1/models/ner:predict         # TensorFlow Serving's REST API
 """
 import argparse
 import json

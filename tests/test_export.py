@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from test_examples import write_tiny_encoder
+from test_examples import save_random_tagger
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAXLEN = 16
@@ -50,24 +50,16 @@ with open(sys.argv[1].replace('inputs.npz', 'client.json'), 'w') as f:
 def exported(tmp_path_factory):
     """Tiny random models of four heads, saved, exported, and run in a fresh process."""
     from crf_lr.compat import keras
-    from crf_lr.encoders import load_encoder
     from crf_lr.export import main
-    from crf_lr.heads import make_head, piece_states
-    from crf_lr.pieces import UnitEncoder
     from crf_lr.tagger import Tagger
     root = tmp_path_factory.mktemp('export')
-    config = write_tiny_encoder(str(root / 'encoder'))
     keras.utils.set_random_seed(2)
     taggers = {}
     for name, (head_name, types, scheme) in HEADS.items():
-        encoder, vocab, _ = load_encoder(config)
-        head = make_head(head_name, types, scheme, flat=name != 'pointer_nested')
-        model = keras.Model(encoder.inputs, head.build(piece_states(encoder)))
-        if head_name == 'crf':    # transitions of the emissions' scale, so that they matter
-            head.crf.set_weights([np.random.default_rng(0).normal(0, 2, (len(head.labels),) * 2)])
-        Tagger(model, UnitEncoder(vocab), head, MAXLEN).save(str(root / 'models' / name))
-        main([str(root / 'models' / name), str(root / 'exported' / name)])
-        taggers[name] = Tagger.load(str(root / 'models' / name))
+        model_dir = save_random_tagger(str(root / 'models' / name), head_name, types, scheme,
+                                       MAXLEN, crf_scale=2, flat=name != 'pointer_nested')
+        main([model_dir, str(root / 'exported' / name)])
+        taggers[name] = Tagger.load(model_dir)
     encoder = next(iter(taggers.values())).encoder
     ids = [encoder.encode(text)[0] for text in TEXTS]
     token_ids = np.zeros((len(ids), max(map(len, ids))), np.int32)
@@ -88,7 +80,8 @@ def test_files_beside_the_savedmodel(exported):
     root, taggers = exported[:2]
     for name in HEADS:
         folder = root / 'exported' / name
-        assert {'saved_model.pb', 'variables', 'labels.json', 'vocab.txt'} <= set(os.listdir(folder))
+        assert {'saved_model.pb', 'variables', 'labels.json', 'vocab.txt'} <= set(
+            os.listdir(folder))
         assert json.loads((folder / 'labels.json').read_text('utf-8'))['labels'] == \
             taggers[name].head.labels
 
@@ -155,7 +148,7 @@ def test_bad_arguments_are_one_line_errors(exported, tmp_path, capsys):
     from crf_lr.export import main
     root = exported[0]
     for argv, message in (([str(tmp_path), str(tmp_path / 'out')], 'missing model.h5'),
-                          ([str(root / 'models' / 'crf'), str(root / 'exported' / 'crf')],
+                          ([str(root / 'models' / 'crf' / 'model'), str(root / 'exported' / 'crf')],
                            'exists: choose another folder or pass --overwrite')):
         with pytest.raises(SystemExit) as exit_info:
             main(argv)

@@ -47,20 +47,14 @@ def segmenter(tmp_path_factory):
     from starlette.testclient import TestClient
 
     from crf_lr.compat import keras
-    from crf_lr.encoders import load_encoder
-    from crf_lr.heads import make_head, piece_states
-    from crf_lr.pieces import UnitEncoder
     from crf_lr.serve import create_app
     from crf_lr.tagger import Tagger
-    from test_examples import write_tiny_encoder
-    root = tmp_path_factory.mktemp('segmenter')
+    from test_examples import save_random_tagger
     keras.utils.set_random_seed(3)
-    encoder, vocab, _ = load_encoder(write_tiny_encoder(str(root / 'encoder')))
-    head = make_head('softmax', (), 'SEG')
-    model = keras.Model(encoder.inputs, head.build(piece_states(encoder)))
-    Tagger(model, UnitEncoder(vocab), head, 16).save(str(root / 'model'))
-    tagger = Tagger.load(str(root / 'model'))
-    with TestClient(create_app(tagger, str(root / 'model'))) as client:
+    model_dir = save_random_tagger(str(tmp_path_factory.mktemp('segmenter')), 'softmax', (),
+                                   'SEG', 16)
+    tagger = Tagger.load(model_dir)
+    with TestClient(create_app(tagger, model_dir)) as client:
         yield tagger, client
 
 
@@ -147,7 +141,8 @@ def test_a_100000_character_text_is_windowed(ner):
     (dict(content=b'{"texts": ["a"'), 400, 'not valid JSON'),
     (dict(content=b'{"texts": ["a"]}', headers={'content-type': 'text/plain'}), 415,
      'application/json'),
-    (dict(content=b'{"texts": ["a"]}', headers={'content-type': 'application/json; charset=latin-1'}),
+    (dict(content=b'{"texts": ["a"]}',
+          headers={'content-type': 'application/json; charset=latin-1'}),
      415, 'UTF-8'),
     (dict(content=b'{"texts": ["\xff\xfe"]}'), 400, 'not UTF-8'),
     (dict(json={'texts': ['a'] * 65}), 413, 'at most 64'),

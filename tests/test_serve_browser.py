@@ -63,17 +63,10 @@ def test_entities_are_highlighted_with_their_types(trained_ner_dir, browser, tmp
 
 def test_a_segmentation_model_shows_words(tmp_path, browser):
     from crf_lr.compat import keras
-    from crf_lr.encoders import load_encoder
-    from crf_lr.heads import make_head, piece_states
-    from crf_lr.pieces import UnitEncoder
-    from crf_lr.tagger import Tagger
-    from test_examples import write_tiny_encoder
+    from test_examples import save_random_tagger
     keras.utils.set_random_seed(4)
-    encoder, vocab, _ = load_encoder(write_tiny_encoder(str(tmp_path / 'encoder')))
-    head = make_head('crf', (), 'SEG')
-    model = keras.Model(encoder.inputs, head.build(piece_states(encoder)))
-    Tagger(model, UnitEncoder(vocab), head, 16).save(str(tmp_path / 'model'))
+    model_dir = save_random_tagger(str(tmp_path), 'crf', (), 'SEG', 16)
     text = '我们喜欢北京的天气。'
-    with serve_page.running_server(str(tmp_path / 'model')) as (url, _):
+    with serve_page.running_server(model_dir) as (url, _):
         entities, words = serve_page.analyse(browser, url, text)
     assert entities == [] and len(words) > 1 and ''.join(words) == text
