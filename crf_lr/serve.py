@@ -38,11 +38,11 @@ class MicroBatcher:
     already waiting) until the batch holds ``max_batch`` texts, and runs ``predict`` on them in
     one thread (the event loop keeps answering meanwhile); each request gets its own results.
 
-        >>> batcher = MicroBatcher(lambda texts: predict_lines(tagger, texts), 64, 5)
+        >>> batcher = MicroBatcher(lambda texts: predict_lines(tagger, texts), 64, 2)
         >>> await batcher.start(); results = await batcher(['北京欢迎你'])
     """
 
-    def __init__(self, predict, max_batch=64, wait_ms=5.0):
+    def __init__(self, predict, max_batch=64, wait_ms=2.0):
         self.predict, self.max_batch, self.wait = predict, max_batch, wait_ms / 1000
         self.queue, self.worker = None, None
         self.thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix='model')
@@ -184,7 +184,7 @@ async def read_texts(request, limits):
     return texts
 
 
-def create_app(tagger, model_dir, max_batch=64, batch_wait_ms=5.0, limits=None):
+def create_app(tagger, model_dir, max_batch=64, batch_wait_ms=2.0, limits=None):
     """The Starlette application serving ``tagger`` (see the module docstring).
 
         >>> app = create_app(Tagger.load('runs/ner/model'), 'runs/ner/model')
