@@ -34,10 +34,11 @@ import contextlib
 
 import numpy as np
 
+from crf_lr.checks import check_num_labels, constrained, crf_config, set_crf_arguments
 from crf_lr.compat import keras, tf
 from crf_lr.numerics import guard_finite, require_finite
 from crf_lr.serialization import LayerMethodOwner, layer_method, register
-from crf_lr.viterbi import DISALLOWED_SCORE, _check_mask_array, viterbi_decode, viterbi_decode_tf
+from crf_lr.viterbi import DISALLOWED_SCORE, decode_layer_output, viterbi_decode_tf
 
 _TINY = 1e-300    # floor of float64 sums before log: log(_TINY) ~ -690, never -inf
 
@@ -369,24 +370,11 @@ class ConditionalRandomField(LayerMethodOwner, keras.layers.Layer):
                  allowed_ends=None, boundary_scores=False, **kwargs):
         kwargs.setdefault('autocast', False)    # mixed precision: see call
         super().__init__(**kwargs)
-        if not np.isscalar(lr_multiplier) or not 0 < lr_multiplier < np.inf:
-            raise ValueError(f'lr_multiplier must be a positive finite number, '
-                             f'got {lr_multiplier!r}')
-        self.lr_multiplier = lr_multiplier
-        self.allowed_transitions = _as_bool_array(allowed_transitions, 2, 'allowed_transitions')
-        self.allowed_starts = _as_bool_array(allowed_starts, 1, 'allowed_starts')
-        self.allowed_ends = _as_bool_array(allowed_ends, 1, 'allowed_ends')
-        self.boundary_scores = bool(boundary_scores)
-        self.supports_masking = True
+        set_crf_arguments(self, lr_multiplier, allowed_transitions, allowed_starts, allowed_ends,
+                          boundary_scores)
 
     def build(self, input_shape):
-        num_labels = input_shape[-1]
-        if num_labels is None:
-            raise ValueError('ConditionalRandomField needs a static number of labels (last axis)')
-        num_labels = int(num_labels)
-        for name in ('allowed_transitions', 'allowed_starts', 'allowed_ends'):
-            shape = (num_labels,) * (2 if name == 'allowed_transitions' else 1)
-            _check_mask_array(getattr(self, name), shape, name)
+        num_labels = check_num_labels(input_shape, self)
         scale = 1.0 / self.lr_multiplier
         self._trans = self.add_weight(name='trans', shape=(num_labels, num_labels),
                                       initializer=_ScaledInitializer('glorot_uniform', scale))
@@ -417,17 +405,7 @@ class ConditionalRandomField(LayerMethodOwner, keras.layers.Layer):
 
         ``start`` / ``end`` are None when there are neither boundary scores nor constraints on them.
         """
-        result = []
-        for learned, allowed in ((self.trans, self.allowed_transitions),
-                                 (self.starts, self.allowed_starts),
-                                 (self.ends, self.allowed_ends)):
-            if learned is not None:
-                learned = tf.cast(learned, dtype)
-            if allowed is not None:
-                base = tf.zeros(allowed.shape, dtype) if learned is None else learned
-                learned = tf.where(allowed, base, tf.constant(DISALLOWED_SCORE, dtype))
-            result.append(learned)
-        return tuple(result)
+        return constrained(self, dtype, tf)
 
     def compute_mask(self, inputs, mask=None):
         return None
@@ -504,13 +482,10 @@ class ConditionalRandomField(LayerMethodOwner, keras.layers.Layer):
         """
         emissions = require_finite(np.asarray(emissions, dtype=np.float64), self._owner('decode'),
                                    'emissions', minus_inf_allowed=True)
-        if lengths is None and mask is None:
-            mask = (emissions > -np.inf).any(axis=-1)
         transitions, start, end = (None if p is None else p.numpy()
                                    for p in self.effective_parameters('float64'))
         require_finite(transitions, self._owner('decode'), 'trans')
-        return viterbi_decode(np.maximum(emissions, DISALLOWED_SCORE), transitions,
-                              lengths=lengths, mask=mask, start=start, end=end)
+        return decode_layer_output(emissions, transitions, lengths, mask, start, end)
 
     def decode_tf(self, y_pred):
         """In-graph Viterbi paths of the layer's output (for a serving model or SavedModel).
@@ -527,25 +502,7 @@ class ConditionalRandomField(LayerMethodOwner, keras.layers.Layer):
         return viterbi_decode_tf(emissions, transitions, mask=mask, start=start, end=end)
 
     def get_config(self):
-        def listed(array):
-            return None if array is None else array.tolist()
-        return dict(super().get_config(), lr_multiplier=self.lr_multiplier,
-                    allowed_transitions=listed(self.allowed_transitions),
-                    allowed_starts=listed(self.allowed_starts),
-                    allowed_ends=listed(self.allowed_ends),
-                    boundary_scores=self.boundary_scores)
-
-
-def _as_bool_array(allowed, ndim, name):
-    """A bool NumPy array of ``ndim`` dims (shape checked against L in ``build``), or None."""
-    if allowed is None:
-        return None
-    array = np.asarray(allowed)
-    if array.dtype != bool or array.ndim != ndim:
-        raise TypeError(f'{name} must be a boolean array with {ndim} dimension(s), got dtype '
-                        f'{array.dtype} and shape {array.shape}; for label ids use '
-                        f'np.isin(np.arange(num_labels), ids)')
-    return array
+        return dict(super().get_config(), **crf_config(self))
 
 
 class _ScaledInitializer(keras.initializers.Initializer):

@@ -145,10 +145,50 @@ class Head:
 # Tag heads: one label per piece
 
 
+LABEL_PIECES = ('all', 'first')
+IGNORED = -1            # the target of a piece left out of the loss and the metrics
+
+
+def first_pieces_only(function):
+    """A CRF's loss or metric ``function(y_true, y_pred)`` on the first pieces of the words
+    only, for ``label_pieces='first'``.
+
+    ``y_true`` (batch, n) holds ``IGNORED`` at every other piece and at padding. Masking those
+    positions would break a linear-chain CRF (its mask is left-aligned, and a path through a
+    masked middle piece would still pay two transitions); instead the rows of the first pieces
+    are gathered to the left, in order, so that the CRF sees one row per word and its
+    transitions go from word to word. Rows after them become padding: ``-inf`` rows, as the
+    CRF's own output pads, with label 0.
+
+        >>> loss = first_pieces_only(crf.sparse_loss)        # loss(y_true, y_pred): (batch,)
+    """
+    def on_first_pieces(y_true, y_pred):
+        y_true = tf.cast(tf.reshape(y_true, tf.shape(y_pred)[:2]), tf.int32)
+        keep = y_true != IGNORED
+        order = tf.argsort(tf.cast(tf.logical_not(keep), tf.int32), axis=1, stable=True)
+        count = tf.reduce_sum(tf.cast(keep, tf.int32), axis=1, keepdims=True)
+        live = tf.range(tf.shape(y_true)[1])[None] < count                  # left-aligned
+        y_pred = tf.where(live[..., None], tf.gather(y_pred, order, batch_dims=1),
+                          tf.constant(-np.inf, y_pred.dtype))
+        return function(tf.where(live, tf.gather(y_true, order, batch_dims=1), 0), y_pred)
+
+    on_first_pieces.__name__ = getattr(function, '__name__', type(function).__name__)
+    return on_first_pieces
+
+
 class TagHead(Head):
     """A label per piece, read back per unit by the scheme; Viterbi decoding with the scheme's
-    constraints by default."""
+    constraints by default.
+
+    ``label_pieces`` (set by the heads that take it, :class:`CRFHead`): 'all' (a unit's tag
+    spreads to all its pieces, by the scheme's rule; the unit's prediction is its first
+    piece's) or 'first' (only a unit's first piece carries its tag; the other pieces are left
+    out of the loss, the metrics and the decoding: the head runs on the first pieces only,
+    gathered into one row per unit, see :func:`first_pieces_only`). The two are the same for
+    characters, which are one piece each.
+    """
     kind = 'tags'
+    label_pieces = 'all'
 
     @property
     def labels(self):
@@ -156,17 +196,20 @@ class TagHead(Head):
 
     def target(self, tags, spans, starts):
         """Label ids of a window's pieces, from its unit tags (a unit's tag spreads to its pieces
-        by the scheme's rule)."""
+        by the scheme's rule; with ``label_pieces='first'`` the other pieces get ``IGNORED``)."""
         index = {label: i for i, label in enumerate(self.labels)}
-        piece_tags = self.scheme.spread(tags, np.diff(starts))
-        unknown = sorted(set(piece_tags) - set(index))
+        strategy = 'propagate' if self.label_pieces == 'all' else 'first'
+        piece_tags = self.scheme.spread(tags, np.diff(starts), strategy, ignore_label=None)
+        unknown = sorted(set(piece_tags) - set(index) - {None})
         if unknown:
             raise ValueError(f'tags {unknown} are not among the labels {self.labels}')
-        return [index[t] for t in piece_tags]
+        return [IGNORED if t is None else index[t] for t in piece_tags]
 
     def batch_targets(self, targets, n):
-        """``(batch, n - 1)`` int32 label ids, padded with 0 (the mask keeps padding out)."""
-        padded = np.zeros((len(targets), n - 1), dtype=np.int32)
+        """``(batch, n - 1)`` int32 label ids, padded with 0 (the mask keeps padding out), or
+        with ``IGNORED`` under ``label_pieces='first'``."""
+        padding = 0 if self.label_pieces == 'all' else IGNORED
+        padded = np.full((len(targets), n - 1), padding, dtype=np.int32)
         for row, label_ids in enumerate(targets):
             padded[row, :len(label_ids)] = label_ids
         return padded
@@ -189,6 +232,8 @@ class TagHead(Head):
         allowed = self.scheme.allowed(self.labels) if constrain else (None,) * 3
         prepare, trans, start, end = self._transitions()
         scores = [prepare(w.output) for w in windows]
+        if self.label_pieces == 'first':                     # one row per unit: its first piece
+            scores = [s[np.asarray(w.starts[:-1], dtype=int)] for s, w in zip(scores, windows)]
         paths = []
         for begin in range(0, len(scores), 256):
             group = scores[begin:begin + 256]
@@ -200,9 +245,10 @@ class TagHead(Head):
                                     allowed_starts=allowed[1], allowed_ends=allowed[2])
         decoded = []
         for window, path in zip(windows, paths):
-            piece_tags = [self.labels[i] for i in path]
-            word_index = np.repeat(np.arange(len(window.units)), np.diff(window.starts))
-            tags = self.scheme.collect(word_index, piece_tags, len(window.units))
+            tags = [self.labels[i] for i in path]
+            if self.label_pieces == 'all':
+                word_index = np.repeat(np.arange(len(window.units)), np.diff(window.starts))
+                tags = self.scheme.collect(word_index, tags, len(window.units))
             decoded.append(Decoded(self.scheme.decode(tags, strict=True), tags))
         return decoded
 
@@ -215,6 +261,8 @@ class CRFHead(TagHead):
         lr_multiplier: the CRF's own learning-rate multiplier (see docs/results.md).
         constrain_training: give the scheme's impossible transitions -1e4 in training too.
         boundary_scores: learn start and end scores per label as well.
+        label_pieces: 'all' or 'first' (see :class:`TagHead`): with 'first' the CRF runs over
+            the words' first pieces only, gathered into one row per word.
 
         >>> head = CRFHead(['PER'], 'BIO', lr_multiplier=100)
         >>> head.build(states); head.crf.trans.shape          # (3, 3)
@@ -223,15 +271,18 @@ class CRFHead(TagHead):
     layer_class = ConditionalRandomField
 
     def __init__(self, types=(), scheme='BIO', lr_multiplier=1.0, constrain_training=False,
-                 boundary_scores=False, layer_class=None):
+                 boundary_scores=False, label_pieces='all', layer_class=None):
         super().__init__(types, scheme, layer_class)
+        if label_pieces not in LABEL_PIECES:
+            raise ValueError(f'label_pieces must be one of {LABEL_PIECES}, got {label_pieces!r}')
+        self.label_pieces = label_pieces
         self.lr_multiplier, self.constrain_training = lr_multiplier, constrain_training
         self.boundary_scores = boundary_scores
         self.crf = None
 
     def options(self):
         return dict(lr_multiplier=self.lr_multiplier, constrain_training=self.constrain_training,
-                    boundary_scores=self.boundary_scores)
+                    boundary_scores=self.boundary_scores, label_pieces=self.label_pieces)
 
     def build(self, states):
         constraints = self.scheme.allowed(self.labels) if self.constrain_training else (None,) * 3
@@ -239,6 +290,9 @@ class CRFHead(TagHead):
         self.crf = self._add(self.layer_class(self.lr_multiplier, *constraints, name='CRF',
                                               boundary_scores=self.boundary_scores))
         self.loss, self.metrics = self.crf.sparse_loss, [self.crf.sparse_accuracy]
+        if self.label_pieces == 'first':
+            self.loss, self.metrics = (first_pieces_only(self.loss),
+                                       [first_pieces_only(self.crf.sparse_accuracy)])
         return self.crf(scores)
 
     def attach(self, model):

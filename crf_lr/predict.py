@@ -92,14 +92,19 @@ def main(argv=None):
             lines = sys.stdin.read().splitlines()
     except (OSError, UnicodeDecodeError) as error:
         parser.error(f'cannot read {args.file or "stdin"}: {error}')
-    quiet_tensorflow(args.verbose)                      # keep TensorFlow's log off stdout
+    quiet_tensorflow(args.verbose, native=argv is None)  # keep TensorFlow's log off the console
     from crf_lr.precision import set_precision
     from crf_lr.tagger import Tagger
+    from crf_lr.vocabulary import unknown_warning
     set_precision(args.precision)
     try:
         tagger = Tagger.load(args.model_dir, args.batch_size)
     except (FileNotFoundError, OSError, ValueError) as error:
         parser.error(str(error))
+    warning = unknown_warning(tagger.encoder, [line.split() if tagger.encoder.units == 'words'
+                                               else line for line in lines])
+    if warning:
+        print(warning, file=sys.stderr)
     results = predict_lines(tagger, lines, args.constrain)
     out = sys.stdout
     for line, result in zip(lines, results):

@@ -161,6 +161,20 @@ def viterbi_decode(emissions, transitions, lengths=None, mask=None, start=None, 
     return [path[b, :lengths[b]] for b in range(batch)]
 
 
+def decode_layer_output(emissions, transitions, lengths=None, mask=None, start=None, end=None):
+    """``viterbi_decode`` of a CRF layer's output (``ConditionalRandomField.decode`` of either
+    Keras): scores floored at ``DISALLOWED_SCORE`` (``-inf`` rules a label out) and, when neither
+    ``lengths`` nor ``mask`` is given, rows all ``-inf`` read as padding.
+
+        >>> paths = decode_layer_output(model.predict(x), *crf.effective_parameters('float64'))
+    """
+    emissions = np.asarray(emissions, dtype=np.float64)
+    if lengths is None and mask is None:
+        mask = (emissions > -np.inf).any(axis=-1)
+    return viterbi_decode(np.maximum(emissions, DISALLOWED_SCORE), transitions, lengths=lengths,
+                          mask=mask, start=start, end=end)
+
+
 def viterbi_decode_tf(emissions, transitions, lengths=None, mask=None, start=None, end=None,
                       allowed_transitions=None, allowed_starts=None, allowed_ends=None,
                       jit_compile=True):

@@ -8,17 +8,19 @@ Efficient GlobalPointer head: on your own files, or on a benchmark.
     python examples/task_ner.py --dataset conll2003 --encoder minilm-en --train-limit 400 \\
         --no-bias-correction --reinit-top 1                       # experiment 3
 
-After every epoch the development split is scored (strict span P/R/F1, relaxed token-type F1 per
-type); it selects the epoch. The selected model is saved to OUTPUT/model and scored once on the
+After every epoch the development split is scored (strict span P/R/F1; relaxed F1, the share of
+characters or words given their gold entity type whatever the boundaries; per type); it selects
+the epoch. The selected model is saved to OUTPUT/model and scored once on the
 test split at the end. Words of English text are split into WordPieces; a word's label goes to all
-its pieces and the first piece's prediction is the word's.
+its pieces and the first piece's prediction is the word's (--label-pieces first: only the first
+piece is labelled, and the CRF runs over the first pieces only).
 """
 import argparse
 import os
 import time
 
 # no TensorFlow before --help:
-from crf_lr.cli import add_common_arguments, parse_checked, user_errors
+from crf_lr.cli import LABEL_PIECES_HELP, add_common_arguments, parse_checked, user_errors
 from crf_lr.datasets import DATASETS
 
 
@@ -33,6 +35,8 @@ def parse_args(argv=None):
     parser.add_argument('--reinit-top', type=int, default=0,
                         help='re-initialise the top L transformer layers before training '
                              '(BERT-style encoders only; default: 0)')
+    parser.add_argument('--label-pieces', choices=('all', 'first'), default='all',
+                        help=LABEL_PIECES_HELP)
     add_common_arguments(parser, default_output='runs/ner')
     args = parse_checked(parser, argv)
     if args.reinit_top < 0:
@@ -45,59 +49,42 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    from crf_lr import set_check_numerics, set_precision
-    from crf_lr.compat import keras
     from crf_lr.distribute import make_strategy, worker_folder
-    from crf_lr.encoders import default_encoder, default_learning_rate, load_encoder
-    from crf_lr.heads import make_head, piece_states
+    from crf_lr.heads import make_head
     from crf_lr.metrics import confusion_matrix, format_confusion_matrix, relaxed_scores, span_scores
-    from crf_lr.optimizers import LayerwiseAdam
-    from crf_lr.pieces import UnitEncoder
-    from crf_lr.runs import RunLog, epoch_batches, fit, make_samples, warmup_schedule
+    from crf_lr.runs import RunLog, epoch_batches, fit
     from crf_lr.spans import outermost
     from crf_lr.splits import load_splits
     from crf_lr.tagger import Tagger
     from crf_lr.tagging import label_list, spans_to_tags
+    from crf_lr.task_model import build_task_model
 
     # ---- data: train, dev (selects the epoch), test (scored once at the end) ----
     with user_errors():                                    # a bad file: its path:line, no traceback
         strategy = make_strategy(args.strategy)    # before any other TensorFlow work: multiworker
         data = load_splits(args.dataset, args.train_file, args.dev_file, args.test_file,
-                           args.format, args.repair, args.data_dir, args.train_limit,
+                           args.format, not args.strict, args.data_dir, args.train_limit,
                            args.eval_limit, args.holdout, args.sample_seed)
     print(data.describe() + f'\ntypes: {list(data.types)}')
     run = RunLog(worker_folder(args.output, strategy), dict(vars(args), script='task_ner'),
                  args.overwrite, argv, program=__file__)
 
     # ---- model: encoder -> piece states -> head (Dense + CRF, Dense + softmax, span scores) ----
-    set_check_numerics(True)            # NaN/inf in a layer or loss stops the run, naming it
-    print(set_precision(args.precision))                 # e.g. 'precision: float32 (...)'
-    keras.utils.set_random_seed(args.seed)
-    encoder = args.encoder or default_encoder(data.units)   # MiniLM for words, else ALBERT
-    with strategy.scope():                   # the model's variables on every replica
-        bert, vocab_path, encoder_info = load_encoder(encoder, args.layers, args.vocab)
-        if args.reinit_top:
-            from crf_lr.finetune import reinitialize_top_layers
-            reinitialize_top_layers(bert, args.reinit_top, seed=args.seed)
-        flat = args.spans == 'flat' or (args.spans == 'auto' and not data.nested)
-        head = make_head(args.head, data.types, 'BIO', lr_multiplier=args.crf_lr_multiplier,
-                         constrain_training=args.constrain, boundary_scores=args.boundary_scores,
-                         head_size=args.head_size, flat=flat)
-        model = keras.Model(bert.inputs, head.build(piece_states(bert)))
-        units = UnitEncoder(vocab_path, data.units)
-        samples = make_samples([(e.tokens, e.tags, e.spans) for e in data.train], units,
-                               args.maxlen, head)
-        lr = args.lr or default_learning_rate(encoder, args.layers)
-        schedule = warmup_schedule(args.warmup_proportion, len(samples), args.batch_size,
-                                   args.epochs)
-        model.compile(LayerwiseAdam(lr, bias_correction=args.bias_correction, **schedule),
-                      loss=head.loss, metrics=head.metrics)
-    tagger = Tagger(model, units, head, args.maxlen, args.batch_size)
-    print(f'encoder {encoder_info}; {head}: {head.count_params()} parameters; lr {lr}; '
-          f'{len(samples)} training windows')
+    flat = args.spans == 'flat' or (args.spans == 'auto' and not data.nested)
+    built = build_task_model(args, strategy, data.units, lambda: make_head(
+        args.head, data.types, 'BIO', lr_multiplier=args.crf_lr_multiplier,
+        constrain_training=args.constrain, boundary_scores=args.boundary_scores,
+        head_size=args.head_size, flat=flat, label_pieces=args.label_pieces),
+        [(e.tokens, e.tags, e.spans) for e in data.train])
+    tagger, samples = built.tagger, built.samples
+    head, model = tagger.head, tagger.model
+    if getattr(head, 'label_pieces', 'all') != args.label_pieces:
+        raise SystemExit(f'task_ner.py: error: --label-pieces {args.label_pieces} needs a head '
+                         f'that takes it (crf); --head {args.head} does not')
 
     # ---- evaluator: strict spans, relaxed types, confusion matrix without padding, speed ----
     tag_labels = label_list(data.types, 'BIO')
+    unit = 'word' if data.units == 'words' else 'character'   # what relaxed F1 counts
 
     def score(tagger, examples, name):
         started = time.time()
@@ -124,7 +111,7 @@ def main(argv=None):
                           support=strict['per_type'].get(kind, {}).get('support', 0))
                           for kind in data.types})
         print(f'{name}: strict P {result["precision"]:.4f} R {result["recall"]:.4f} '
-              f'F1 {result["f1"]:.4f}; relaxed F1 {result["relaxed_f1"]:.4f}'
+              f'F1 {result["f1"]:.4f}; relaxed (per-{unit} type) F1 {result["relaxed_f1"]:.4f}'
               + (f'; without constraints F1 {result["f1_unconstrained"]:.4f}'
                  if 'f1_unconstrained' in result else ''))
         print(f'{"type":<14}{"strict F1":>10}{"relaxed F1":>11}{"support":>9}')
@@ -147,8 +134,9 @@ def main(argv=None):
     extra = dict(task='ner', dataset=args.dataset or args.train_file, splits=data.names,
                  train_sentences=len(data.train), train_windows=len(samples),
                  dev_sentences=len(data.dev), test_sentences=len(data.test or ()),
-                 repairs=data.repairs, encoder=encoder_info, lr=lr, head=head.config(),
-                 head_parameters=head.count_params())
+                 repairs=data.repairs, repaired_tags=len(data.repaired_at),
+                 repaired_at=data.repaired_at[:100], encoder=built.encoder_info, lr=built.lr,
+                 head=head.config(), head_parameters=head.count_params())
     return fit(model, run, lambda epoch: epoch_batches(samples, args.batch_size, args.seed,
                                                        epoch, head),
                evaluate, args.epochs, 'dev_f1', lambda: tagger.save(run.model_dir), extra,
