@@ -176,7 +176,7 @@ def main(argv=None):
     parser.add_argument('--overwrite', action='store_true', help='replace out_dir if it exists')
     parser.add_argument('--verbose', action='store_true', help="show TensorFlow's log lines")
     args = parser.parse_args(argv)
-    quiet_tensorflow(args.verbose)
+    quiet_tensorflow(args.verbose, native=argv is None)   # not when a test calls main
     try:
         export(args.model_dir, args.out_dir, args.overwrite)   # checks its arguments first
     except (OSError, ValueError) as error:

@@ -278,7 +278,7 @@ def main(argv=None):
         parser.error(f"{error} (the server needs pip install 'crf_lr[serve]')"
                      if isinstance(error, ImportError) else str(error))
     from crf_lr.cli import quiet_tensorflow
-    quiet_tensorflow(args.verbose)
+    quiet_tensorflow(args.verbose, native=argv is None)   # not when a test calls main
     from crf_lr.precision import set_precision
     from crf_lr.predict import predict_lines
     from crf_lr.tagger import Tagger
