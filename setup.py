@@ -17,12 +17,16 @@ setup(
     python_requires='>=3.10',
     install_requires=['tensorflow-cpu==2.21.0', 'numpy', 'tqdm'],
     extras_require={
-        'test': ['pytest', 'pytest-xdist', 'seqeval'],
+        'test': ['pytest', 'pytest-xdist', 'seqeval', 'httpx', 'selenium'],
         'plots': ['matplotlib'],
         'bench': ['matplotlib', 'tensorflow-addons==0.23.0', 'typeguard<3'],   # peers only
+        'serve': ['starlette>=0.40', 'uvicorn>=0.30'],                          # crf_lr.serve
     },
+    package_data={'crf_lr': ['static/*']},                                      # the served page
     entry_points={'console_scripts': [
         'crf-lr-convert=crf_lr.convert:main',
         'crf-lr-predict=crf_lr.predict:main',
+        'crf-lr-export=crf_lr.export:main',
+        'crf-lr-serve=crf_lr.serve:main',
     ]},
 )

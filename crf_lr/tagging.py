@@ -915,7 +915,14 @@ def split_into_windows(text, maxlen, spans=(), separators='。！？；!?;\n', l
     cuts = [c for c in _sentence_cuts(text, separators) if c not in forbidden]
     windows, start = [], 0
     while start < len(text):
-        low, high = start, len(text)  # the largest end with length(text[start:end]) <= maxlen
+        # the largest end with length(text[start:end]) <= maxlen: doubling steps bound it, then
+        # bisection; each measured slice is at most twice the window (a long text stays linear)
+        low, high, step = start, len(text), 1
+        while start + step <= len(text):
+            if length(text[start:start + step]) > maxlen:
+                high = start + step - 1
+                break
+            low, step = start + step, step * 2
         while low < high:
             middle = (low + high + 1) // 2
             if length(text[start:middle]) <= maxlen:

@@ -230,11 +230,13 @@ def _top_k_paths(emissions, transitions, lengths, mask, start, end, allowed_tran
 
 
 def viterbi_decode_tf(emissions, transitions, lengths=None, mask=None, start=None, end=None,
-                      allowed_transitions=None, allowed_starts=None, allowed_ends=None):
+                      allowed_transitions=None, allowed_starts=None, allowed_ends=None,
+                      jit_compile=True):
     """Best label paths in the TensorFlow graph (works in ``tf.function`` and SavedModels).
 
     Same scoring and constraints as ``viterbi_decode``, in float32; the time loop runs compiled
-    with XLA.
+    with XLA unless ``jit_compile=False`` (plain graph ops: what a SavedModel for TensorFlow
+    Serving needs, which runs no XLA by default).
 
     Args:
         emissions: float tensor (batch, n, L).
@@ -276,7 +278,8 @@ def viterbi_decode_tf(emissions, transitions, lengths=None, mask=None, start=Non
         lengths = tf.fill([batch], n)
     # one padding position at the end, beyond every length, so that n = 0 needs no special case
     padded = tf.pad(emissions, [[0, 0], [0, 1], [0, 0]])
-    return _viterbi_graph(padded, tf.cast(lengths, tf.int32), *parameters)[:, :n]
+    decode = _viterbi_graph if jit_compile else _viterbi_steps
+    return decode(padded, tf.cast(lengths, tf.int32), *parameters)[:, :n]
 
 
 def _viterbi_steps(emissions, lengths, transitions, start, end):

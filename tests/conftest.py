@@ -27,3 +27,40 @@ def tiny_bert_config_path(tmp_path_factory):
     path = tmp_path_factory.mktemp('tiny_bert') / 'bert_config.json'
     path.write_text(json.dumps(TINY_BERT_CONFIG))
     return str(path)
+
+
+@pytest.fixture(scope='session')
+def trained_ner_dir(tmp_path_factory):
+    """A tiny CRF NER model (1 layer, hidden 16) trained until it finds 张三 (PER) and 北京, 上海
+    (LOC) in sentences of the test words, saved as the task scripts save a model."""
+    import numpy as np
+
+    from crf_lr.compat import keras
+    from crf_lr.encoders import load_encoder
+    from crf_lr.heads import make_head, piece_states
+    from crf_lr.pieces import UnitEncoder
+    from crf_lr.runs import epoch_batches, make_samples
+    from crf_lr.tagger import Tagger
+    from crf_lr.tagging import spans_to_tags
+    from test_examples import WORDS, write_tiny_encoder
+    root = tmp_path_factory.mktemp('trained_ner')
+    kinds = {'张三': 'PER', '北京': 'LOC', '上海': 'LOC'}
+    rng = np.random.default_rng(0)
+    examples = []
+    for _ in range(128):
+        words = [WORDS[i] for i in rng.integers(0, len(WORDS), 6)]
+        ends = np.cumsum([len(word) for word in words]).tolist()
+        spans = [(end - len(word), end, kinds[word]) for word, end in zip(words, ends)
+                 if word in kinds]
+        examples.append((''.join(words), spans_to_tags(spans, ends[-1]), spans))
+    keras.utils.set_random_seed(0)
+    encoder, vocab, _ = load_encoder(write_tiny_encoder(str(root / 'encoder')))
+    head = make_head('crf', ['LOC', 'PER'], 'BIO', lr_multiplier=10)
+    model = keras.Model(encoder.inputs, head.build(piece_states(encoder)))
+    model.compile(keras.optimizers.Adam(1e-2), loss=head.loss)
+    unit_encoder = UnitEncoder(vocab)
+    samples = make_samples(examples, unit_encoder, 32, head)
+    (inputs, targets), = epoch_batches(samples, len(samples), 0, 0, head)
+    model.fit(inputs, targets, batch_size=16, epochs=20, verbose=0)
+    Tagger(model, unit_encoder, head, 32).save(str(root / 'model'))
+    return str(root / 'model')

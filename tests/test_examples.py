@@ -47,6 +47,25 @@ def write_tiny_encoder(folder):
     return path
 
 
+def save_random_tagger(folder, head_name, types, scheme, maxlen, crf_scale=None, **options):
+    """A tiny random model (``write_tiny_encoder``'s) with the named head, saved in
+    ``folder/model`` as the task scripts save one; ``crf_scale`` draws a CRF head's transitions
+    from N(0, crf_scale) (of the emissions' scale, so that they matter). Returns the folder."""
+    from crf_lr.compat import keras
+    from crf_lr.encoders import load_encoder
+    from crf_lr.heads import make_head, piece_states
+    from crf_lr.pieces import UnitEncoder
+    from crf_lr.tagger import Tagger
+    encoder, vocab, _ = load_encoder(write_tiny_encoder(os.path.join(folder, 'encoder')))
+    head = make_head(head_name, types, scheme, **options)
+    model = keras.Model(encoder.inputs, head.build(piece_states(encoder)))
+    if crf_scale and hasattr(head, 'crf'):
+        head.crf.set_weights([np.random.default_rng(0).normal(0, crf_scale,
+                                                               (len(head.labels),) * 2)])
+    Tagger(model, UnitEncoder(vocab), head, maxlen).save(os.path.join(folder, 'model'))
+    return os.path.join(folder, 'model')
+
+
 def _sentences(rng, count, length):
     return [[WORDS[i] for i in rng.integers(0, len(WORDS), length)] for _ in range(count)]
 

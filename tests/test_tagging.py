@@ -308,6 +308,30 @@ def test_windows_prefer_sentence_ends():
         [(0, '一二三'), (3, '四五六'), (6, '七')]
 
 
+def test_windows_of_a_long_text_measure_linear_work_and_fit_as_tightly_as_a_scan():
+    """Oracle: the largest fitting end found by scanning every end; spaces measure 0, so a unit
+    need not add length. The measured characters stay within a few times the text's length
+    (each window was once measured against the whole rest of the text)."""
+    rng = random.Random(7)
+    measured = [0]
+
+    def length(window):                      # tokens: spaces are free
+        measured[0] += len(window)
+        return len(window) - window.count(' ')
+    for size in (0, 1, 50, 3000):
+        text = ''.join(rng.choice('甲乙丙  ab') for _ in range(size))
+        measured[0] = 0
+        windows = split_into_windows(text, 9, length=length, separators='')
+        assert measured[0] <= 8 * max(len(text), 1) * 9
+        start = 0
+        for offset, piece in windows:
+            fits = [end for end in range(start + 1, len(text) + 1)
+                    if len(text[start:end]) - text[start:end].count(' ') <= 9]
+            assert (offset, piece) == (start, text[start:max(fits)])
+            start = offset + len(piece)
+        assert start == len(text)
+
+
 def test_windows_round_trip_random():
     rng = random.Random(5)
     for _ in range(300):

@@ -1,0 +1,232 @@
+"""``crf_lr.serve`` through Starlette's TestClient: the API answers as ``predict_lines`` does, the
+model card reads the run folder, micro-batching groups concurrent requests, and every bad input
+is a 4xx with a one-line JSON error after which the server still answers.
+
+Oracles: ``crf_lr.predict.predict_lines`` on the same texts, the CRF layer's weights and the
+scheme's allowed transitions, the run files written here, and the texts themselves (a 100,000-
+character text built from one sentence whose entities the trained model finds).
+"""
+import asyncio
+import json
+import threading
+import time
+
+import numpy as np
+import pytest
+
+pytest.importorskip('starlette', reason="the server needs pip install '.[serve]'")
+pytest.importorskip('httpx', reason="Starlette's TestClient needs pip install '.[serve]'")
+
+SENTENCE = '张三去北京工作。'
+
+
+@pytest.fixture(scope='module')
+def ner(trained_ner_dir, tmp_path_factory):
+    """The trained tiny NER model in a run folder (run.json, results.json), its Tagger and a
+    TestClient of its app."""
+    import shutil
+
+    from starlette.testclient import TestClient
+
+    from crf_lr.serve import create_app
+    from crf_lr.tagger import Tagger
+    run = tmp_path_factory.mktemp('run')
+    shutil.copytree(trained_ner_dir, run / 'model')
+    (run / 'run.json').write_text(json.dumps(dict(config=dict(encoder='tiny'), command='python x')))
+    (run / 'results.json').write_text(json.dumps(dict(
+        command='python examples/task_ner.py --train-file t.txt', metric='dev_f1', best=0.5,
+        best_epoch=3, encoder=dict(encoder='random:1:16'))))
+    tagger = Tagger.load(str(run / 'model'))
+    with TestClient(create_app(tagger, str(run / 'model'))) as client:
+        yield tagger, client
+
+
+@pytest.fixture(scope='module')
+def segmenter(tmp_path_factory):
+    """A tiny random softmax segmentation model (no run folder, no CRF) and its TestClient."""
+    from starlette.testclient import TestClient
+
+    from crf_lr.compat import keras
+    from crf_lr.serve import create_app
+    from crf_lr.tagger import Tagger
+    from test_examples import save_random_tagger
+    keras.utils.set_random_seed(3)
+    model_dir = save_random_tagger(str(tmp_path_factory.mktemp('segmenter')), 'softmax', (),
+                                   'SEG', 16)
+    tagger = Tagger.load(model_dir)
+    with TestClient(create_app(tagger, model_dir)) as client:
+        yield tagger, client
+
+
+def _one_line_error(response, status):
+    assert response.status_code == status, response.text
+    assert response.headers['content-type'] == 'application/json'
+    assert list(response.json()) == ['error'] and '\n' not in response.text
+    return response.json()['error']
+
+
+def test_entities_are_those_of_predict_lines(ner):
+    from crf_lr.predict import predict_lines
+    tagger, client = ner
+    texts = ['张三去北京工作', '我们喜欢上海的天气。', '', '今天很好']
+    response = client.post('/v1/predict', json={'texts': texts})
+    assert response.status_code == 200
+    results = response.json()['results']
+    assert results == [{'entities': entities} for entities in predict_lines(tagger, texts)]
+    assert [(e['start'], e['end'], e['type']) for e in results[0]['entities']] == \
+        [(0, 2, 'PER'), (3, 5, 'LOC')]
+    assert all(texts[k][e['start']:e['end']] == e['text']
+               for k, result in enumerate(results) for e in result['entities'])
+    assert results[2] == {'entities': []}                     # the empty text: no entities
+    assert client.post('/v1/predict', json={'texts': []}).json() == {'results': []}
+
+
+def test_words_of_a_segmentation_model(segmenter):
+    from crf_lr.predict import predict_lines
+    tagger, client = segmenter
+    texts = ['我们喜欢北京的天气。', '张三 去上海']
+    results = client.post('/v1/predict', json={'texts': texts}).json()['results']
+    assert results == [{'words': words} for words in predict_lines(tagger, texts)]
+    assert [''.join(r['words']) for r in results] == [t.replace(' ', '') for t in texts]
+
+
+def test_model_card_reads_labels_and_the_run_folder(ner, segmenter):
+    tagger, client = ner
+    card = client.get('/v1/model').json()
+    assert {k: card[k] for k in ('task', 'head', 'scheme', 'types', 'labels', 'maxlen')} == dict(
+        task='ner', head='crf', scheme='BIO', types=['LOC', 'PER'], labels=tagger.head.labels,
+        maxlen=32)
+    assert (card['encoder'], card['metric'], card['dev'], card['best_epoch'], card['command']) == (
+        'random:1:16', 'dev_f1', 0.5, 3, 'python examples/task_ner.py --train-file t.txt')
+    assert card['has_transitions'] and card['limits']['max_texts'] == 64
+    card = segmenter[1].get('/v1/model').json()
+    assert (card['task'], card['dev'], card['command'], card['has_transitions']) == (
+        'segmentation', None, None, False)
+    assert client.get('/healthz').json() == {'status': 'ok'}
+
+
+def test_transitions_are_the_crf_weights_with_the_scheme_moves(ner, segmenter):
+    tagger, client = ner
+    matrix = client.get('/v1/transitions').json()
+    allowed, starts, ends = tagger.head.scheme.allowed(tagger.head.labels)
+    assert matrix['labels'] == tagger.head.labels
+    np.testing.assert_allclose(matrix['transitions'], tagger.head.crf.trans.numpy())
+    assert matrix['allowed'] == allowed.tolist() and not all(map(all, matrix['allowed']))
+    assert (matrix['allowed_starts'], matrix['allowed_ends']) == (starts.tolist(), ends.tolist())
+    assert 'softmax head has no transition' in _one_line_error(
+        segmenter[1].get('/v1/transitions'), 404)
+
+
+def test_page_and_its_files_are_served(ner):
+    client = ner[1]
+    page = client.get('/')
+    assert page.status_code == 200 and 'text/html' in page.headers['content-type']
+    for name in ('app.js', 'app.css'):
+        assert f'/static/{name}' in page.text
+        assert client.get(f'/static/{name}').status_code == 200
+    assert 'http' not in page.text.replace('http-equiv', '')      # offline: nothing fetched
+
+
+def test_a_100000_character_text_is_windowed(ner):
+    client = ner[1]
+    text = SENTENCE * (100_000 // len(SENTENCE))
+    assert len(text) == 100_000
+    entities = client.post('/v1/predict', json={'texts': [text]}).json()['results'][0]['entities']
+    expected = [(at + s, at + e, kind) for at in range(0, len(text), len(SENTENCE))
+                for s, e, kind in ((0, 2, 'PER'), (3, 5, 'LOC'))]
+    assert [(e['start'], e['end'], e['type']) for e in entities] == expected
+
+
+@pytest.mark.parametrize('request_kwargs, status, message', [
+    (dict(content=b'{"texts": ["a"'), 400, 'not valid JSON'),
+    (dict(content=b'{"texts": ["a"]}', headers={'content-type': 'text/plain'}), 415,
+     'application/json'),
+    (dict(content=b'{"texts": ["a"]}',
+          headers={'content-type': 'application/json; charset=latin-1'}),
+     415, 'UTF-8'),
+    (dict(content=b'{"texts": ["\xff\xfe"]}'), 400, 'not UTF-8'),
+    (dict(json={'texts': ['a'] * 65}), 413, 'at most 64'),
+    (dict(json={'texts': ['a' * 100_000, 'b' * 100_001]}), 413, 'at most 200000 characters'),
+    (dict(content=b'{"texts": ["' + b'a' * (2 * 1024 * 1024) + b'"]}'), 413, '2097152 bytes'),
+    (dict(json={'text': 'a'}), 400, 'expected a JSON object'),
+    (dict(json=['a']), 400, 'expected a JSON object'),
+    (dict(json={'texts': 'abc'}), 400, 'list of strings'),
+    (dict(json={'texts': ['a', 1]}), 400, 'list of strings'),
+    (dict(content=b'{"texts": ["\\ud800"]}'), 400, 'lone surrogate'),
+])
+def test_bad_input_is_a_one_line_4xx_and_the_server_goes_on(ner, request_kwargs, status, message):
+    client = ner[1]
+    if 'content' in request_kwargs:
+        request_kwargs = dict(request_kwargs, headers=request_kwargs.get(
+            'headers', {'content-type': 'application/json'}))
+    assert message in _one_line_error(client.post('/v1/predict', **request_kwargs), status)
+    after = client.post('/v1/predict', json={'texts': ['张三去北京工作']})
+    assert after.status_code == 200 and len(after.json()['results'][0]['entities']) == 2
+
+
+def test_wrong_method_and_path_are_json_errors(ner):
+    client = ner[1]
+    _one_line_error(client.get('/v1/predict'), 405)
+    _one_line_error(client.get('/v2/nothing'), 404)
+
+
+def test_micro_batching_groups_concurrent_requests():
+    from crf_lr.serve import MicroBatcher
+    runs = []
+
+    def predict(texts):
+        runs.append(list(texts))
+        time.sleep(0.02)                       # a model run: requests pile up meanwhile
+        if 'boom' in texts:
+            raise RuntimeError('model failed')
+        return [text.upper() for text in texts]
+
+    async def clients(batcher, requests):
+        await batcher.start()
+        try:
+            return await asyncio.gather(*(batcher(r) for r in requests),
+                                        return_exceptions=True)
+        finally:
+            await batcher.stop()
+
+    requests = [[f'r{k}a', f'r{k}b'] if k % 3 == 0 else [f'r{k}'] for k in range(24)]
+    answers = asyncio.run(clients(MicroBatcher(predict, max_batch=8, wait_ms=5), requests))
+    assert answers == [[text.upper() for text in r] for r in requests]   # each gets its own
+    assert len(runs) < len(requests) and max(map(len, runs)) >= 4
+    assert all(len(run) <= 8 + 1 for run in runs)        # a request is never split
+    runs.clear()
+    answers = asyncio.run(clients(MicroBatcher(predict, max_batch=1, wait_ms=5),
+                                  [['x'], ['boom'], ['y']]))
+    assert runs == [['x'], ['boom'], ['y']]               # one request, one batch
+    assert answers[0] == ['X'] and isinstance(answers[1], RuntimeError) and answers[2] == ['Y']
+
+
+def test_a_failing_model_is_a_500_and_the_server_goes_on(ner, monkeypatch):
+    tagger, client = ner
+    original = tagger.run
+
+    def run(sequences):
+        if any('爆' in s for s in sequences):
+            raise RuntimeError('out of memory\nsecond line')
+        return original(sequences)
+    monkeypatch.setattr(tagger, 'run', run)
+    error = _one_line_error(client.post('/v1/predict', json={'texts': ['爆']}), 500)
+    assert error == 'RuntimeError: out of memory'
+    assert client.post('/v1/predict', json={'texts': ['张三']}).status_code == 200
+
+
+def test_concurrent_clients_get_their_own_answers(ner):
+    from crf_lr.predict import predict_lines
+    tagger, client = ner
+    texts = ['张三去北京工作', '我们喜欢上海', '今天很好', '张三去上海'] * 4
+    expected = predict_lines(tagger, texts)
+    answers = [None] * len(texts)
+
+    def ask(k):
+        answers[k] = client.post('/v1/predict', json={'texts': [texts[k]]}).json()
+    threads = [threading.Thread(target=ask, args=(k,)) for k in range(len(texts))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert answers == [{'results': [{'entities': e}]} for e in expected]
