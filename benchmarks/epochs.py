@@ -42,14 +42,16 @@ def synthetic_items(sentences, maxlen, seed=0):
 
 def epoch_times(tf, keras, head_name, length_multiple, epochs=2, layers=4, sentences=1000,
                 batch=16, maxlen=128, precision='float32', step='train_steps', crf_xla=False,
-                unused_generator=False):
+                unused_generator=False, jit_compile=False):
     """Seconds per epoch of one fresh model trained on :func:`synthetic_items`; returns a dict:
     epoch seconds, epoch 1 / last epoch, the distinct batch shapes of the run and the first
     three steps' seconds (where the traces fall), and how many times the train function was
     traced. ``step``: ``'train_steps'`` or ``'train_on_batch'``; ``crf_xla``: the CRF's
     forward-backward compiled with XLA (``crf_lr.crf.USE_XLA``) or not; ``unused_generator``:
     first create and drop an iterator over a ``tf.data.Dataset.from_generator`` (the pitfall
-    that made the first ``train_steps`` slow: every later step of the process slows). Run it in
+    that made the first ``train_steps`` slow: every later step of the process slows);
+    ``precision``: ``crf_lr.precision.set_precision``'s; ``jit_compile``: the whole step
+    XLA-compiled (``model.compile(jit_compile=True)``; one program per batch shape). Run it in
     a fresh process (``main``): XLA's cache of the CRF op is process-wide, so a second model would
     find its programs compiled."""
     from bert4keras.models import build_transformer_model
@@ -66,7 +68,7 @@ def epoch_times(tf, keras, head_name, length_multiple, epochs=2, layers=4, sente
     encoder = build_transformer_model(model='albert', **dict(ALBERT_TINY, num_hidden_layers=layers))
     head = make_head(head_name, ['A', 'B', 'C'], 'BIO', lr_multiplier=100)
     model = keras.Model(encoder.inputs, head.build(encoder.output))
-    model.compile(keras.optimizers.Adam(1e-4), loss=head.loss)
+    model.compile(keras.optimizers.Adam(1e-4), loss=head.loss, jit_compile=jit_compile)
     set_precision('float32')
     batches = Batches(synthetic_items(sentences, maxlen), batch, maxlen=maxlen,
                       length_multiple=length_multiple)
@@ -83,6 +85,7 @@ def epoch_times(tf, keras, head_name, length_multiple, epochs=2, layers=4, sente
         seconds.append(round(sum(times), 2))
         first_steps = first_steps or [round(t, 2) for t in times[:3]]
     return dict(head=head_name, step=step, crf_xla=crf_xla, unused_generator=unused_generator,
+                jit_compile=jit_compile,
                 length_multiple=length_multiple,
                 layers=layers, batch=batch, sentences=sentences, maxlen=maxlen, precision=precision,
                 epoch_s=seconds, ratio=round(seconds[0] / seconds[-1], 3), shapes=len(shapes),
@@ -103,6 +106,10 @@ def main():
                              "train_steps runs it without by default)")
     parser.add_argument('--unused-generator', action='store_true',
                         help='first create and drop an iterator over a Dataset.from_generator')
+    parser.add_argument('--precision', default='float32',
+                        help="float32, mixed_bfloat16 or auto (crf_lr.precision.set_precision)")
+    parser.add_argument('--jit-compile', action='store_true',
+                        help='the whole step XLA-compiled (one program per batch shape)')
     for name, default in (('epochs', 2), ('layers', 4), ('sentences', 1000), ('batch', 16),
                           ('maxlen', 128)):
         parser.add_argument(f'--{name}', type=int, default=default)
@@ -111,8 +118,9 @@ def main():
     tf.get_logger().setLevel('ERROR')
     print(json.dumps(epoch_times(tf, keras, args.head, args.length_multiple, args.epochs,
                                  args.layers, args.sentences, args.batch, args.maxlen,
-                                 step=args.step, crf_xla=args.crf_xla,
-                                 unused_generator=args.unused_generator)))
+                                 precision=args.precision, step=args.step, crf_xla=args.crf_xla,
+                                 unused_generator=args.unused_generator,
+                                 jit_compile=args.jit_compile)))
 
 
 if __name__ == '__main__':

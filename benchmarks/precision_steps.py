@@ -1,5 +1,6 @@
 """Whole training steps per precision: float32, float32 with the whole step XLA-compiled, and
-Keras ``mixed_bfloat16`` (``crf_lr.precision.set_precision``), for every head, against the
+Keras ``mixed_bfloat16`` (``crf_lr.precision.set_precision``), and ``mixed_bfloat16`` with the
+whole step XLA-compiled, for every head, against the
 arithmetic limit of the same run's float32 and bfloat16 matmul rates (2048^3).
 
 Each (head, variant) gets its own model (same architecture, same seed), and all of them are
@@ -13,18 +14,18 @@ import numpy as np
 import models
 from timing import interleaved
 
-VARIANTS = ('float32', 'XLA', 'bf16')
+VARIANTS = ('float32', 'XLA', 'bf16', 'bf16 XLA')
 
 
 def _build(tf, keras, head, layers, variant):
     from crf_lr.precision import set_precision
-    set_precision('mixed_bfloat16' if variant == 'bf16' else 'float32')
+    set_precision('mixed_bfloat16' if variant.startswith('bf16') else 'float32')
     keras.utils.set_random_seed(0)
     try:
         head_model = models.build_head(tf, keras, head, layers)
     finally:
         set_precision('float32')
-    return head_model, models.train_step(tf, head_model, jit_compile=variant == 'XLA')
+    return head_model, models.train_step(tf, head_model, jit_compile=variant.endswith('XLA'))
 
 
 def precision_step_cases(tf, keras, plan, heads, variants=VARIANTS, rates=None,
@@ -53,7 +54,7 @@ def precision_step_cases(tf, keras, plan, heads, variants=VARIANTS, rates=None,
                            for v in variants if v != 'bf16' and 'bf16' in variants}
                 if rates:
                     for v in variants:
-                        rate = rates['bfloat16' if v == 'bf16' else 'float32']
+                        rate = rates['bfloat16' if v.startswith('bf16') else 'float32']
                         summary[f'{v} step / limit'] = round(median[v] / (gflop / rate * 1e3), 2)
                 row['heads'][head] = summary
             results.append(row)

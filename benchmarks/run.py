@@ -6,6 +6,7 @@ TensorFlow Addons (and softmax / GlobalPointer heads), in one process, after war
     $ python benchmarks/run.py --report benchmarks/results.json   # tables of a saved run
     $ python benchmarks/run.py --part precision   # only float32 / XLA / bf16 steps, first epoch
     $ python benchmarks/run.py --part confidence  # only marginals / entity probabilities
+    $ python benchmarks/run.py --part step        # the targets' step: batch 32, n = 128, 4 heads
 
 Installs nothing: ``make bench`` installs the benchmark extras (TensorFlow Addons) first; without
 them the TFA columns are left out. Every comparison checks that the implementations agree (loss,
@@ -36,7 +37,7 @@ warnings.filterwarnings('ignore', category=UserWarning)   # TFA's end-of-life no
 import cases  # noqa: E402
 import confidence  # noqa: E402
 import models  # noqa: E402
-from precision_steps import precision_step_cases  # noqa: E402
+from precision_steps import VARIANTS, precision_step_cases  # noqa: E402
 from timing import (gflops, interleaved, load_average, machine, matmul_gflops,  # noqa: E402
                     paired_ratios, ratio_summary)
 
@@ -59,6 +60,12 @@ QUICK = dict(crf_shapes=[(256, 7)], crf_rounds=10, viterbi_rounds=5, matmul_roun
              precision_steps=[(1, 16, 64, 3)], precision_heads=('softmax', 'CRF (crf_lr)'),
              first_epoch=dict(heads=('crf',), multiples=(1, 32), steps=('train_steps',), layers=1,
                               sentences=200, epochs=2))
+# --part step: the step of issue 29's targets only (no first epoch), every variant of
+# precision_steps.VARIANTS
+STEP = dict(matmul_rounds=10, precision_steps=[(4, 32, 128, 5)],
+            precision_heads=FULL['precision_heads'], first_epoch=None)
+QUICK_STEP = dict(STEP, matmul_rounds=5, precision_steps=[(4, 32, 128, 3)],
+                  precision_heads=('CRF (crf_lr)',))
 STEP_BATCH = 16
 
 
@@ -163,9 +170,11 @@ def precision_part(tf, keras, plan, results, progress):
     results['precision_step'] = precision_step_cases(
         tf, keras, plan['precision_steps'], plan['precision_heads'], rates=rates,
         progress=progress)
+    results['first_epoch'] = []
+    if plan['first_epoch'] is None:
+        return
     options = dict(plan['first_epoch'])
     heads, multiples, steps = (options.pop(k) for k in ('heads', 'multiples', 'steps'))
-    results['first_epoch'] = []
     for head, multiple, step in [(h, m, s) for h in heads for m in multiples for s in steps]:
         command = [sys.executable, os.path.join(HERE, 'epochs.py'), '--head', head,
                    '--length-multiple', str(multiple), '--step', step]
@@ -181,7 +190,7 @@ def run(quick, out, part='all'):
     :func:`precision_part` only; ``part='confidence'``: the matmul rate and
     :func:`confidence_part` only); returns the results dict. After each comparison, the
     results so far are written to ``out`` (JSON), so a failure late in a run keeps the rest."""
-    plan = QUICK if quick else FULL
+    plan = (QUICK_STEP if quick else STEP) if part == 'step' else QUICK if quick else FULL
     started = datetime.datetime.now(datetime.timezone.utc)
     tf, tfa = cases.load_tensorflow()
     tf.get_logger().setLevel('ERROR')
@@ -204,7 +213,7 @@ def run(quick, out, part='all'):
 
     results['matmul'] = []        # measured at the start and at the end; the best rate counts
     measure_matmul()
-    if part == 'precision':
+    if part in ('precision', 'step'):
         precision_part(tf, keras, plan, results, progress)
         measure_matmul()
         results['load_average_end'] = list(os.getloadavg())
@@ -486,7 +495,7 @@ def precision_report(results):
         shape = case['shape']
         for head, summary in case['heads'].items():
             cells = [shape['layers'], shape['batch'], shape['n'], head]
-            for variant in ('float32', 'XLA', 'bf16'):
+            for variant in VARIANTS:
                 timing = case['timings'].get(f'{head} | {variant}')
                 if timing is None:
                     cells.append('')
@@ -497,7 +506,9 @@ def precision_report(results):
                              f"{summary.get(f'{variant} step / limit', float('nan')):.1f}× limit)")
             rows.append(cells)
     out += [markdown_table(['layers', 'batch', 'n', 'head', 'float32', 'XLA (whole step)',
-                            'mixed_bfloat16'], rows), '']
+                            'mixed_bfloat16', 'mixed_bfloat16, XLA (whole step)'], rows), '']
+    if not results['first_epoch']:
+        return '\n'.join(out)
     # step 'train_steps' ('fit' in earlier runs): crf_lr.runs.train_steps; older: train_on_batch
     out += ['### First epoch against a steady one', '',
             markdown_table(['head', 'step', 'layers', 'sentences', 'batch', 'maxlen',
@@ -583,11 +594,13 @@ def main():
     parser.add_argument('--plots', default=None, help='folder for the PNG plots (default docs/ for '
                         'a full run, none with --quick)')
     parser.add_argument('--report', metavar='JSON', help='print the tables of a saved run and exit')
-    parser.add_argument('--part', choices=('all', 'precision', 'confidence'), default='all',
+    parser.add_argument('--part', choices=('all', 'precision', 'confidence', 'step'),
+                        default='all',
                         help='precision: only the float32 / XLA / bf16 step table and the first '
                         'epoch case (results.precision.json); confidence: only marginals, '
                         'entity probabilities and predictions with confidences '
-                        '(results.confidence.json)')
+                        '(results.confidence.json); step: only the step table at batch 32, '
+                        'n = 128 (results.step.json)')
     args = parser.parse_args()
     if args.report:
         with open(args.report, encoding='utf-8') as f:

@@ -220,3 +220,47 @@ def test_confidence_decoding_case_checks_then_times_and_reports():
                                     'marginals (in-graph, XLA)'}
     text = confidence.report([case], run.ranged, run.ratio_cell, run.markdown_table)
     assert '| Viterbi (NumPy) | ' in text and 'decode with / without confidences = ' in text
+
+
+def test_step_profile_sorts_a_profiled_step_into_op_kinds():
+    """A real profiler trace of a tiny step whose ops are known: a bf16 matmul fed by casts,
+    a layer-norm-scoped mean, an element-wise op, an 'Adam' update and a head op."""
+    import step_profile
+    weights = tf.Variable(tf.ones([64, 64]))
+
+    @tf.function
+    def step(x):
+        with tf.name_scope('model/Transformer-FeedForward'):
+            y = tf.cast(tf.matmul(tf.cast(x, tf.bfloat16), tf.cast(weights, tf.bfloat16)),
+                        tf.float32)
+            y = tf.exp(-tf.abs(y))
+        with tf.name_scope('model/Transformer-FeedForward-Norm'):
+            y = y - tf.reduce_mean(y, axis=-1, keepdims=True)
+        with tf.name_scope('model/conditional_random_field'):
+            loss = tf.reduce_sum(tf.exp(y))
+        with tf.name_scope('Adam'):
+            weights.assign_sub(tf.fill([64, 64], loss * 1e-9))
+        return loss
+
+    x = tf.ones([64, 64])
+    step(x).numpy()
+    wall, kinds, types = step_profile.profile_step(tf, step, (x,), steps=2)
+    assert wall > 0 and set(kinds) == set(step_profile.KINDS)
+    for kind in ('matmul', 'cast', 'element-wise', 'layer norm', 'head + loss', 'optimizer'):
+        assert kinds[kind] > 0, (kind, kinds, types)
+    assert kinds['softmax'] == kinds['embedding'] == kinds['xla'] == 0
+
+
+def test_op_kind_of_the_encoder_head_and_optimizer_ops():
+    from step_profile import op_kind
+    assert op_kind('gradient_tape/model_1/Transformer-FeedForward/dense/Tensordot/MatMul',
+                   '_MklMatMul') == 'matmul'
+    assert op_kind('model_1/Transformer-MultiHeadSelfAttention/Softmax', '_MklSoftmax') == 'softmax'
+    assert op_kind('gradient_tape/model_1/Transformer-FeedForward-Norm/mul', 'Mul') == 'layer norm'
+    assert op_kind('model_1/Transformer-FeedForward/dense/Cast', 'Cast') == 'cast'
+    assert op_kind('model_1/Embedding-Token/embedding_lookup', 'ResourceGather') == 'embedding'
+    assert op_kind('Adam/Cast_3', 'Cast') == 'optimizer'
+    assert op_kind('model_1/conditional_random_field/Reshape', 'Reshape') == 'head + loss'
+    assert op_kind('AddN_3', 'AddN') == 'element-wise'
+    assert op_kind('model_1/conditional_random_field/StatefulPartitionedCall',
+                   '_XlaRun') == 'xla'
