@@ -264,3 +264,32 @@ def test_op_kind_of_the_encoder_head_and_optimizer_ops():
     assert op_kind('AddN_3', 'AddN') == 'element-wise'
     assert op_kind('model_1/conditional_random_field/StatefulPartitionedCall',
                    '_XlaRun') == 'xla'
+
+
+def test_layer_norm_probe_matches_bert4keras_layer_norm_and_its_gradients():
+    """The probe's fused layer norm (float32 statistics) against bert4keras's own, same weights."""
+    import bert4keras.layers as layers
+    from layer_norm_probe import fused_layer_norm
+
+    class Probed(layers.LayerNormalization):
+        pass
+    fused_layer_norm(Probed, layers.ScaleOffset)
+    x = tf.constant(np.random.default_rng(0).normal(size=(3, 5, 8)) * 4 + 1, tf.float32)
+    reference, probed = layers.LayerNormalization(), Probed()
+    reference.build(x.shape)
+    probed.build(x.shape)
+    probed.set_weights([w + 0.5 for w in reference.get_weights()])
+    reference.set_weights(probed.get_weights())
+    probed._fused = True
+    graph = tf.function(probed).get_concrete_function(x).graph
+    assert 'FusedBatchNormV3' in {op.type for op in graph.get_operations()}
+    results = []
+    for layer in (reference, probed):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = layer(x)
+            loss = tf.reduce_sum(y * tf.range(8, dtype=tf.float32))
+        results.append([y.numpy()] + [g.numpy() for g in tape.gradient(
+            loss, [x] + layer.trainable_weights)])
+    for ours, theirs in zip(*results):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-4)
