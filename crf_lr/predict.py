@@ -15,7 +15,7 @@ import re
 import sys
 
 from crf_lr.cli import quiet_tensorflow
-from crf_lr.runs import model_files
+from crf_lr.runs import check_model_folder
 
 
 def parse_args(argv=None):
@@ -76,14 +76,19 @@ def predict_lines(tagger, lines, constrain=True):
             for line, spans in zip(lines, predicted)]
 
 
+def _model_error(parser, error):
+    """Exit with status 2 and one line naming the model file and its fault (no usage text)."""
+    parser.exit(2, f'{parser.prog}: error: {error}\n')
+
+
 def main(argv=None):
     parser, args = parse_args(argv)
     if args.batch_size < 1:
         parser.error(f'--batch-size must be >= 1, got {args.batch_size}')
     try:
-        model_files(args.model_dir)                     # before TensorFlow loads: answers at once
-    except FileNotFoundError as error:
-        parser.error(str(error))
+        check_model_folder(args.model_dir)              # before TensorFlow loads: answers at once
+    except (FileNotFoundError, ValueError) as error:
+        _model_error(parser, error)
     try:
         if args.file:
             with open(args.file, encoding='utf-8') as f:
@@ -99,7 +104,7 @@ def main(argv=None):
     try:
         tagger = Tagger.load(args.model_dir, args.batch_size)
     except (FileNotFoundError, OSError, ValueError) as error:
-        parser.error(str(error))
+        _model_error(parser, error)
     results = predict_lines(tagger, lines, args.constrain)
     out = sys.stdout
     for line, result in zip(lines, results):

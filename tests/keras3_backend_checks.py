@@ -261,6 +261,30 @@ def test_global_pointer_matches_tf_keras(ref, name):
                                    err_msg=f'gradient {i}')
 
 
+@pytest.mark.parametrize('name', ['GlobalPointer', 'EfficientGlobalPointer'])
+def test_mixed_float16_span_scores_and_loss_do_not_overflow(name):
+    """Oracle: the same layer in float32 with the same weights. At activations x 300 the span
+    logits reach ~2e5, past float16's 65504: before, 14-28 of 100 scores were +inf (or NaN) and
+    the loss NaN on JAX and TensorFlow."""
+    x = np.random.default_rng(0).normal(size=(2, 5, 16)).astype('float32') * 300
+    targets = -np.ones((2, 2, 2, 2), 'int32')
+    targets[:, 0, 0], targets[:, 1, 0] = (0, 1), (2, 3)
+    mixed = getattr(k3, name)(2, 8, dtype='mixed_float16')
+    scores = numpy(mixed(x))
+    reference = getattr(k3, name)(2, 8)
+    reference.build(x.shape)
+    reference.set_weights(mixed.get_weights())
+    expected = numpy(reference(x))
+    real = np.isfinite(expected)
+    assert np.abs(expected[real]).max() > 65504
+    assert scores.dtype == np.float32 and not np.isnan(scores).any()
+    assert (np.isfinite(scores) == real).all()
+    np.testing.assert_allclose(scores[real], expected[real], rtol=0,
+                               atol=5e-3 * np.abs(expected[real]).max())
+    loss = numpy(k3.sparse_global_pointer_crossentropy(targets, mixed(x)))
+    assert loss.dtype == np.float32 and np.isfinite(loss).all()
+
+
 @pytest.mark.parametrize('name', ['dense', 'sparse', 'sparse_zero'])
 def test_multilabel_crossentropy_matches_tf_keras(ref, name):
     labels, indices = ref['mcce_labels'], ref['mcce_indices']
