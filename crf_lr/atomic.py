@@ -78,7 +78,7 @@ def atomic_path(path):
         ...     shutil.copyfile(source, temporary)
     """
     folder, name = os.path.split(os.path.abspath(path))
-    temporary = os.path.join(folder, f'.{name}.{os.getpid()}{_PARTIAL}')
+    temporary = _partial(folder, name)
     try:
         yield temporary
         fd = os.open(temporary, os.O_RDONLY)
@@ -112,6 +112,11 @@ def atomic_write(path, mode='w', encoding='utf-8'):
             yield f
 
 
+def _partial(parent, name):
+    """The temporary name of ``name`` written by this process: ``.NAME.partial-PID``."""
+    return os.path.join(parent, f'.{name}{_PARTIAL}-{os.getpid()}')
+
+
 def _siblings(folder):
     """``(parent, name)`` of ``folder`` and its set-aside path ``.NAME.previous``."""
     parent, name = os.path.split(os.path.abspath(folder))
@@ -131,7 +136,8 @@ def _alive(pid):
 def recover_folder(folder):
     """Undo what a kill inside :func:`replace_folder` left: the previous folder is put back if
     the kill fell between the two renames, a finished swap's leftover is deleted, and so are
-    the partial copies of processes that no longer run. Returns ``folder``.
+    the partial files and folders (``.*.partial-PID``) beside ``folder`` of processes that no
+    longer run. Returns ``folder``.
 
         >>> model_files(recover_folder('runs/ner/model'))
     """
@@ -141,11 +147,12 @@ def recover_folder(folder):
             shutil.rmtree(previous, ignore_errors=True)     # the swap had finished
         else:
             os.replace(previous, folder)            # the new one never arrived: the old one back
-    prefix = f'.{name}{_PARTIAL}-'
     for entry in os.listdir(parent) if os.path.isdir(parent) else ():
-        pid = entry[len(prefix):]
-        if entry.startswith(prefix) and pid.isdigit() and not _alive(int(pid)):
-            shutil.rmtree(os.path.join(parent, entry), ignore_errors=True)
+        pid = entry.rpartition(f'{_PARTIAL}-')[2]
+        if entry.startswith('.') and f'{_PARTIAL}-' in entry and pid.isdigit() \
+                and not _alive(int(pid)):
+            path = os.path.join(parent, entry)
+            shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else os.remove(path)
     return folder
 
 
@@ -167,7 +174,7 @@ def replace_folder(folder):
     """
     recover_folder(folder)
     parent, name, previous = _siblings(folder)
-    partial = os.path.join(parent, f'.{name}{_PARTIAL}-{os.getpid()}')
+    partial = _partial(parent, name)
     shutil.rmtree(partial, ignore_errors=True)
     os.makedirs(partial)
     try:

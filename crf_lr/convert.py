@@ -573,7 +573,7 @@ def write_tf_checkpoint(variables, prefix):
     from crf_lr.compat import tf
     names = sorted(variables)
     folder, base = os.path.split(prefix)
-    temporary = os.path.join(folder, f'.{base}.{os.getpid()}.partial')
+    temporary = os.path.join(folder, f'.{base}.partial-{os.getpid()}')
     tf.raw_ops.SaveV2(prefix=temporary, tensor_names=names, shape_and_slices=[''] * len(names),
                       tensors=[tf.constant(variables[n]) for n in names])
     for suffix in ('.data-00000-of-00001', '.index'):          # the index last: it names the data
