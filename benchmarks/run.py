@@ -5,6 +5,7 @@ TensorFlow Addons (and softmax / GlobalPointer heads), in one process, after war
     $ python benchmarks/run.py --quick    # a subset, under 2 minutes
     $ python benchmarks/run.py --report benchmarks/results.json   # tables of a saved run
     $ python benchmarks/run.py --part precision   # only float32 / XLA / bf16 steps, first epoch
+    $ python benchmarks/run.py --part confidence  # only marginals / entity probabilities
 
 Installs nothing: ``make bench`` installs the benchmark extras (TensorFlow Addons) first; without
 them the TFA columns are left out. Every comparison checks that the implementations agree (loss,
@@ -33,6 +34,7 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 warnings.filterwarnings('ignore', category=UserWarning)   # TFA's end-of-life notice, Keras
 
 import cases  # noqa: E402
+import confidence  # noqa: E402
 import models  # noqa: E402
 from precision_steps import precision_step_cases  # noqa: E402
 from timing import (gflops, interleaved, load_average, machine, matmul_gflops,  # noqa: E402
@@ -176,7 +178,8 @@ def precision_part(tf, keras, plan, results, progress):
 
 def run(quick, out, part='all'):
     """Every comparison of the plan (``part='precision'``: the matmul rates and
-    :func:`precision_part` only); returns the results dict. After each comparison, the
+    :func:`precision_part` only; ``part='confidence'``: the matmul rate and
+    :func:`confidence_part` only); returns the results dict. After each comparison, the
     results so far are written to ``out`` (JSON), so a failure late in a run keeps the rest."""
     plan = QUICK if quick else FULL
     started = datetime.datetime.now(datetime.timezone.utc)
@@ -207,12 +210,18 @@ def run(quick, out, part='all'):
         results['load_average_end'] = list(os.getloadavg())
         save(results, out)
         return results
+    if part == 'confidence':
+        confidence_part(tf, keras, plan, results, progress)
+        results['load_average_end'] = list(os.getloadavg())
+        save(results, out)
+        return results
     results['crf_loss'] = []
     for n, labels in plan['crf_shapes']:
         results['crf_loss'].append(cases.crf_loss_case(tf, tfa, n, labels, plan['crf_rounds']))
         progress(f'CRF loss n={n} labels={labels}: {medians(results["crf_loss"][-1]["ratios"])}')
     results['viterbi'] = cases.viterbi_case(tf, tfa, plan['viterbi_rounds'])
     progress(f'Viterbi: {medians(results["viterbi"]["ratios"])}')
+    confidence_part(tf, keras, plan, results, progress)
     results['train_step'] = train_step_cases(tf, keras, plan['steps'], plan['heads'], progress)
     memory = memory_cases(plan['steps'], plan['heads'])
     progress('step memory measured')
@@ -225,6 +234,15 @@ def run(quick, out, part='all'):
                                .total_seconds() / 60, 1)
     save(results, out)
     return results
+
+
+def confidence_part(tf, keras, plan, results, progress):
+    """Marginals and entity probabilities beside Viterbi, and whole predictions with and without
+    confidences (``benchmarks/confidence.py``), with the Viterbi case's rounds."""
+    results['confidence'] = [confidence.decoding_case(tf, plan['viterbi_rounds'])]
+    progress(f"confidence decoding: {medians(results['confidence'][-1]['ratios'])}")
+    results['confidence'].append(confidence.prediction_case(keras, plan['viterbi_rounds']))
+    progress(f"confidence prediction: {medians(results['confidence'][-1]['ratios'])}")
 
 
 def save(results, path):
@@ -335,7 +353,9 @@ def restated(results):
 
 def report(results):
     """The Markdown tables of a results dict."""
-    if 'crf_loss' not in results:                          # --part precision
+    if 'crf_loss' not in results:                          # --part precision / confidence
+        if 'confidence' in results:
+            return confidence.report(results['confidence'], ranged, ratio_cell, markdown_table)
         return precision_report(results)
     old = predates_min_max(results)
     if old:
@@ -437,6 +457,8 @@ def report(results):
                                 + [f"{growth(series, h, key):.1f}"
                                    for key in ('median_ms', 'step_peak_mb')]
                                 for h in heads])]
+    if 'confidence' in results:
+        out += ['', confidence.report(results['confidence'], ranged, ratio_cell, markdown_table)]
     if 'precision_step' in results:
         out += ['', precision_report(results)]
     return '\n'.join(out)
@@ -561,15 +583,17 @@ def main():
     parser.add_argument('--plots', default=None, help='folder for the PNG plots (default docs/ for '
                         'a full run, none with --quick)')
     parser.add_argument('--report', metavar='JSON', help='print the tables of a saved run and exit')
-    parser.add_argument('--part', choices=('all', 'precision'), default='all',
+    parser.add_argument('--part', choices=('all', 'precision', 'confidence'), default='all',
                         help='precision: only the float32 / XLA / bf16 step table and the first '
-                        'epoch case (results.precision.json)')
+                        'epoch case (results.precision.json); confidence: only marginals, '
+                        'entity probabilities and predictions with confidences '
+                        '(results.confidence.json)')
     args = parser.parse_args()
     if args.report:
         with open(args.report, encoding='utf-8') as f:
             print(report(json.load(f)))
         return
-    name = 'results' + ('.precision' if args.part == 'precision' else '') + (
+    name = 'results' + ('.' + args.part if args.part != 'all' else '') + (
         '.quick' if args.quick else '') + '.json'
     out = args.out or os.path.join(HERE, name)
     results = run(args.quick, out, args.part)

@@ -41,6 +41,7 @@ _PUBLIC = {
     'ConditionalRandomField': 'crf_lr.crf',
     'crf_log_likelihood': 'crf_lr.crf',
     'crf_log_partition': 'crf_lr.crf',
+    'crf_marginals': 'crf_lr.crf',
     'GlobalPointer': 'crf_lr.global_pointer',
     'EfficientGlobalPointer': 'crf_lr.global_pointer',
     'viterbi_decode': 'crf_lr.viterbi',

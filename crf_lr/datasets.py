@@ -11,14 +11,18 @@ of :data:`FORMATS` into a :class:`Dataset`. Conventions shared by all readers:
   BIOES and BMES files and keeps their tags), ``'s' 'b' 'm' 'e'`` for word segmentation; None when the
   file holds no gold (raw text, unlabeled test records).
 - Empty sentences (blank lines, a run of several blank lines, JSON records with empty text) are skipped:
-  they never become examples, and ``Example.source`` keeps the real ``path:line`` of what was read.
+  they never become examples, and ``Example.source`` keeps the real ``path:line`` of what was read. A
+  line of only whitespace and/or byte-order marks (U+FEFF, left by concatenating files) is blank in
+  every format, and a BOM opening any line is dropped.
 - Malformed input raises :class:`DataFormatError` (a ``ValueError``) whose message starts with
   ``path:line:`` (``path:`` for a fault of the whole file) and echoes at most ~80 characters of the
   file; undecodable bytes raise ``UnicodeDecodeError`` whose reason names ``path:line``. Files are
   UTF-8 with or without a BOM, with LF or CRLF line endings.
-- Tags that break their scheme (a stray ``I-X``, an entity never closed) are an error naming the real
-  fault, unless the reader is called with ``repair=True``: they are then fixed by the conlleval rule
-  (``tagging.Scheme.repair``).
+- Tags that break their scheme (a stray ``I-X``, an entity never closed) are fixed by the conlleval rule
+  (``tagging.Scheme.repair``), as conlleval and seqeval read them: :func:`read_corpus`,
+  :func:`load_dataset` and the task scripts repair by default (``repair=True``), and each repaired tag's
+  ``path:line`` is kept in ``Example.repaired_at``. ``repair=False`` (the scripts' ``--strict``; the
+  default of the low-level ``read_bio`` / ``read_conll``) makes them an error naming the real fault.
 - Anything repaired rather than rejected is recorded in ``Example.notes`` and summed by
   :meth:`Dataset.summary` (tags repaired on request, an ``I-X`` opening an MSRA chunk, nested spans
   left out of flat tags), never silently.
@@ -44,6 +48,7 @@ import numpy as np
 from crf_lr.spans import outermost
 from crf_lr.tagging import (BIO, BIOES, BMES, IOB1, TagError, echo, get_scheme, iob1_to_iob2,
                             validate_spans, words_to_tags)
+from crf_lr.vocabulary import CJK
 
 _MESSAGE_LIMIT = 600
 
@@ -73,6 +78,7 @@ class Example:
         words: list of str, the gold segmentation (PKU, PFR), else None.
         source: str, ``'path:line'`` of the example's first line.
         notes: tuple of str, repairs made while reading this example.
+        repaired_at: tuple of ``'path:line'`` str, where a tag was repaired by the conlleval rule.
     """
     text: str
     tokens: Sequence[str]
@@ -81,6 +87,7 @@ class Example:
     words: Optional[list] = None
     source: str = ''
     notes: tuple = ()
+    repaired_at: tuple = ()
 
 
 @dataclasses.dataclass
@@ -152,14 +159,29 @@ def _read_text(path):
 
 
 def _lines(path):
-    """``(line_number, line)`` pairs, line endings (LF or CRLF) removed; a lone CR is an error."""
+    """``(line_number, line)`` pairs, line endings (LF or CRLF) removed; a lone CR is an error.
+
+    A BOM (U+FEFF) opening a line is dropped, and a line of only whitespace and BOMs comes out empty:
+    concatenated files leave both behind.
+    """
     text = _read_text(path).replace('\r\n', '\n')
     cr = text.find('\r')
     if cr >= 0:
         raise DataFormatError(path, text.count('\n', 0, cr) + 1,
                               'a line ends with a lone CR (old Mac line endings): save the file with '
                               'LF or CRLF line endings')
-    return enumerate(text.split('\n'), 1)
+    lines = text.split('\n')
+    if BOM in text:
+        lines = [_without_bom(line) for line in lines]
+    return enumerate(lines, 1)
+
+
+BOM = '\ufeff'
+
+
+def _without_bom(line):
+    """``line`` without a leading BOM; '' when it holds only whitespace and BOMs."""
+    return '' if not line.replace(BOM, '').strip() else line.lstrip(BOM)
 
 
 def _no_sentence(path):
@@ -310,7 +332,7 @@ def read_pfr(path):
 
 _CHUNK_START_NOTE = 'an I-X tag opens the chunk (an entity cut by the chunking): read as B-X'
 _NESTED_NOTE = 'a nested span is left out of the flat tags (kept in spans)'
-_REPAIR_NOTE = 'a tag breaking its entity (a stray I-X, or an entity never closed): conlleval rule'
+REPAIR_NOTE = 'a tag breaking its entity (a stray I-X, or an entity never closed): conlleval rule'
 
 
 def _check_type(kind, types, path, number, what):
@@ -364,27 +386,49 @@ def _tag_scheme(first_lines, path):
 
 
 def _checked(tags, first_line, path, scheme, repair, notes=()):
-    """``(tags, spans, notes)`` of one sentence whose tags stand on the lines from ``first_line`` on:
-    a tag breaking its entity is a DataFormatError naming the fault and its line, or with ``repair``
-    is fixed by the conlleval rule and noted."""
+    """``(tags, spans, notes, repaired_at)`` of one sentence whose tags stand on the lines from
+    ``first_line`` on: a tag breaking its entity is a DataFormatError naming the fault and its line,
+    or with ``repair`` is fixed by the conlleval rule, noted, and its ``path:line`` kept."""
+    repaired_at = ()
     if repair:
-        tags, count = scheme.repair(tags)
-        notes += (_REPAIR_NOTE,) * count
+        fixed, count = scheme.repair(tags)
+        notes += (REPAIR_NOTE,) * count
+        repaired_at = tuple(f'{path}:{first_line + i}'
+                            for i, (new, old) in enumerate(zip(fixed, tags)) if new != old)
+        tags = fixed
     else:
         try:
             scheme.check(tags, lines=range(first_line, first_line + len(tags)))
         except TagError as error:
             raise DataFormatError(path, first_line + error.position, error.fault) from None
-    return tags, scheme.decode(tags), notes
+    return tags, scheme.decode(tags), notes, repaired_at
 
 
-def _char_and_tag(line, sep):
-    """``(character, tag)`` of a ``char<sep>tag`` line, or None when the line is not one."""
+def _char_and_tag(line, sep, marks=False):
+    """``(character, tag)`` of a ``char<sep>tag`` line, or None when the line is not one; with
+    ``marks`` the character carries a word-position number (``科0<sep>O``), which is dropped."""
     char, found, tag = line.partition(sep)
+    if marks:
+        marked = _POSITION_MARKED.fullmatch(char)
+        char = marked.group(1) if marked else ''
     return (char, tag) if found and len(char) == 1 and tag and sep not in tag else None
 
 
-def read_bio(path, sep=None, types=None, scheme='BIO', repair=False, chunked=True):
+# A character followed by its position in its word (0 = first), as some Chinese NER corpora write
+# their tokens ('科0', '技1'): Weibo NER and the corpora built the same way.
+_POSITION_MARKED = re.compile(r'(\S)(\d+)')
+
+
+def _position_marked(tokens):
+    """True when every token is one character followed by digits and most of the characters are
+    CJK: word-position marks, not words."""
+    tokens = list(tokens)
+    marked = [_POSITION_MARKED.fullmatch(token) for token in tokens]
+    return (bool(tokens) and all(marked)
+            and 2 * sum(bool(CJK.match(m.group(1))) for m in marked) > len(marked))
+
+
+def read_bio(path, sep=None, types=None, scheme='BIO', repair=False, chunked=True, marks=False):
     """Character-per-line tagged file, a blank line between sentences (People's Daily NER, MSRA NER).
 
     Args:
@@ -398,6 +442,8 @@ def read_bio(path, sep=None, types=None, scheme='BIO', repair=False, chunked=Tru
         chunked: the file was cut into fixed-size chunks (MSRA), so in BIO an ``I-X`` as the FIRST
             tag of a chunk is read as ``B-X`` and noted (what the chunking does to MSRA's entity
             counts: docs/data.md). False: such a tag is a fault like any other.
+        marks: the characters carry word-position numbers (``科0``, ``技1``), dropped on reading;
+            None: detect them (every token one character and digits, most characters CJK).
     Returns:
         list of Example with ``tags`` (as in the file, or repaired) and the spans they encode.
     Raises:
@@ -420,20 +466,24 @@ def read_bio(path, sep=None, types=None, scheme='BIO', repair=False, chunked=Tru
         if chunked and scheme is BIO and tags[0][0] == 'I':
             tags[0] = 'B' + tags[0][1:]
             notes = (_CHUNK_START_NOTE,)
-        checked, spans, notes = _checked(tags, first_line, path, scheme, repair, notes)
+        checked, spans, notes, repaired_at = _checked(tags, first_line, path, scheme, repair, notes)
         text = ''.join(chars)
         examples.append(Example(text=text, tokens=text, spans=spans, tags=checked,
-                                source=f'{path}:{first_line}', notes=notes))
+                                source=f'{path}:{first_line}', notes=notes,
+                                repaired_at=repaired_at))
 
-    for number, line in _lines(path):
-        if not line or line.isspace():
+    lines = list(_lines(path))
+    if marks is None:
+        marks = _position_marked(line.split(None, 1)[0] for _, line in lines if line)
+    for number, line in lines:
+        if not line:
             if chars:
                 finish()
                 chars, tags = [], []
             continue
         if sep is None:
             sep = '\t' if '\t' in line else ' '
-        pair = _char_and_tag(line, sep)
+        pair = _char_and_tag(line, sep, marks)
         if pair is None:
             raise DataFormatError(path, number, f'expected one character, {sep!r} and a tag, got '
                                                 f'{echo(line)}')
@@ -668,10 +718,11 @@ def read_conll(path, types=None, repair=False):
         sentences = [(words, iob1_to_iob2(tags), first_line) for words, tags, first_line in sentences]
     examples = []
     for words, tags, first_line in sentences:
-        _, spans, notes = _checked(tags, first_line, path, scheme, repair)
+        _, spans, notes, repaired_at = _checked(tags, first_line, path, scheme, repair)
         examples.append(Example(text=' '.join(words), tokens=words, spans=spans,
                                 tags=BIO.encode(spans, len(words)), words=words,
-                                source=f'{path}:{first_line}', notes=notes))
+                                source=f'{path}:{first_line}', notes=notes,
+                                repaired_at=repaired_at))
     return examples
 
 
@@ -697,7 +748,8 @@ def split_examples(examples, n_test, seed=0):
 # User files: six formats, detected or named
 
 def _read_chars(scheme):
-    return lambda path, types, repair: read_bio(path, None, types, scheme, repair, chunked=False)
+    return lambda path, types, repair: read_bio(path, None, types, scheme, repair, chunked=False,
+                                                marks=None)
 
 
 # format -> (units, reader(path, types, repair))
@@ -769,12 +821,18 @@ def detect_format(path, reason=False):
     sep = '\t' if '\t' in lines[0][1] else ' '
     if all(_char_and_tag(line, sep) for _, line, _ in lines):
         found, why = f'char-{scheme.name.lower()}', f'one character and its tag a line; {why}'
+    elif (all(len(fields) == 2 for _, _, fields in lines)
+          and _position_marked(fields[0] for _, _, fields in lines)):
+        example = lines[0][2][0]
+        found, why = (f'char-{scheme.name.lower()}',
+                      f'one character with its word-position number and its tag a line '
+                      f'({example!r} read as {example[0]!r}; --format conll keeps the tokens); {why}')
     else:
         found, why = 'conll', f'{len(lines[0][2])} columns a line, a word first and its tag last; {why}'
     return (found, why) if reason else found
 
 
-def read_corpus(path, format=None, types=None, repair=False):
+def read_corpus(path, format=None, types=None, repair=True):
     """A user's corpus file in one of :data:`FORMATS`, as a :class:`Dataset`.
 
     Formats: 'conll' (a word a line, the tag last; BIO, IOB1 or BIOES; units are words), 'char-bio',
@@ -788,8 +846,10 @@ def read_corpus(path, format=None, types=None, repair=False):
             ``Dataset.note``: print it).
         types: the entity types of the training file, or None to take them from this file (sorted).
             A type found only in this file is then a DataFormatError naming its line.
-        repair: fix tags that break their entity by the conlleval rule (noted in ``Example.notes``
-            and counted by ``Dataset.summary()``), instead of raising.
+        repair: True (the default, as in the task scripts): fix tags that break their entity by
+            the conlleval rule, as conlleval and seqeval read them (noted in ``Example.notes``,
+            placed in ``Example.repaired_at`` and counted by ``Dataset.summary()``); False (the
+            scripts' ``--strict``): raise a DataFormatError naming the line and the fault.
     Returns:
         Dataset with ``name`` = the file name, ``units`` ('chars' or 'words') and ``format``.
     Raises:
@@ -1013,7 +1073,7 @@ def dataset_path(name, split, data_dir=None):
     return path
 
 
-def load_dataset(name, split='train', data_dir=None, repair=False):
+def load_dataset(name, split='train', data_dir=None, repair=True):
     """Load one split of a benchmark.
 
     Args:
@@ -1024,7 +1084,8 @@ def load_dataset(name, split='train', data_dir=None, repair=False):
             dev), 'conll2003' (train, valid, test).
         split: str, as above.
         data_dir: the data folder, or None for ``$CRF_LR_DATA``, else the packaged copies.
-        repair: repair messy tags (see ``crf_lr.tagging.Scheme.repair``) instead of rejecting them.
+        repair: True (the default): repair messy tags by the conlleval rule (see
+            ``crf_lr.tagging.Scheme.repair``); False: reject them naming the line.
     Returns:
         :class:`Dataset`. Raises ValueError when the split holds no example (e.g. an MSRA file
         shorter than the official training part).

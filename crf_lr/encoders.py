@@ -19,16 +19,6 @@ DEFAULT_LR_ONE_LAYER = 1e-3
 DEFAULT_LR_OTHER = 1e-4
 
 
-def default_encoder(units):
-    """The packaged encoder for text of ``units`` when the user names none: the English MiniLM for
-    words (CoNLL-style files), the Chinese ALBERT-tiny for characters.
-
-        >>> default_encoder('words')
-        'minilm-en'
-    """
-    return 'minilm-en' if units == 'words' else 'albert-tiny-zh'
-
-
 def default_learning_rate(spec, layers=None):
     """The main learning rate for an encoder when the user gives none (see ``DEFAULT_LR``).
 

@@ -18,6 +18,7 @@ the weight layout equal bert4keras 0.11.5's layers of the same names, so
 """
 import numpy as np
 
+from crf_lr.checks import PointerRules, rope_size
 from crf_lr.compat import keras, tf
 from crf_lr.numerics import guard_finite
 from crf_lr.serialization import register
@@ -38,9 +39,7 @@ def rotary_position_embedding(x, base=10000):
         >>> q = rotary_position_embedding(q)          # q: (batch, n, heads, head_size)
         >>> scores = tf.einsum('bmhd,bnhd->bhmn', q, rotary_position_embedding(k))
     """
-    d = x.shape[-1]
-    if d is None or d % 2:
-        raise ValueError(f'rotary_position_embedding needs an even, static last dimension; got {d}')
+    d = rope_size(x.shape)
     positions = tf.range(tf.shape(x)[1], dtype='float32')
     frequencies = tf.pow(float(base), -2 * tf.range(d // 2, dtype='float32') / d)
     angles = positions[:, None] * frequencies[None]                       # (n, d/2)
@@ -54,42 +53,14 @@ def rotary_position_embedding(x, base=10000):
     return x * cos + rotated * sin
 
 
-class _PointerBase(keras.layers.Layer):
-    """What GlobalPointer and EfficientGlobalPointer share: arguments, config, RoPE, masking.
+class _PointerBase(PointerRules, keras.layers.Layer):
+    """What GlobalPointer and EfficientGlobalPointer share (arguments, weights, shapes and
+    config: ``crf_lr.checks.PointerRules``), RoPE and masking.
 
     Subclasses create their weights in ``build`` and implement ``_scores(inputs)``, which maps
     ``(batch, n, hidden)`` to unmasked scores ``(batch, heads, n, n)`` using ``self._rope``.
     """
-
-    def __init__(self, heads, head_size, RoPE=True, use_bias=True, tril_mask=True,
-                 kernel_initializer='lecun_normal', **kwargs):
-        super().__init__(**kwargs)
-        for name, value in (('heads', heads), ('head_size', head_size)):
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise ValueError(f'{type(self).__name__}: {name} must be a positive int, '
-                                 f'got {value!r}')
-        if RoPE and head_size % 2:
-            raise ValueError(f'{type(self).__name__}: RoPE rotates feature pairs, so head_size '
-                             f'must be even; got {head_size}')
-        self.heads = int(heads)
-        self.head_size = int(head_size)
-        self.RoPE = bool(RoPE)
-        self.use_bias = bool(use_bias)
-        self.tril_mask = bool(tril_mask)
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.supports_masking = True
-
-    def _dense_weights(self, name, input_dim, units):
-        """A kernel ``(input_dim, units)`` and, with ``use_bias``, a zero bias ``(units,)``."""
-        # A fresh initializer per kernel: an unseeded Keras initializer reused across weights
-        # warns and may repeat its draws.
-        initializer = type(self.kernel_initializer).from_config(
-            self.kernel_initializer.get_config())
-        kernel = self.add_weight(name=f'{name}_kernel', shape=(input_dim, units),
-                                 initializer=initializer)
-        bias = (self.add_weight(name=f'{name}_bias', shape=(units,), initializer='zeros')
-                if self.use_bias else None)
-        return kernel, bias
+    initializers = keras.initializers          # PointerRules makes and saves the kernel's
 
     @staticmethod
     def _affine(x, kernel, bias):
@@ -103,13 +74,6 @@ class _PointerBase(keras.layers.Layer):
         which overflow float16 (65504) at activations that the projection itself keeps finite."""
         qk = self._affine(inputs, kernel, bias)
         return tf.cast(qk, 'float32') if qk.dtype.size < 4 else qk
-
-    def _input_dim(self, input_shape):
-        input_shape = tf.TensorShape(input_shape)
-        if input_shape.rank != 3 or input_shape[-1] is None:
-            raise ValueError(f'{type(self).__name__} expects inputs (batch, n, hidden) with a '
-                             f'known hidden size; got shape {input_shape}')
-        return int(input_shape[-1])
 
     def _rope(self, q, k):
         if not self.RoPE:
@@ -137,18 +101,6 @@ class _PointerBase(keras.layers.Layer):
             return scores
         return tf.where(keep, scores, tf.cast(-np.inf, scores.dtype))
 
-    def compute_mask(self, inputs, mask=None):
-        return None
-
-    def compute_output_shape(self, input_shape):
-        return (input_shape[0], self.heads, input_shape[1], input_shape[1])
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(heads=self.heads, head_size=self.head_size, RoPE=self.RoPE,
-                      use_bias=self.use_bias, tril_mask=self.tril_mask,
-                      kernel_initializer=keras.initializers.serialize(self.kernel_initializer))
-        return config
 
 
 @register

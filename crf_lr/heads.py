@@ -23,6 +23,7 @@ from crf_lr.crf import ConditionalRandomField
 from crf_lr.global_pointer import EfficientGlobalPointer, GlobalPointer
 from crf_lr.losses import sparse_global_pointer_crossentropy, sparse_global_pointer_f1
 from crf_lr.pieces import piece_spans_to_unit_spans, unit_spans_to_piece_spans
+from crf_lr.posteriors import PositionProbabilities, Posteriors, span_events
 from crf_lr.serialization import register
 from crf_lr.spans import decode_spans, non_overlapping, pad_sparse_targets, sparse_targets
 from crf_lr.tagging import get_scheme
@@ -85,9 +86,15 @@ class Window:
 @dataclasses.dataclass
 class Decoded:
     """A head's reading of one window: unit spans ``(start, end, label)`` (end exclusive; words
-    are labelled ``'w'`` when segmenting) and one tag per unit (tag heads; None for span heads)."""
+    are labelled ``'w'`` when segmenting), one tag per unit (tag heads; None for span heads), a
+    confidence in [0, 1] per span (see :meth:`Head.decode`), the probability of the whole
+    decoded tag path (tag heads; None for span heads) and, when asked, the label probabilities
+    of every unit ``(units, L)`` (tag heads)."""
     spans: list
     tags: Optional[list] = None
+    confidences: Optional[list] = None
+    path_probability: Optional[float] = None
+    marginals: Optional[np.ndarray] = None
 
 
 class Head:
@@ -100,6 +107,11 @@ class Head:
         types: entity types (ignored when the scheme segments words).
         scheme: a ``crf_lr.tagging.SCHEMES`` name or a ``crf_lr.tagging.Scheme``.
         layer_class: the Keras layer class to build (default: the head's own), e.g. a subclass.
+
+    Attributes:
+        temperature: positive float dividing every score before confidences are computed (1:
+            as trained; ``crf_lr.calibration.calibrate`` fits it on the development split). It
+            never changes what is decoded, only the confidences.
     """
     name = None
     layer_class = None
@@ -110,6 +122,7 @@ class Head:
         self.types = [] if self.scheme.segmentation else list(types)
         self.layer_class = layer_class or type(self).layer_class
         self.layers, self.loss, self.metrics = [], None, []
+        self.temperature = 1.0
 
     @property
     def labels(self):
@@ -145,10 +158,50 @@ class Head:
 # Tag heads: one label per piece
 
 
+LABEL_PIECES = ('all', 'first')
+IGNORED = -1            # the target of a piece left out of the loss and the metrics
+
+
+def first_pieces_only(function):
+    """A CRF's loss or metric ``function(y_true, y_pred)`` on the first pieces of the words
+    only, for ``label_pieces='first'``.
+
+    ``y_true`` (batch, n) holds ``IGNORED`` at every other piece and at padding. Masking those
+    positions would break a linear-chain CRF (its mask is left-aligned, and a path through a
+    masked middle piece would still pay two transitions); instead the rows of the first pieces
+    are gathered to the left, in order, so that the CRF sees one row per word and its
+    transitions go from word to word. Rows after them become padding: ``-inf`` rows, as the
+    CRF's own output pads, with label 0.
+
+        >>> loss = first_pieces_only(crf.sparse_loss)        # loss(y_true, y_pred): (batch,)
+    """
+    def on_first_pieces(y_true, y_pred):
+        y_true = tf.cast(tf.reshape(y_true, tf.shape(y_pred)[:2]), tf.int32)
+        keep = y_true != IGNORED
+        order = tf.argsort(tf.cast(tf.logical_not(keep), tf.int32), axis=1, stable=True)
+        count = tf.reduce_sum(tf.cast(keep, tf.int32), axis=1, keepdims=True)
+        live = tf.range(tf.shape(y_true)[1])[None] < count                  # left-aligned
+        y_pred = tf.where(live[..., None], tf.gather(y_pred, order, batch_dims=1),
+                          tf.constant(-np.inf, y_pred.dtype))
+        return function(tf.where(live, tf.gather(y_true, order, batch_dims=1), 0), y_pred)
+
+    on_first_pieces.__name__ = getattr(function, '__name__', type(function).__name__)
+    return on_first_pieces
+
+
 class TagHead(Head):
     """A label per piece, read back per unit by the scheme; Viterbi decoding with the scheme's
-    constraints by default."""
+    constraints by default.
+
+    ``label_pieces`` (set by the heads that take it, :class:`CRFHead`): 'all' (a unit's tag
+    spreads to all its pieces, by the scheme's rule; the unit's prediction is its first
+    piece's) or 'first' (only a unit's first piece carries its tag; the other pieces are left
+    out of the loss, the metrics and the decoding: the head runs on the first pieces only,
+    gathered into one row per unit, see :func:`first_pieces_only`). The two are the same for
+    characters, which are one piece each.
+    """
     kind = 'tags'
+    label_pieces = 'all'
 
     @property
     def labels(self):
@@ -156,17 +209,20 @@ class TagHead(Head):
 
     def target(self, tags, spans, starts):
         """Label ids of a window's pieces, from its unit tags (a unit's tag spreads to its pieces
-        by the scheme's rule)."""
+        by the scheme's rule; with ``label_pieces='first'`` the other pieces get ``IGNORED``)."""
         index = {label: i for i, label in enumerate(self.labels)}
-        piece_tags = self.scheme.spread(tags, np.diff(starts))
-        unknown = sorted(set(piece_tags) - set(index))
+        strategy = 'propagate' if self.label_pieces == 'all' else 'first'
+        piece_tags = self.scheme.spread(tags, np.diff(starts), strategy, ignore_label=None)
+        unknown = sorted(set(piece_tags) - set(index) - {None})
         if unknown:
             raise ValueError(f'tags {unknown} are not among the labels {self.labels}')
-        return [index[t] for t in piece_tags]
+        return [IGNORED if t is None else index[t] for t in piece_tags]
 
     def batch_targets(self, targets, n):
-        """``(batch, n - 1)`` int32 label ids, padded with 0 (the mask keeps padding out)."""
-        padded = np.zeros((len(targets), n - 1), dtype=np.int32)
+        """``(batch, n - 1)`` int32 label ids, padded with 0 (the mask keeps padding out), or
+        with ``IGNORED`` under ``label_pieces='first'``."""
+        padding = 0 if self.label_pieces == 'all' else IGNORED
+        padded = np.full((len(targets), n - 1), padding, dtype=np.int32)
         for row, label_ids in enumerate(targets):
             padded[row, :len(label_ids)] = label_ids
         return padded
@@ -179,32 +235,87 @@ class TagHead(Head):
         """``(scores -> Viterbi inputs, trans, start, end)`` of this head."""
         raise NotImplementedError
 
-    def decode(self, windows, constrain=True):
+    def _posteriors(self, scores, lengths, parameters):
+        """What the confidences are read from, for one batch of Viterbi inputs ``scores``
+        (B, n, L): an object with ``path_probability(row, path)`` and ``marginals()``. By
+        default the CRF that Viterbi decodes: ``p(path) ~ exp(score / temperature)``."""
+        return Posteriors(scores, lengths=lengths, temperature=self.temperature, **parameters)
+
+    def _span_confidences(self, posteriors, spans, paths):
+        """Confidence of each entity ``(row, begin, stop, kind)`` (over pieces ``begin..stop-1``
+        of row ``row``; ``paths``: the rows' Viterbi paths): by default the exact probability
+        under the CRF (at ``temperature``) that these pieces hold exactly this entity, whatever
+        the rest of the text (``crf_lr.posteriors``)."""
+        if not spans:
+            return []
+        rows, begins, stops, _ = zip(*spans)
+        events = [span_events(self.scheme, self.labels, kind, stop - begin)
+                  for _, begin, stop, kind in spans]
+        return posteriors.span_probabilities(rows, begins, stops, events).tolist()
+
+    def decode(self, windows, constrain=True, marginals=False, confidences=True):
         """:class:`Decoded` of each window; all windows decoded together (batched Viterbi).
 
         Args:
             windows: list of :class:`Window` with ``output`` from :meth:`window_output`.
             constrain: forbid the scheme's impossible transitions, starts and ends.
+            marginals: also return each unit's label probabilities (its first piece's).
+            confidences: compute each span's confidence and the path probability (False:
+                both None, and no forward-backward pass).
         """
         allowed = self.scheme.allowed(self.labels) if constrain else (None,) * 3
         prepare, trans, start, end = self._transitions()
+        parameters = dict(transitions=trans, start=start, end=end,
+                          allowed_transitions=allowed[0], allowed_starts=allowed[1],
+                          allowed_ends=allowed[2])
         scores = [prepare(w.output) for w in windows]
-        paths = []
+        if self.label_pieces == 'first':                     # one row per unit: its first piece
+            scores = [s[np.asarray(w.starts[:-1], dtype=int)] for s, w in zip(scores, windows)]
+        decoded = []
         for begin in range(0, len(scores), 256):
-            group = scores[begin:begin + 256]
-            batch = np.zeros((len(group), max(len(s) for s in group), len(self.labels)))
+            group, lengths = scores[begin:begin + 256], [len(s) for s in scores[begin:begin + 256]]
+            batch = np.zeros((len(group), max(lengths), len(self.labels)))
             for row, s in enumerate(group):
                 batch[row, :len(s)] = np.maximum(s, DISALLOWED_SCORE)
-            paths += viterbi_decode(batch, trans, lengths=[len(s) for s in group], start=start,
-                                    end=end, allowed_transitions=allowed[0],
-                                    allowed_starts=allowed[1], allowed_ends=allowed[2])
-        decoded = []
-        for window, path in zip(windows, paths):
-            piece_tags = [self.labels[i] for i in path]
-            word_index = np.repeat(np.arange(len(window.units)), np.diff(window.starts))
-            tags = self.scheme.collect(word_index, piece_tags, len(window.units))
-            decoded.append(Decoded(self.scheme.decode(tags, strict=True), tags))
+            paths = viterbi_decode(batch, lengths=lengths, **parameters)
+            readings = [self._read(window, path) for window, path in
+                        zip(windows[begin:begin + 256], paths)]
+            if confidences or marginals:
+                self._add_confidences(readings, windows[begin:begin + 256], paths,
+                                      self._posteriors(batch, lengths, parameters), marginals)
+            decoded += readings
         return decoded
+
+    def _row_starts(self, window):
+        """Where each unit's rows start in the decoded scores, and their end: the piece starts,
+        or one row per unit under ``label_pieces='first'``."""
+        if self.label_pieces == 'first':
+            return np.arange(len(window.units) + 1)
+        return np.asarray(window.starts)
+
+    def _read(self, window, path):
+        """The :class:`Decoded` of one window from its Viterbi ``path`` (no confidences yet)."""
+        tags = [self.labels[i] for i in path]
+        if self.label_pieces == 'all':
+            word_index = np.repeat(np.arange(len(window.units)), np.diff(window.starts))
+            tags = self.scheme.collect(word_index, tags, len(window.units))
+        return Decoded(self.scheme.decode(tags, strict=True), tags)
+
+    def _add_confidences(self, readings, windows, paths, posteriors, marginals):
+        """Fill in the confidences, path probabilities and (``marginals``) unit marginals of
+        the :class:`Decoded` of one batch of windows."""
+        starts = [self._row_starts(window) for window in windows]
+        spans = [(row, starts[row][s], starts[row][e], kind)
+                 for row, reading in enumerate(readings) for s, e, kind in reading.spans]
+        found = iter(self._span_confidences(posteriors, spans, paths))
+        probabilities = posteriors.marginals() if marginals else None
+        for row, (reading, path) in enumerate(zip(readings, paths)):
+            reading.confidences = [next(found) for _ in reading.spans]
+            reading.path_probability = posteriors.path_probability(row, path)
+            if marginals:
+                first = np.minimum(starts[row][:-1], max(len(path) - 1, 0))
+                has_pieces = np.diff(starts[row]) > 0
+                reading.marginals = np.where(has_pieces[:, None], probabilities[row, first], 0.0)
 
 
 class CRFHead(TagHead):
@@ -215,6 +326,8 @@ class CRFHead(TagHead):
         lr_multiplier: the CRF's own learning-rate multiplier (see docs/results.md).
         constrain_training: give the scheme's impossible transitions -1e4 in training too.
         boundary_scores: learn start and end scores per label as well.
+        label_pieces: 'all' or 'first' (see :class:`TagHead`): with 'first' the CRF runs over
+            the words' first pieces only, gathered into one row per word.
 
         >>> head = CRFHead(['PER'], 'BIO', lr_multiplier=100)
         >>> head.build(states); head.crf.trans.shape          # (3, 3)
@@ -223,15 +336,18 @@ class CRFHead(TagHead):
     layer_class = ConditionalRandomField
 
     def __init__(self, types=(), scheme='BIO', lr_multiplier=1.0, constrain_training=False,
-                 boundary_scores=False, layer_class=None):
+                 boundary_scores=False, label_pieces='all', layer_class=None):
         super().__init__(types, scheme, layer_class)
+        if label_pieces not in LABEL_PIECES:
+            raise ValueError(f'label_pieces must be one of {LABEL_PIECES}, got {label_pieces!r}')
+        self.label_pieces = label_pieces
         self.lr_multiplier, self.constrain_training = lr_multiplier, constrain_training
         self.boundary_scores = boundary_scores
         self.crf = None
 
     def options(self):
         return dict(lr_multiplier=self.lr_multiplier, constrain_training=self.constrain_training,
-                    boundary_scores=self.boundary_scores)
+                    boundary_scores=self.boundary_scores, label_pieces=self.label_pieces)
 
     def build(self, states):
         constraints = self.scheme.allowed(self.labels) if self.constrain_training else (None,) * 3
@@ -239,6 +355,9 @@ class CRFHead(TagHead):
         self.crf = self._add(self.layer_class(self.lr_multiplier, *constraints, name='CRF',
                                               boundary_scores=self.boundary_scores))
         self.loss, self.metrics = self.crf.sparse_loss, [self.crf.sparse_accuracy]
+        if self.label_pieces == 'first':
+            self.loss, self.metrics = (first_pieces_only(self.loss),
+                                       [first_pieces_only(self.crf.sparse_accuracy)])
         return self.crf(scores)
 
     def attach(self, model):
@@ -267,6 +386,15 @@ class SoftmaxHead(TagHead):
     def _transitions(self):
         return ((lambda probabilities: np.log(np.maximum(probabilities, 1e-30))),
                 np.zeros((len(self.labels),) * 2), None, None)
+
+    def _posteriors(self, scores, lengths, parameters):
+        return PositionProbabilities(scores, lengths, self.temperature)
+
+    def _span_confidences(self, posteriors, spans, paths):
+        """The product of the per-piece probabilities of each span's decoded tags (the softmax
+        scores each piece alone; at ``temperature``)."""
+        return [posteriors.labels_probability(row, begin, paths[row][begin:stop])
+                for row, begin, stop, _ in spans]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -314,13 +442,27 @@ class SpanHead(Head):
         found = decode_spans(prediction, lengths=pieces)
         return [((s, e, self.types[t]), float(prediction[t, s, e - 1])) for s, e, t in found]
 
-    def decode(self, windows, constrain=True):
-        """:class:`Decoded` of each window (``constrain`` has no meaning for span heads)."""
+    def decode(self, windows, constrain=True, marginals=False, confidences=True):
+        """:class:`Decoded` of each window (``constrain`` and ``marginals`` have no meaning for
+        span heads; ``confidences`` False gives None). A span's confidence is the logistic of
+        its score divided by ``temperature``: a score that ranks spans, not a calibrated
+        probability unless the temperature was fitted (``crf_lr.calibration``)."""
         decoded = []
         for window in windows:
+            scored = dict(window.output)
             spans = non_overlapping(window.output) if self.flat else [s for s, _ in window.output]
-            decoded.append(Decoded(piece_spans_to_unit_spans(sorted(spans), window.starts)))
+            # each label carries its span's confidence through the piece -> unit mapping
+            spans = [(s, e, (label, _logistic(scored[s, e, label] / self.temperature)))
+                     for s, e, label in sorted(spans)]
+            units = piece_spans_to_unit_spans(spans, window.starts)
+            decoded.append(Decoded([(s, e, label) for s, e, (label, _) in units], None,
+                                   [confidence for _, _, (_, confidence) in units]
+                                   if confidences else None))
         return decoded
+
+
+def _logistic(score):
+    return float(1 / (1 + np.exp(-score)))
 
 
 class GlobalPointerHead(SpanHead):

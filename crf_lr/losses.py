@@ -28,6 +28,7 @@ under "NaN / inf": mostly a NaN loss, but never an error.
 """
 import numpy as np
 
+from crf_lr.checks import dice_f1
 from crf_lr.compat import tf
 from crf_lr.numerics import guard, guard_finite
 from crf_lr.serialization import register
@@ -263,11 +264,7 @@ def global_pointer_f1(y_true, y_pred):
         >>> model.compile(optimizer='adam', loss=global_pointer_crossentropy,
         ...               metrics=[global_pointer_f1])
     """
-    predicted = tf.cast(_logits(y_pred) > 0, 'float32')
-    y_true = tf.cast(y_true, 'float32')
-    true_positives = tf.reduce_sum(y_true * predicted)
-    total = tf.reduce_sum(y_true) + tf.reduce_sum(predicted)
-    return tf.where(total > 0, 2 * true_positives / tf.maximum(total, 1.0), 1.0)
+    return dice_f1(tf.cast(y_true, 'float32'), tf.cast(_logits(y_pred) > 0, 'float32'), tf)
 
 
 @register

@@ -35,11 +35,11 @@ says so).
 """
 import functools
 import inspect
-import math
-import numbers
 import re
 
-from crf_lr.multipliers import check_patterns, match_multiplier as match_name
+from crf_lr.checks import (check_adam, check_learning_rate, check_lr_multipliers, check_schedule,
+                           check_weight_decay, schedule_factor)
+from crf_lr.multipliers import match_multiplier as match_name
 from crf_lr.compat import tf, keras
 from crf_lr.serialization import register, restore_optimizer_state
 
@@ -124,11 +124,6 @@ def layerwise_decay_multipliers(num_layers, decay, embedding_pattern='Embedding-
     return multipliers
 
 
-def _check_learning_rate(learning_rate):
-    if not callable(learning_rate) and not learning_rate > 0:
-        raise ValueError(f'learning_rate must be > 0, got {learning_rate!r}')
-
-
 def _coefficients(optimizer, var, apply_state):
     """The ``apply_state`` coefficients (``'lr_t'``, ...) of ``var``'s device and dtype."""
     key = (var.device, var.dtype.base_dtype)
@@ -165,12 +160,7 @@ class Adam(keras.optimizers.legacy.Optimizer):
                  bias_correction=True, name='Adam', **kwargs):
         learning_rate = kwargs.pop('lr', learning_rate)
         super().__init__(name, **kwargs)
-        _check_learning_rate(learning_rate)
-        for argument, beta in (('beta_1', beta_1), ('beta_2', beta_2)):
-            if not 0 <= beta < 1:
-                raise ValueError(f'{argument} must be in [0, 1), got {beta!r}')
-        if not epsilon > 0:
-            raise ValueError(f'epsilon must be > 0, got {epsilon!r}')
+        check_adam(learning_rate, beta_1, beta_2, epsilon)
         self._set_hyper('learning_rate', learning_rate)
         self._set_hyper('decay', self._initial_decay)
         self._set_hyper('beta_1', beta_1)
@@ -299,14 +289,8 @@ def extend_with_weight_decay(BaseOptimizer):
         def __init__(self, *args, weight_decay_rate=0.0,
                      exclude_from_weight_decay=('LayerNorm', 'Norm', 'bias'), **kwargs):
             super().__init__(*args, **kwargs)
-            if not weight_decay_rate >= 0:
-                raise ValueError(f'weight_decay_rate must be >= 0, got {weight_decay_rate!r}')
-            if isinstance(exclude_from_weight_decay, str):
-                exclude_from_weight_decay = (exclude_from_weight_decay,)
-            exclude_from_weight_decay = tuple(exclude_from_weight_decay or ())
-            check_patterns(exclude_from_weight_decay, 'exclude_from_weight_decay')
-            self.weight_decay_rate = float(weight_decay_rate)
-            self.exclude_from_weight_decay = exclude_from_weight_decay
+            self.weight_decay_rate, self.exclude_from_weight_decay = check_weight_decay(
+                weight_decay_rate, exclude_from_weight_decay)
 
         def decays(self, variable):
             """Whether weight decay applies to ``variable`` (a ``tf.Variable`` or its name)."""
@@ -367,14 +351,7 @@ def extend_with_layerwise_lr(BaseOptimizer):
 
         def __init__(self, *args, lr_multipliers=None, **kwargs):
             super().__init__(*args, **kwargs)
-            lr_multipliers = dict(lr_multipliers or {})
-            check_patterns(lr_multipliers, 'lr_multipliers')
-            for pattern, multiplier in lr_multipliers.items():
-                if not (isinstance(multiplier, numbers.Real) and math.isfinite(multiplier)
-                        and multiplier >= 0):
-                    raise ValueError(f'lr_multipliers[{pattern!r}] must be a finite number >= 0, '
-                                     f'got {multiplier!r}')
-            self.lr_multipliers = {pattern: float(m) for pattern, m in lr_multipliers.items()}
+            self.lr_multipliers = check_lr_multipliers(lr_multipliers)
 
         def multiplier(self, variable):
             """Learning-rate multiplier of ``variable`` (a ``tf.Variable`` or its name): float."""
@@ -426,19 +403,10 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
     """
 
     def __init__(self, learning_rate, warmup_steps=0, total_steps=None, min_lr_ratio=0.0):
-        _check_learning_rate(learning_rate)
-        if not isinstance(warmup_steps, numbers.Integral) or warmup_steps < 0:
-            raise ValueError(f'warmup_steps must be an int >= 0, got {warmup_steps!r}')
-        if total_steps is not None and (not isinstance(total_steps, numbers.Integral)
-                                        or total_steps <= warmup_steps):
-            raise ValueError(f'total_steps must be None or an int > warmup_steps '
-                             f'({warmup_steps}), got {total_steps!r}')
-        if not 0 <= min_lr_ratio <= 1:
-            raise ValueError(f'min_lr_ratio must be in [0, 1], got {min_lr_ratio!r}')
+        check_learning_rate(learning_rate)
         self.learning_rate = learning_rate
-        self.warmup_steps = int(warmup_steps)
-        self.total_steps = None if total_steps is None else int(total_steps)
-        self.min_lr_ratio = float(min_lr_ratio)
+        self.warmup_steps, self.total_steps, self.min_lr_ratio = check_schedule(
+            warmup_steps, total_steps, min_lr_ratio)
 
     @property
     def constant(self):
@@ -449,14 +417,8 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
         rate = self.learning_rate(step) if callable(self.learning_rate) else self.learning_rate
         step = tf.convert_to_tensor(step)
         dtype = tf.float64 if step.dtype == tf.float64 else tf.float32   # Keras: the variables'
-        step = tf.cast(step, tf.float32)
-        factor = tf.ones_like(step)
-        if self.total_steps is not None:
-            remaining = (self.total_steps - step) / (self.total_steps - self.warmup_steps)
-            factor = self.min_lr_ratio + (1 - self.min_lr_ratio) * tf.clip_by_value(
-                remaining, 0.0, 1.0)
-        if self.warmup_steps > 0:
-            factor = tf.where(step < self.warmup_steps, step / self.warmup_steps, factor)
+        factor = schedule_factor(tf.cast(step, tf.float32), self.warmup_steps, self.total_steps,
+                                 self.min_lr_ratio, tf)
         return tf.cast(rate, dtype) * tf.cast(factor, dtype)
 
     def get_config(self):

@@ -1,4 +1,5 @@
-"""PNG figures for reports: transition heatmaps, training curves and grouped bars.
+"""PNG figures for reports: transition heatmaps, training curves, grouped bars and reliability
+diagrams.
 
 matplotlib is an optional extra (``pip install crf_lr[plots]``); it is imported on first use, with
 the non-interactive Agg backend, so the rest of the package never needs it.
@@ -6,6 +7,7 @@ the non-interactive Agg backend, so the rest of the package never needs it.
     >>> plot_transitions(crf_trans, 'sbme', 'runs/cws/transitions_epoch1.png', title='epoch 1')
     >>> plot_curves({'bias correction': (steps, losses)}, 'loss.png', ylabel='training loss')
     >>> plot_bars({'CRF x1': {'s': -1.2, 'b': 0.4}}, 'sanity.png', ylabel='margin')
+    >>> plot_reliability({'before': (confidences, correct)}, 'reliability.png')
 """
 import os
 
@@ -149,4 +151,43 @@ def plot_bars(groups, path, ylabel='', title=None):
         ax.set_title(title)
     ax.grid(axis='y', alpha=0.3)
     ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def plot_reliability(series, path, bins=10, title=None):
+    """Save a reliability diagram: per confidence bin, the fraction of entities that are right
+    against their mean confidence (a calibrated model lies on the diagonal); each series' ECE
+    in the legend.
+
+    Args:
+        series: dict name -> ``(confidences, correct)`` (e.g. ``crf_lr.calibration.calibrate``'s
+            outcomes before and after the temperature).
+        path: output PNG path (folders are created).
+        bins: equal-width confidence bins; title: optional.
+    Returns:
+        path.
+
+        >>> plot_reliability({'T = 1': before, 'T = 1.7': after}, 'runs/ner/reliability.png')
+        'runs/ner/reliability.png'
+    """
+    from crf_lr.calibration import expected_calibration_error, reliability
+    if not series:
+        raise ValueError('plot_reliability needs at least one series')
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(4.5, 4.5))
+    ax.plot([0, 1], [0, 1], color='grey', linestyle='--', linewidth=0.8, label='calibrated')
+    for name, (confidences, correct) in series.items():
+        counts, mean, accuracy = reliability(confidences, correct, bins)
+        filled = counts > 0
+        ece = expected_calibration_error(confidences, correct, bins)
+        ax.plot(mean[filled], accuracy[filled], marker='o',
+                label=f'{name} (ECE {ece:.3f}, {int(counts.sum())} entities)')
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.set_xlabel('confidence (bin mean)')
+    ax.set_ylabel('fraction of entities right')
+    if title:
+        ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc='upper left')
     return _save(fig, path)

@@ -7,12 +7,18 @@ One input line is one text, of any length: it is cut into windows of the model's
 sentence ends and the predictions are stitched back. A word-segmentation model prints each line's
 words (whitespace in the input always separates words). An NER model prints each line's entities,
 one per line as ``start<TAB>end<TAB>type<TAB>mention`` (character offsets, end exclusive), then a
-blank line; ``--format json`` prints one JSON object per input line instead.
+blank line; ``--format json`` prints one JSON object per input line instead, with each entity's
+(or word's) ``confidence`` in [0, 1] and the line's ``path_probability`` (see the README).
+
+    python -m crf_lr.predict runs/ner/model input.txt --format json --min-confidence 0.5
+    python -m crf_lr.predict runs/ner/model input.txt --format json --marginals
 """
 import argparse
 import json
 import re
 import sys
+
+import numpy as np
 
 from crf_lr.cli import quiet_tensorflow
 from crf_lr.runs import check_model_folder
@@ -31,6 +37,10 @@ def parse_args(argv=None):
                         help="decode tags without the scheme's hard constraints (CRF / softmax; "
                              "default: with them)")
     parser.add_argument('--separator', default='  ', help='between words (default: two spaces)')
+    parser.add_argument('--min-confidence', type=float, metavar='P',
+                        help='drop entities whose confidence is below P (in [0, 1])')
+    parser.add_argument('--marginals', action='store_true',
+                        help='with --format json: add each unit\'s label probabilities (tag heads)')
     parser.add_argument('--batch-size', type=int, default=32)
     parser.add_argument('--precision', choices=('float32', 'mixed_bfloat16', 'auto'),
                         default='float32', help='compute precision (default: %(default)s; the '
@@ -45,35 +55,74 @@ def _word_offsets(line):
     return [m.group() for m in found], [(m.start(), m.end()) for m in found]
 
 
-def predict_lines(tagger, lines, constrain=True):
+def predict_lines(tagger, lines, constrain=True, min_confidence=None):
     """Predictions for raw text lines.
 
     Args:
-        tagger: ``crf_lr.tagger.Tagger``; lines: list of str; constrain: bool.
+        tagger: ``crf_lr.tagger.Tagger``; lines: list of str; constrain: bool;
+        min_confidence: optional float: entities less confident are dropped.
     Returns:
         list (per line) of lists: words (str) for a segmentation model, else entity dicts
-        ``{'start', 'end', 'type', 'text'}`` with character offsets (end exclusive).
+        ``{'start', 'end', 'type', 'text', 'confidence'}`` with character offsets (end
+        exclusive) and the confidence in [0, 1] of ``crf_lr.tagger.Prediction``.
 
         >>> predict_lines(Tagger.load('runs/cws/model'), ['今天天气很好'])
         [['今天', '天气', '很', '好']]
     """
-    if tagger.head.scheme.segmentation:
-        chunks = [line.split() for line in lines]
-        flat = [chunk for line in chunks for chunk in line]
-        predicted = iter(tagger.predict(flat, constrain))
-        return [[chunk[s:e] for chunk in line for s, e, _ in next(predicted)] for line in chunks]
-    if tagger.encoder.units == 'words':
-        split = [_word_offsets(line) for line in lines]
-        predicted = tagger.predict([words for words, _ in split], constrain)
-        results = []
-        for line, (_, offsets), spans in zip(lines, split, predicted):
-            char_spans = [(offsets[s][0], offsets[e - 1][1], label) for s, e, label in spans]
-            results.append([dict(start=s, end=e, type=label, text=line[s:e])
-                            for s, e, label in char_spans])
-        return results
-    predicted = tagger.predict(lines, constrain)
-    return [[dict(start=s, end=e, type=label, text=line[s:e]) for s, e, label in spans]
-            for line, spans in zip(lines, predicted)]
+    key = 'words' if tagger.head.scheme.segmentation else 'entities'
+    return [record[key] for record in predict_records(tagger, lines, constrain, min_confidence)]
+
+
+def predict_records(tagger, lines, constrain=True, min_confidence=None, marginals=False):
+    """One JSON-ready dict per line: ``text``; ``entities`` (as :func:`predict_lines`) or, for a
+    segmentation model, ``words`` and their ``confidences``; ``path_probability`` (the whole
+    decoded tag path's probability, None for span heads); with ``marginals``, ``labels`` and
+    ``marginals``, the label probabilities of each unit (characters, or words of an English
+    model; a segmentation line's characters without its whitespace).
+
+        >>> records = predict_records(tagger, lines)
+        >>> sorted(records, key=lambda r: r['path_probability'])[:100]   # least sure first
+    """
+    segmenting = tagger.head.scheme.segmentation
+    if min_confidence is not None and segmenting:
+        raise ValueError('--min-confidence drops entities, but this model segments words')
+    if marginals and tagger.head.kind != 'tags':
+        raise ValueError(f'--marginals needs a tag head (crf, softmax), not {tagger.head.name}')
+    if segmenting:
+        pieces = [line.split() for line in lines]
+    elif tagger.encoder.units == 'words':
+        pieces = [[_word_offsets(line)] for line in lines]
+    else:
+        pieces = [[line] for line in lines]
+    flat = [piece[0] if isinstance(piece, tuple) else piece for line in pieces for piece in line]
+    predicted = iter(tagger.decode(tagger.run(flat), constrain, marginals))
+    records = []
+    for line, line_pieces in zip(lines, pieces):
+        found = [next(predicted) for _ in line_pieces]
+        record = dict(text=line)
+        if segmenting:
+            record['words'] = [chunk[s:e] for chunk, p in zip(line_pieces, found)
+                               for s, e, _ in p.spans]
+            record['confidences'] = [c for p in found for c in p.confidences]
+        else:
+            (prediction,) = found
+            offsets = (line_pieces[0][1] if tagger.encoder.units == 'words'
+                       else [(i, i + 1) for i in range(len(line))])
+            record['entities'] = [
+                dict(start=offsets[s][0], end=offsets[e - 1][1], type=label,
+                     text=line[offsets[s][0]:offsets[e - 1][1]], confidence=confidence)
+                for (s, e, label), confidence in zip(prediction.spans, prediction.confidences)
+                if min_confidence is None or confidence >= min_confidence]
+        probabilities = [p.path_probability for p in found]
+        record['path_probability'] = (None if None in probabilities
+                                      else float(np.prod(probabilities)))
+        if marginals:
+            record['labels'] = list(tagger.head.labels)
+            record['marginals'] = np.round(np.concatenate(
+                [p.marginals for p in found] or [np.zeros((0, len(record['labels'])))]),
+                6).tolist()
+        records.append(record)
+    return records
 
 
 def _model_error(parser, error):
@@ -85,6 +134,10 @@ def main(argv=None):
     parser, args = parse_args(argv)
     if args.batch_size < 1:
         parser.error(f'--batch-size must be >= 1, got {args.batch_size}')
+    if args.min_confidence is not None and not 0 <= args.min_confidence <= 1:
+        parser.error(f'--min-confidence must lie in [0, 1], got {args.min_confidence}')
+    if args.marginals and args.format != 'json':
+        parser.error('--marginals needs --format json')
     try:
         check_model_folder(args.model_dir)              # before TensorFlow loads: answers at once
     except (FileNotFoundError, ValueError) as error:
@@ -97,20 +150,30 @@ def main(argv=None):
             lines = sys.stdin.read().splitlines()
     except (OSError, UnicodeDecodeError) as error:
         parser.error(f'cannot read {args.file or "stdin"}: {error}')
-    quiet_tensorflow(args.verbose)                      # keep TensorFlow's log off stdout
+    quiet_tensorflow(args.verbose, native=argv is None)  # keep TensorFlow's log off the console
     from crf_lr.precision import set_precision
     from crf_lr.tagger import Tagger
+    from crf_lr.vocabulary import unknown_warning
     set_precision(args.precision)
     try:
         tagger = Tagger.load(args.model_dir, args.batch_size)
     except (FileNotFoundError, OSError, ValueError) as error:
         _model_error(parser, error)
-    results = predict_lines(tagger, lines, args.constrain)
+    warning = unknown_warning(tagger.encoder, [line.split() if tagger.encoder.units == 'words'
+                                               else line for line in lines])
+    if warning:
+        print(warning, file=sys.stderr)
+    try:
+        records = predict_records(tagger, lines, args.constrain, args.min_confidence,
+                                  args.marginals)
+    except ValueError as error:
+        parser.error(str(error))
+    key = 'words' if tagger.head.scheme.segmentation else 'entities'
+    results = [record[key] for record in records]
     out = sys.stdout
-    for line, result in zip(lines, results):
+    for record, result in zip(records, results):
         if args.format == 'json':
-            key = 'words' if tagger.head.scheme.segmentation else 'entities'
-            out.write(json.dumps({'text': line, key: result}, ensure_ascii=False) + '\n')
+            out.write(json.dumps(record, ensure_ascii=False) + '\n')
         elif tagger.head.scheme.segmentation:
             out.write(args.separator.join(result) + '\n')
         else:

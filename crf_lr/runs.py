@@ -16,6 +16,7 @@ import time
 import numpy as np
 
 from crf_lr.atomic import atomic_write, recover_folder, replace_folder
+from crf_lr.console import show_progress
 from crf_lr.tracing import as_arrays, free_signature, traced_without_autograph
 
 
@@ -335,7 +336,8 @@ def fit(model, run, batches_for_epoch, evaluate, epochs, metric, save_best, extr
         extra: dict added to ``results.json``.
         final_test: function -> dict of test scores of the selected model (run once, after the
             last epoch; stored as ``test`` in ``results.json``), or None.
-        progress: show a tqdm bar per epoch.
+        progress: show a tqdm bar per epoch on a terminal (never in a file or pipe, where the
+            one line per epoch stands alone).
         stop_gain: stop before ``epochs`` once the best ``metric`` has risen by less than this
             over the last ``stop_epochs`` epochs (:func:`plateaued`); None: run every epoch.
     Returns:
@@ -503,7 +505,7 @@ def _train_epoch(model, batches, epoch, epochs, progress, tqdm):
     windows = sum(len(targets) for _, targets in batches)
     losses, started = [], time.time()
     bar = tqdm(train_steps(model, batches), total=len(batches), desc=f'epoch {epoch + 1}/{epochs}',
-               disable=not progress, mininterval=2, leave=False)
+               disable=not (progress and show_progress()), mininterval=2, leave=False)
     for loss in bar:
         if not np.isfinite(loss):
             raise FloatingPointError(f'epoch {epoch + 1}, step {len(losses) + 1}: the loss is '

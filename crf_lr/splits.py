@@ -11,7 +11,7 @@ from typing import Optional
 
 import numpy as np
 
-from crf_lr.datasets import dataset_spec, load_dataset, read_corpus
+from crf_lr.datasets import REPAIR_NOTE, dataset_spec, load_dataset, read_corpus
 from crf_lr.spans import outermost
 
 MAX_HOLDOUT = 500
@@ -29,6 +29,7 @@ class Splits:
         nested: True when the training spans nest.
         names: dict role -> description of where its examples come from.
         repairs: Counter-like dict note -> count of tags repaired while reading.
+        repaired_at: list of ``'path:line'`` str, every tag repaired by the conlleval rule.
     """
     train: list
     dev: list
@@ -38,17 +39,33 @@ class Splits:
     nested: bool
     names: dict
     repairs: dict = dataclasses.field(default_factory=dict)
+    repaired_at: list = dataclasses.field(default_factory=list)
 
     def describe(self):
-        """One line per role: how many sentences and from where; repairs counted."""
+        """One line per role: how many sentences and from where; repairs counted, the conlleval
+        ones in one line with their first places."""
         lines = [f'{role}: {len(examples)} sentences from {self.names[role]}'
                  for role, examples in (('train', self.train), ('dev', self.dev),
                                         ('test', self.test)) if examples is not None]
         if self.test is None:
             lines.append(f'test: none ({self.names["test"]}); the dev score of the selected '
                          f'epoch is the final figure')
-        lines += [f'repaired {count}x: {note}' for note, count in sorted(self.repairs.items())]
+        lines += [f'repaired {count}x: {note}' for note, count in sorted(self.repairs.items())
+                  if note != REPAIR_NOTE]
+        if self.repaired_at:
+            lines.append(repair_line(self.repaired_at))
         return '\n'.join(lines)
+
+
+def repair_line(places, shown=3):
+    """One line counting the tags repaired by the conlleval rule and naming the first places.
+
+        >>> repair_line(['train.txt:1266', 'train.txt:1290'])
+        'repaired 2 tags by the conlleval rule (train.txt:1266, train.txt:1290); --strict refuses them'
+    """
+    more = ', …' if len(places) > shown else ''
+    return (f'repaired {len(places)} tag{"s" * (len(places) != 1)} by the conlleval rule '
+            f'({", ".join(places[:shown])}{more}); --strict refuses them')
 
 
 def _nested(examples):
@@ -69,7 +86,7 @@ def _user_files(train_file, dev_file, test_file, format, repair):
     train = read_corpus(train_file, format=format, repair=repair)
     read = [read_corpus(path, format=format or train.format, types=train.types, repair=repair)
             if path else None for path in (dev_file, test_file)]
-    names = {role: path + (f' ({data.note})' if data.note else '') for role, path, data in
+    names = {role: f'{path} ({data.note or "format " + data.format})' for role, path, data in
              (('train', train_file, train), ('dev', dev_file, read[0]), ('test', test_file, read[1]))
              if path}
     names.setdefault('test', 'no --test-file given')
@@ -94,7 +111,7 @@ def _benchmark(dataset, data_dir, repair):
 
 
 def load_splits(dataset=None, train_file=None, dev_file=None, test_file=None, format=None,
-                repair=False, data_dir=None, train_limit=None, eval_limit=None, holdout=None,
+                repair=True, data_dir=None, train_limit=None, eval_limit=None, holdout=None,
                 sample_seed=0):
     """The train / dev / test examples of a run.
 
@@ -102,7 +119,8 @@ def load_splits(dataset=None, train_file=None, dev_file=None, test_file=None, fo
         dataset: a benchmark name (``crf_lr.datasets.DATASETS``), or None with ``train_file``.
         train_file, dev_file, test_file: the user's own files (read by
             ``crf_lr.datasets.read_corpus``; types come from the training file).
-        format: the files' format, or None to detect it; repair: repair messy tags.
+        format: the files' format, or None to detect it.
+        repair: True (the default): repair messy tags by the conlleval rule; False: reject them.
         data_dir: the benchmark data folder (default ``$CRF_LR_DATA``).
         train_limit: a seeded sample of this many training sentences (in corpus order).
         eval_limit: only the first N development and test sentences.
@@ -127,6 +145,7 @@ def load_splits(dataset=None, train_file=None, dev_file=None, test_file=None, fo
         raise ValueError('load_splits needs a dataset name or a train_file')
     types, nested = tuple(train.types), nested or _nested(train)
     repairs = _repairs(train, dev, test)
+    repaired_at = [place for part in (train, dev, test) for e in part or () for place in e.repaired_at]
     examples = list(train)
     order = np.random.default_rng(sample_seed).permutation(len(examples))
     if dev is None:
@@ -145,4 +164,4 @@ def load_splits(dataset=None, train_file=None, dev_file=None, test_file=None, fo
     for role, part in (('train', train), ('dev', dev), ('test', test)):
         if part is not None and not part:
             raise ValueError(f'the {role} split ({names[role]}) holds no sentence')
-    return Splits(train, dev, test, types, units, nested, names, repairs)
+    return Splits(train, dev, test, types, units, nested, names, repairs, repaired_at)

@@ -28,10 +28,21 @@ from crf_lr.tracing import conformed, free_signature, traced_without_autograph
 
 @dataclasses.dataclass
 class Prediction:
-    """One text's prediction: unit spans ``(start, end, label)`` (end exclusive) and, for tag
-    heads, one tag per unit (None for span heads)."""
+    """One text's prediction: unit spans ``(start, end, label)`` (end exclusive); for tag heads,
+    one tag per unit (None for span heads); a confidence in [0, 1] per span, aligned with
+    ``spans``; the probability of the text's whole decoded tag path (the product over its
+    windows; None for span heads); and, when asked for, each unit's label probabilities
+    ``(units, L)`` in the order of ``head.labels``.
+
+    Confidence: CRF head, the exact probability under the CRF that the text holds exactly this
+    entity; softmax head, the product of its pieces' tag probabilities; GlobalPointer heads,
+    the logistic of the span's score (not a calibrated probability unless the head's
+    temperature was fitted). See ``crf_lr.heads.Head.temperature``."""
     spans: list
     tags: Optional[list] = None
+    confidences: Optional[list] = None
+    path_probability: Optional[float] = None
+    marginals: Optional[np.ndarray] = None
 
 
 class Tagger:
@@ -55,16 +66,18 @@ class Tagger:
 
     # -- saving -------------------------------------------------------------------------------
     def save(self, folder):
-        """Write ``model.h5``, ``labels.json`` (the head's config, units, maxlen) and
-        ``vocab.txt`` into ``folder``, replacing it whole (:func:`crf_lr.atomic.replace_folder`):
-        a kill while saving leaves the previous model, complete."""
+        """Write ``model.h5``, ``labels.json`` (the head's config and temperature, units,
+        maxlen) and ``vocab.txt`` into ``folder``, replacing it whole
+        (:func:`crf_lr.atomic.replace_folder`): a kill while saving leaves the previous model,
+        complete."""
         with replace_folder(folder) as scratch:
             with warnings.catch_warnings():   # "HDF5 is legacy": it is the format bert4keras loads
                 warnings.simplefilter('ignore')
                 self.model.save(os.path.join(scratch, 'model.h5'), include_optimizer=False)
             with open(os.path.join(scratch, 'labels.json'), 'w', encoding='utf-8') as f:
                 json.dump(dict(self.head.config(), units=self.encoder.units,
-                               lowercase=self.encoder.lowercase, maxlen=self.maxlen),
+                               lowercase=self.encoder.lowercase, maxlen=self.maxlen,
+                               temperature=self.head.temperature),
                           f, ensure_ascii=False, indent=1)
             shutil.copyfile(self.encoder.vocab_path, os.path.join(scratch, 'vocab.txt'))
 
@@ -79,8 +92,9 @@ class Tagger:
             not belong together.
         """
         model_path, labels_path, vocab_path, meta = check_model_folder(folder)
-        options = {k: v for k, v in meta.items() if k not in LABELS_KEYS}
+        options = {k: v for k, v in meta.items() if k not in LABELS_KEYS + ('temperature',)}
         head = make_head(meta['head'], meta['types'], meta['scheme'], **options)
+        head.temperature = float(meta.get('temperature', 1.0))     # older folders: none
         if head.labels != meta['labels']:
             raise ValueError(f'{labels_path}: labels {meta["labels"]} differ from those of a '
                              f'{meta["head"]} head on types {meta["types"]}: {head.labels}')
@@ -143,27 +157,49 @@ class Tagger:
         with model.distribute_strategy.scope():
             return np.asarray(step(conformed(inputs, signature)))
 
-    def decode(self, outputs, constrain=True):
+    def decode(self, outputs, constrain=True, marginals=False, confidences=True):
         """:class:`Prediction` of each sequence from :meth:`run`'s outputs.
 
         Args:
             outputs: from :meth:`run`.
             constrain: tag heads decode with the scheme's hard constraints (Viterbi with the
                 impossible transitions forbidden); span heads ignore it.
+            marginals: tag heads: also give each unit's label probabilities.
+            confidences: give confidences and path probabilities (False: None, and tag heads
+                skip the forward-backward pass).
         """
         flat = [window for windows in outputs for window in windows]
-        decoded = iter(self.head.decode(flat, constrain) if flat else [])
+        options = dict(marginals=True) if marginals else {}
+        if not confidences:
+            options['confidences'] = False
+        decoded = iter(self.head.decode(flat, constrain, **options) if flat else [])
+        tagging = self.head.kind == 'tags'
         results = []
         for windows in outputs:
-            local, tags = [], []
+            local, tags, probability, rows = [], [], 1.0, []
             for window in windows:
                 reading = next(decoded)
-                local.append((window.offset, reading.spans))
+                # the label carries the confidence through the merge (which sorts the spans)
+                local.append((window.offset, [
+                    (s, e, (label, confidence)) for (s, e, label), confidence in
+                    zip(reading.spans, reading.confidences or [None] * len(reading.spans))]))
                 tags = None if reading.tags is None or tags is None else tags + reading.tags
-            results.append(Prediction(merge_window_spans(local),
-                                      tags if self.head.kind == 'tags' else None))
+                if tagging and confidences:
+                    probability *= reading.path_probability
+                rows.append(reading.marginals)
+            merged = merge_window_spans(local)
+            results.append(Prediction(
+                [(s, e, label) for s, e, (label, _) in merged], tags if tagging else None,
+                [confidence for _, _, (_, confidence) in merged] if confidences else None,
+                probability if tagging and confidences else None,
+                _stacked(rows, len(self.head.labels)) if marginals and tagging else None))
         return results
 
     def predict(self, sequences, constrain=True):
         """Spans of each sequence: ``run`` then ``decode``; returns a list of span lists."""
-        return [p.spans for p in self.decode(self.run(sequences), constrain)]
+        return [p.spans for p in self.decode(self.run(sequences), constrain, confidences=False)]
+
+
+def _stacked(rows, num_labels):
+    """Windows' unit marginals, one after another: (units, L)."""
+    return np.concatenate(rows) if rows else np.zeros((0, num_labels))

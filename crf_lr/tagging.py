@@ -19,7 +19,8 @@ import dataclasses
 import operator
 
 WORD = 'w'
-REPAIR_HINT = '(pass repair=True, or --repair, to fix such tags by the conlleval rule)'
+REPAIR_HINT = ('(the readers repair such tags by the conlleval rule unless told not to: drop '
+               '--strict, or pass repair=True)')
 
 
 def echo(value, limit=80):

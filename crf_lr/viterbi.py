@@ -100,8 +100,9 @@ def _lengths_array(batch, n, lengths, mask):
 
 
 def viterbi_decode(emissions, transitions, lengths=None, mask=None, start=None, end=None,
-                   allowed_transitions=None, allowed_starts=None, allowed_ends=None):
-    """Best label path of every sequence of a batch (NumPy; loops over time only).
+                   allowed_transitions=None, allowed_starts=None, allowed_ends=None, top_k=None):
+    """Best label path of every sequence of a batch, or its ``top_k`` best (NumPy; loops over
+    time only).
 
     Args:
         emissions: float array (batch, n, L) of per-position label scores (e.g. ``model.predict``).
@@ -111,12 +112,20 @@ def viterbi_decode(emissions, transitions, lengths=None, mask=None, start=None, 
         start, end: optional float arrays (L,) of first-label / last-label scores.
         allowed_transitions: optional bool (L, L); allowed_starts, allowed_ends: optional bool (L,).
             Disallowed choices score -1e4 (``DISALLOWED_SCORE``), as in training.
+        top_k: optional int >= 1: return the ``top_k`` best paths of each sequence instead.
     Returns:
-        A list of ``batch`` int64 arrays; array ``b`` has shape (lengths[b],).
+        A list of ``batch`` int64 arrays; array ``b`` has shape (lengths[b],). With ``top_k``: a
+        list (per sequence) of up to ``top_k`` ``(path, probability)`` pairs, best first
+        (``probability = exp(score - log Z)`` under the same constraints; fewer pairs when the
+        sequence has fewer paths, one empty path of probability 1 for an empty sequence).
 
         >>> paths = viterbi_decode(model.predict(x), crf.trans, mask=x > 0)
         >>> paths[0]                               # array([0, 1, 2, 2, 0])
+        >>> viterbi_decode(emissions, crf.trans, top_k=2)[0]   # [(array, 0.61), (array, 0.2)]
     """
+    if top_k is not None:
+        return _top_k_paths(emissions, transitions, lengths, mask, start, end,
+                            allowed_transitions, allowed_starts, allowed_ends, top_k)
     emissions = np.asarray(emissions, dtype=np.float64)
     if emissions.ndim != 3:
         raise ValueError(f'emissions must have shape (batch, n, num_labels), got {emissions.shape}')
@@ -159,6 +168,65 @@ def viterbi_decode(emissions, transitions, lengths=None, mask=None, start=None, 
         path[t - 1] = state
     path = path.T
     return [path[b, :lengths[b]] for b in range(batch)]
+
+
+def decode_layer_output(emissions, transitions, lengths=None, mask=None, start=None, end=None):
+    """``viterbi_decode`` of a CRF layer's output (``ConditionalRandomField.decode`` of either
+    Keras): scores floored at ``DISALLOWED_SCORE`` (``-inf`` rules a label out) and, when neither
+    ``lengths`` nor ``mask`` is given, rows all ``-inf`` read as padding.
+
+        >>> paths = decode_layer_output(model.predict(x), *crf.effective_parameters('float64'))
+    """
+    emissions = np.asarray(emissions, dtype=np.float64)
+    if lengths is None and mask is None:
+        mask = (emissions > -np.inf).any(axis=-1)
+    return viterbi_decode(np.maximum(emissions, DISALLOWED_SCORE), transitions, lengths=lengths,
+                          mask=mask, start=start, end=end)
+
+
+def _top_k_paths(emissions, transitions, lengths, mask, start, end, allowed_transitions,
+                 allowed_starts, allowed_ends, top_k):
+    """``viterbi_decode(..., top_k=k)``: list Viterbi, keeping the k best prefixes per label."""
+    from crf_lr.posteriors import Posteriors
+    if not isinstance(top_k, (int, np.integer)) or isinstance(top_k, bool) or top_k < 1:
+        raise ValueError(f'top_k must be an int >= 1, got {top_k!r}')
+    posteriors = Posteriors(emissions, transitions, lengths, mask, start, end,
+                            allowed_transitions, allowed_starts, allowed_ends)
+    emissions, trans = posteriors.emissions, posteriors.transitions
+    batch, n, num_labels = emissions.shape
+    lengths, k = posteriors.lengths, int(top_k)
+    results = [[(np.zeros(0, dtype=np.int64), 1.0)] for _ in range(batch)]
+    if n == 0:
+        return results
+    # score[b, j, r]: r-th best score of a prefix ending in label j; pointer: (label, rank) before
+    score = np.full((batch, num_labels, k), -np.inf)
+    score[:, :, 0] = posteriors.start + emissions[:, 0]
+    pointers = np.empty((n, batch, num_labels, k), dtype=np.intp)
+    keep = np.arange(num_labels * k).reshape(num_labels, k)               # point at itself
+    for t in range(1, n):
+        candidates = (score[:, None, :, :] + trans.T[None, :, :, None]).reshape(
+            batch, num_labels, num_labels * k)                              # (B, to, from * k)
+        best = np.argsort(-candidates, axis=2, kind='stable')[:, :, :k]
+        moved = np.take_along_axis(candidates, best, axis=2) + emissions[:, t, :, None]
+        live = (t < lengths)[:, None, None]
+        pointers[t] = np.where(live, best, keep)
+        score = np.where(live, moved, score)
+    final = (score + posteriors.end[None, :, None]).reshape(batch, num_labels * k)
+    order = np.argsort(-final, axis=1, kind='stable')[:, :k]
+    for b in range(batch):
+        if lengths[b] == 0:
+            continue
+        found = []
+        for flat in order[b]:
+            if final[b, flat] == -np.inf:
+                break
+            path = np.empty(lengths[b], dtype=np.int64)
+            for t in range(lengths[b] - 1, -1, -1):
+                path[t] = flat // k
+                flat = pointers[t, b].reshape(-1)[flat] if t else flat
+            found.append((path, posteriors.path_probability(b, path)))
+        results[b] = found
+    return results
 
 
 def viterbi_decode_tf(emissions, transitions, lengths=None, mask=None, start=None, end=None,

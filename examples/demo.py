@@ -39,7 +39,7 @@ def main(argv=None):
     from crf_lr.cli import quiet_tensorflow
     from crf_lr.datasets import resolve_data_dir
     from crf_lr.runs import machine
-    quiet_tensorflow()
+    quiet_tensorflow(native=argv is None)
     from task_cws_crf import main as run_cws
 
     data_dir = resolve_data_dir(args.data_dir)     # without it the script holds out PFR sentences

@@ -33,27 +33,23 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     import numpy as np
-    from crf_lr import set_check_numerics, set_precision
-    from crf_lr.compat import keras
     from crf_lr.datasets import read_word_list, resolve_data_dir
     from crf_lr.diagnostics import count_violations, diagnose, format_sanity, format_transitions
     from crf_lr.distribute import make_strategy, worker_folder
-    from crf_lr.encoders import default_encoder, default_learning_rate, load_encoder
-    from crf_lr.heads import make_head, piece_states
+    from crf_lr.heads import make_head
     from crf_lr.metrics import segmentation_scores
-    from crf_lr.optimizers import LayerwiseAdam
-    from crf_lr.pieces import UnitEncoder
-    from crf_lr.runs import RunLog, epoch_batches, fit, make_samples, warmup_schedule
+    from crf_lr.runs import RunLog, epoch_batches, fit
     from crf_lr.splits import load_splits
     from crf_lr.tagger import Tagger
     from crf_lr.tagging import SEG
+    from crf_lr.task_model import build_task_model
 
     # ---- data: PFR 1998-01 (or your file) to train, a hold-out (or your dev file) to select ----
     with user_errors():                                    # a bad file: its path:line, no traceback
         strategy = make_strategy(args.strategy)    # before any other TensorFlow work: multiworker
         data = load_splits(None if args.train_file else 'pku', args.train_file, args.dev_file,
                            args.test_file, args.format or (args.train_file and 'segmented'),
-                           args.repair, args.data_dir, args.train_limit, args.eval_limit,
+                           not args.strict, args.data_dir, args.train_limit, args.eval_limit,
                            args.holdout, args.sample_seed)
     print(data.describe())
     data_dir = None if args.train_file else resolve_data_dir(args.data_dir)
@@ -64,28 +60,14 @@ def main(argv=None):
                  args.overwrite, argv, program=__file__)
 
     # ---- model: encoder (first k layers) -> Dense -> CRF whose transitions learn faster ----
-    set_check_numerics(True)            # NaN/inf in a layer or loss stops the run, naming it
-    print(set_precision(args.precision))                 # e.g. 'precision: float32 (...)'
-    keras.utils.set_random_seed(args.seed)
-    encoder = args.encoder or default_encoder(data.units)   # MiniLM for words, else ALBERT
-    with strategy.scope():                   # the model's variables on every replica
-        bert, vocab_path, encoder_info = load_encoder(encoder, args.layers, args.vocab)
-        head = make_head(args.head, scheme=SEG, lr_multiplier=args.crf_lr_multiplier,
-                         constrain_training=args.constrain, boundary_scores=args.boundary_scores)
-        model = keras.Model(bert.inputs, head.build(piece_states(bert)))
-        units = UnitEncoder(vocab_path)
-        samples = make_samples([(e.text, e.tags, SEG.decode(e.tags)) for e in data.train], units,
-                               args.maxlen, head)
-        lr = args.lr or default_learning_rate(encoder, args.layers)
-        schedule = warmup_schedule(args.warmup_proportion, len(samples), args.batch_size,
-                                   args.epochs)
-        model.compile(LayerwiseAdam(lr, bias_correction=args.bias_correction, **schedule),
-                      loss=head.loss, metrics=head.metrics)
-    tagger = Tagger(model, units, head, args.maxlen, args.batch_size)
+    built = build_task_model(args, strategy, 'chars', lambda: make_head(
+        args.head, scheme=SEG, lr_multiplier=args.crf_lr_multiplier,
+        constrain_training=args.constrain, boundary_scores=args.boundary_scores),
+        [(e.text, e.tags, SEG.decode(e.tags)) for e in data.train])
+    tagger, samples = built.tagger, built.samples
+    head, model = tagger.head, tagger.model
     crf = getattr(head, 'crf', None)
     initial = crf.trans.numpy() if crf is not None else None          # before training
-    print(f'encoder {encoder_info}; {head}: {head.count_params()} parameters; lr {lr}; '
-          f'{len(samples)} training windows')
 
     # ---- evaluator: SIGHAN scores with and without constraints, transition diagnostics ----
     def score(tagger, examples, name):
@@ -95,7 +77,7 @@ def main(argv=None):
             len(examples) / max(time.time() - started, 1e-9), 2))
         gold = [e.words for e in examples]
         for constrain, suffix in ((True, ''), (False, '_unconstrained')):
-            predicted = tagger.decode(outputs, constrain)
+            predicted = tagger.decode(outputs, constrain, confidences=False)
             words = [[e.text[s:t] for s, t, _ in p.spans] for e, p in zip(examples, predicted)]
             scores = segmentation_scores(gold, words, train_words)
             result.update({k + suffix: _rounded(scores[k]) for k in
@@ -148,8 +130,9 @@ def main(argv=None):
     # ---- fit: resumable; the best dev epoch is kept and scored once on test ----
     extra = dict(task='cws', splits=data.names, train_sentences=len(data.train),
                  train_windows=len(samples), dev_sentences=len(data.dev),
-                 test_sentences=len(data.test or ()), repairs=data.repairs, encoder=encoder_info,
-                 lr=lr, head=head.config(), head_parameters=head.count_params(),
+                 test_sentences=len(data.test or ()), repairs=data.repairs,
+                 encoder=built.encoder_info, lr=built.lr, head=head.config(),
+                 head_parameters=head.count_params(),
                  initial_transitions=(None if initial is None
                                       else initial.astype(float).round(4).tolist()))
     return fit(model, run, lambda epoch: epoch_batches(samples, args.batch_size, args.seed,

@@ -8,10 +8,15 @@ Efficient GlobalPointer head: on your own files, or on a benchmark.
     python examples/task_ner.py --dataset conll2003 --encoder minilm-en --train-limit 400 \\
         --no-bias-correction --reinit-top 1                       # experiment 3
 
-After every epoch the development split is scored (strict span P/R/F1, relaxed token-type F1 per
-type); it selects the epoch. The selected model is saved to OUTPUT/model and scored once on the
-test split at the end. Words of English text are split into WordPieces; a word's label goes to all
-its pieces and the first piece's prediction is the word's.
+After every epoch the development split is scored (strict span P/R/F1; relaxed F1, the share of
+characters or words given their gold entity type whatever the boundaries; per type); it selects
+the epoch. The selected model is saved to OUTPUT/model and scored once on the test split at the
+end. Then a temperature for its entity confidences is fitted on the development split and saved
+with it; results.json's ``calibration`` holds the expected calibration error before and after
+(dev, and test when labelled), OUTPUT/reliability_*.png the diagrams. Words of English text are
+split into WordPieces; a word's label goes to all its pieces and the first piece's prediction is
+the word's (--label-pieces first: only the first piece is labelled, and the CRF runs over the
+first pieces only).
 """
 import argparse
 import os
@@ -19,7 +24,7 @@ import time
 
 # no TensorFlow before --help:
 from crf_lr.atomic import atomic_write
-from crf_lr.cli import add_common_arguments, parse_checked, user_errors
+from crf_lr.cli import LABEL_PIECES_HELP, add_common_arguments, parse_checked, user_errors
 from crf_lr.datasets import DATASETS
 
 
@@ -28,12 +33,14 @@ def parse_args(argv=None):
         description=__doc__.split('\n\n')[0],
         epilog='Outputs in --output: log.jsonl (one line per epoch, with every step loss), '
                'results.json, model/ (the selected model, for python -m crf_lr.predict), '
-               'confusion_*.txt.')
+               'confusion_*.txt, reliability_*.png.')
     parser.add_argument('--dataset', choices=sorted(DATASETS),
                         help='a benchmark (default: msra, unless --train-file is given)')
     parser.add_argument('--reinit-top', type=int, default=0,
                         help='re-initialise the top L transformer layers before training '
                              '(BERT-style encoders only; default: 0)')
+    parser.add_argument('--label-pieces', choices=('all', 'first'), default='all',
+                        help=LABEL_PIECES_HELP)
     add_common_arguments(parser, default_output='runs/ner')
     args = parse_checked(parser, argv)
     if args.reinit_top < 0:
@@ -46,65 +53,50 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    from crf_lr import set_check_numerics, set_precision
-    from crf_lr.compat import keras
+    from crf_lr.calibration import calibrate
     from crf_lr.distribute import make_strategy, worker_folder
-    from crf_lr.encoders import default_encoder, default_learning_rate, load_encoder
-    from crf_lr.heads import make_head, piece_states
+    from crf_lr.heads import make_head
     from crf_lr.metrics import confusion_matrix, format_confusion_matrix, relaxed_scores, span_scores
-    from crf_lr.optimizers import LayerwiseAdam
-    from crf_lr.pieces import UnitEncoder
-    from crf_lr.runs import RunLog, epoch_batches, fit, make_samples, warmup_schedule
+    from crf_lr.plots import plot_reliability
+    from crf_lr.runs import RunLog, epoch_batches, fit
     from crf_lr.spans import outermost
     from crf_lr.splits import load_splits
     from crf_lr.tagger import Tagger
     from crf_lr.tagging import label_list, spans_to_tags
+    from crf_lr.task_model import build_task_model
 
     # ---- data: train, dev (selects the epoch), test (scored once at the end) ----
     with user_errors():                                    # a bad file: its path:line, no traceback
         strategy = make_strategy(args.strategy)    # before any other TensorFlow work: multiworker
         data = load_splits(args.dataset, args.train_file, args.dev_file, args.test_file,
-                           args.format, args.repair, args.data_dir, args.train_limit,
+                           args.format, not args.strict, args.data_dir, args.train_limit,
                            args.eval_limit, args.holdout, args.sample_seed)
     print(data.describe() + f'\ntypes: {list(data.types)}')
     run = RunLog(worker_folder(args.output, strategy), dict(vars(args), script='task_ner'),
                  args.overwrite, argv, program=__file__)
 
     # ---- model: encoder -> piece states -> head (Dense + CRF, Dense + softmax, span scores) ----
-    set_check_numerics(True)            # NaN/inf in a layer or loss stops the run, naming it
-    print(set_precision(args.precision))                 # e.g. 'precision: float32 (...)'
-    keras.utils.set_random_seed(args.seed)
-    encoder = args.encoder or default_encoder(data.units)   # MiniLM for words, else ALBERT
-    with strategy.scope():                   # the model's variables on every replica
-        bert, vocab_path, encoder_info = load_encoder(encoder, args.layers, args.vocab)
-        if args.reinit_top:
-            from crf_lr.finetune import reinitialize_top_layers
-            reinitialize_top_layers(bert, args.reinit_top, seed=args.seed)
-        flat = args.spans == 'flat' or (args.spans == 'auto' and not data.nested)
-        head = make_head(args.head, data.types, 'BIO', lr_multiplier=args.crf_lr_multiplier,
-                         constrain_training=args.constrain, boundary_scores=args.boundary_scores,
-                         head_size=args.head_size, flat=flat)
-        model = keras.Model(bert.inputs, head.build(piece_states(bert)))
-        units = UnitEncoder(vocab_path, data.units)
-        samples = make_samples([(e.tokens, e.tags, e.spans) for e in data.train], units,
-                               args.maxlen, head)
-        lr = args.lr or default_learning_rate(encoder, args.layers)
-        schedule = warmup_schedule(args.warmup_proportion, len(samples), args.batch_size,
-                                   args.epochs)
-        model.compile(LayerwiseAdam(lr, bias_correction=args.bias_correction, **schedule),
-                      loss=head.loss, metrics=head.metrics)
-    tagger = Tagger(model, units, head, args.maxlen, args.batch_size)
-    print(f'encoder {encoder_info}; {head}: {head.count_params()} parameters; lr {lr}; '
-          f'{len(samples)} training windows')
+    flat = args.spans == 'flat' or (args.spans == 'auto' and not data.nested)
+    built = build_task_model(args, strategy, data.units, lambda: make_head(
+        args.head, data.types, 'BIO', lr_multiplier=args.crf_lr_multiplier,
+        constrain_training=args.constrain, boundary_scores=args.boundary_scores,
+        head_size=args.head_size, flat=flat, label_pieces=args.label_pieces),
+        [(e.tokens, e.tags, e.spans) for e in data.train])
+    tagger, samples = built.tagger, built.samples
+    head, model = tagger.head, tagger.model
+    if getattr(head, 'label_pieces', 'all') != args.label_pieces:
+        raise SystemExit(f'task_ner.py: error: --label-pieces {args.label_pieces} needs a head '
+                         f'that takes it (crf); --head {args.head} does not')
 
     # ---- evaluator: strict spans, relaxed types, confusion matrix without padding, speed ----
     tag_labels = label_list(data.types, 'BIO')
+    unit = 'word' if data.units == 'words' else 'character'   # what relaxed F1 counts
 
     def score(tagger, examples, name):
         started = time.time()
         outputs = tagger.run([e.tokens for e in examples])
         seconds = time.time() - started
-        predicted = tagger.decode(outputs)                 # tag heads: the scheme's constraints
+        predicted = tagger.decode(outputs, confidences=False)   # the scheme's constraints
         strict = span_scores([e.spans for e in examples], [p.spans for p in predicted])
         tags = [p.tags if p.tags is not None else spans_to_tags(outermost(p.spans), len(e.tokens))
                 for e, p in zip(examples, predicted)]
@@ -114,7 +106,7 @@ def main(argv=None):
             f.write(format_confusion_matrix(matrix, tag_labels) + '\n')
         result = {k: round(strict[k], 5) for k in ('precision', 'recall', 'f1')}
         if tagger.head.kind == 'tags':
-            free = tagger.decode(outputs, constrain=False)
+            free = tagger.decode(outputs, constrain=False, confidences=False)
             result['f1_unconstrained'] = round(span_scores([e.spans for e in examples],
                                                            [p.spans for p in free])['f1'], 5)
         result.update(relaxed_f1=round(relaxed['f1'], 5),
@@ -125,7 +117,7 @@ def main(argv=None):
                           support=strict['per_type'].get(kind, {}).get('support', 0))
                           for kind in data.types})
         print(f'{name}: strict P {result["precision"]:.4f} R {result["recall"]:.4f} '
-              f'F1 {result["f1"]:.4f}; relaxed F1 {result["relaxed_f1"]:.4f}'
+              f'F1 {result["f1"]:.4f}; relaxed (per-{unit} type) F1 {result["relaxed_f1"]:.4f}'
               + (f'; without constraints F1 {result["f1_unconstrained"]:.4f}'
                  if 'f1_unconstrained' in result else ''))
         print(f'{"type":<14}{"strict F1":>10}{"relaxed F1":>11}{"support":>9}')
@@ -148,12 +140,33 @@ def main(argv=None):
     extra = dict(task='ner', dataset=args.dataset or args.train_file, splits=data.names,
                  train_sentences=len(data.train), train_windows=len(samples),
                  dev_sentences=len(data.dev), test_sentences=len(data.test or ()),
-                 repairs=data.repairs, encoder=encoder_info, lr=lr, head=head.config(),
-                 head_parameters=head.count_params())
-    return fit(model, run, lambda epoch: epoch_batches(samples, args.batch_size, args.seed,
-                                                       epoch, head),
-               evaluate, args.epochs, 'dev_f1', lambda: tagger.save(run.model_dir), extra,
-               final_test=final_test, stop_gain=args.stop_gain, stop_epochs=args.stop_epochs)
+                 repairs=data.repairs, repaired_tags=len(data.repaired_at),
+                 repaired_at=data.repaired_at[:100], encoder=built.encoder_info, lr=built.lr,
+                 head=head.config(), head_parameters=head.count_params())
+    results = fit(model, run, lambda epoch: epoch_batches(samples, args.batch_size, args.seed,
+                                                          epoch, head),
+                  evaluate, args.epochs, 'dev_f1', lambda: tagger.save(run.model_dir), extra,
+                  final_test=final_test, stop_gain=args.stop_gain, stop_epochs=args.stop_epochs)
+
+    # ---- calibration: a temperature for the confidences, fitted on dev, saved with the model ----
+    selected = Tagger.load(run.model_dir)
+    report = calibrate(selected, ([e.tokens for e in data.dev], [e.spans for e in data.dev]),
+                       ([e.tokens for e in data.test], [e.spans for e in data.test])
+                       if data.test else None)
+    selected.save(run.model_dir)
+    for split in ('dev', 'test'):
+        if split in report:
+            before, after = (report[split][k].pop('outcomes') for k in ('before', 'after'))
+            plot_reliability({'temperature 1': before,
+                              f'temperature {report["temperature"]}': after},
+                             os.path.join(run.output, f'reliability_{split}.png'),
+                             title=f'{head.name}, {split}')
+            print(f'{split}: entity confidence ECE {report[split]["before"]["ece"]:.4f} -> '
+                  f'{report[split]["after"]["ece"]:.4f} at temperature {report["temperature"]}')
+    standard = ('command', 'machine', 'config', 'metric', 'epochs', 'best_epoch', 'best',
+                'first_epoch')
+    return run.write_results('dev_f1', **{k: v for k, v in results.items() if k not in standard},
+                             calibration=report)
 
 
 if __name__ == '__main__':

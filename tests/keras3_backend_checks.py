@@ -17,7 +17,7 @@ from crf_lr.keras3.encoder import build_bert, load_google_variables
 from crf_lr.keras3.tokenizer import WordPieceTokenizer
 from crf_lr.viterbi import DISALLOWED_SCORE
 from float16_probe import assert_float32_scores_equal, large_activations
-from test_viterbi import brute_force_paths, path_scores, random_case
+from test_viterbi import brute_force_marginals, brute_force_paths, path_scores, random_case
 
 BACKEND = keras.backend.backend()
 # float32 forward algorithm against tf-keras's float64 forward-backward: relative 1e-5 on
@@ -112,6 +112,28 @@ def test_crf_equals_brute_force(shape, constraints):
                                           start=constrained(case)[1], end=constrained(case)[2]))
     for b, path in enumerate(brute_force_paths(case)):
         assert decoded[b].tolist() == list(path) + [-1] * (shape[1] - len(path))
+
+
+@pytest.mark.parametrize('shape', [(6, 5, 3), (5, 4, 4)])
+@pytest.mark.parametrize('constraints', [False, True])
+def test_crf_marginals_equal_brute_force(shape, constraints):
+    """Marginals of the function and of the layer (its -inf padding rows) within 1e-5."""
+    rng = np.random.default_rng(hash((shape, constraints, 'marginals')) % 2**32)
+    case = random_case(rng, *shape, boundary=True, constrained=constraints)
+    case['emissions'] = case['emissions'].astype('float32')
+    mask = np.arange(shape[1]) < case['lengths'][:, None]
+    expected = brute_force_marginals(case)
+    got = numpy(k3.crf_marginals(case['emissions'], mask, *constrained(case)))
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+    crf = k3.ConditionalRandomField(boundary_scores=True,
+                                    allowed_transitions=case.get('allowed_transitions'),
+                                    allowed_starts=case.get('allowed_starts'),
+                                    allowed_ends=case.get('allowed_ends'))
+    crf.build((None, None, shape[2]))
+    crf.set_weights([case[k].astype('float32') for k in ('transitions', 'start', 'end')])
+    from_layer = numpy(crf.marginals(crf(case['emissions'], mask=mask)))
+    np.testing.assert_allclose(from_layer, expected, atol=1e-5)
+    assert (from_layer[~mask] == 0).all()
 
 
 def test_crf_gradient_is_label_counts_minus_marginals():

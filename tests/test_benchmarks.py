@@ -208,3 +208,15 @@ def test_report_restates_a_run_that_predates_min_max():
     assert run.report(new) == text.replace(' This run predates that quoting: its ratios and '
                                            'targets are restated here from the per-call times '
                                            'it kept.', '')
+
+
+def test_confidence_decoding_case_checks_then_times_and_reports():
+    import confidence
+    import run
+    case = confidence.decoding_case(tf, rounds=3)
+    assert case['shape']['entities'] > 0
+    assert set(case['timings']) >= {'Viterbi (NumPy)', 'marginals (NumPy)',
+                                    'entity + path probabilities (NumPy)',
+                                    'marginals (in-graph, XLA)'}
+    text = confidence.report([case], run.ranged, run.ratio_cell, run.markdown_table)
+    assert '| Viterbi (NumPy) | ' in text and 'decode with / without confidences = ' in text

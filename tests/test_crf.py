@@ -313,3 +313,75 @@ def test_tiny_bert_with_crf_trains_and_the_loss_falls(tiny_bert_config_path):
     history = model.fit([token_ids, np.zeros_like(token_ids)], tags, epochs=8, batch_size=8,
                         verbose=0).history['loss']
     assert np.isfinite(history).all() and history[-1] < 0.8 * history[0]
+
+
+@pytest.mark.parametrize('shape', [(6, 5, 3), (6, 4, 4)])
+@pytest.mark.parametrize('boundary', [False, True])
+@pytest.mark.parametrize('constrained', [False, True])
+def test_marginals_equal_brute_force_in_float32(shape, boundary, constrained):
+    """The layer's and the function's marginals against summed path probabilities (1e-5)."""
+    from crf_lr.crf import crf_marginals
+    from test_viterbi import brute_force_marginals
+    rng = np.random.default_rng(hash((shape, boundary, constrained, 'marginals')) % 2**32)
+    case = random_case(rng, *shape, boundary=boundary, constrained=constrained)
+    expected = brute_force_marginals(case)
+    mask = np.arange(shape[1]) < case['lengths'][:, None]
+    emissions = case['emissions'].astype('float32')
+    got = crf_marginals(emissions, mask, *effective(case))
+    assert got.dtype == tf.float32
+    np.testing.assert_allclose(got.numpy(), expected, atol=1e-5)
+    crf = _layer_of(case, multiplier=10.0)
+    y_pred = crf(tf.constant(emissions), mask=tf.constant(mask))     # -inf padding rows
+    from_layer = crf.marginals(y_pred).numpy()
+    np.testing.assert_allclose(from_layer, expected, atol=1e-5)
+    np.testing.assert_allclose(from_layer.sum(axis=2), mask.astype(float), atol=1e-5)
+    assert (from_layer[~mask] == 0).all()
+    np.testing.assert_allclose(crf.marginals(emissions, mask=mask).numpy(), expected, atol=1e-5)
+
+
+def _layer_of(case, multiplier):
+    """A built ConditionalRandomField holding a case's parameters and constraints."""
+    num_labels = case['transitions'].shape[0]
+    crf = ConditionalRandomField(lr_multiplier=multiplier, boundary_scores='start' in case,
+                                 allowed_transitions=case.get('allowed_transitions'),
+                                 allowed_starts=case.get('allowed_starts'),
+                                 allowed_ends=case.get('allowed_ends'))
+    crf.build((None, None, num_labels))
+    crf.set_weights([(case[k] / multiplier).astype('float32')
+                     for k in ('transitions', 'start', 'end') if k in case])
+    return crf
+
+
+# bf16 rounds a Dense layer's scores to 8 significant bits: on scores of a few nats, labels'
+# posteriors move by up to a few hundredths (measured on this case: 0.0024)
+BF16_MARGINAL_TOLERANCE = 0.05
+
+
+def test_marginals_under_mixed_bfloat16():
+    """Under mixed_bfloat16 the marginals of the model's (float32) output equal brute force on
+    that output within 1e-5, and float32's marginals within BF16_MARGINAL_TOLERANCE."""
+    from test_viterbi import brute_force_marginals
+    rng = np.random.default_rng(31)
+    case = random_case(rng, 5, 5, 3, boundary=True, constrained=True)
+    features = rng.normal(size=(5, 5, 8)).astype('float32')
+    mask = np.arange(5) < case['lengths'][:, None]
+    dense_weights = [rng.normal(size=(8, 3)).astype('float32') * 0.7, np.zeros(3, 'float32')]
+    marginals, outputs = {}, {}
+    try:
+        for precision in ('float32', 'mixed_bfloat16'):
+            keras.mixed_precision.set_global_policy(precision)
+            dense = keras.layers.Dense(3)
+            crf = _layer_of(case, multiplier=1.0)
+            output = crf(dense(tf.constant(features)), mask=tf.constant(mask))
+            dense.set_weights(dense_weights)
+            output = crf(dense(tf.constant(features)), mask=tf.constant(mask))
+            assert output.dtype == tf.float32
+            outputs[precision] = output.numpy()
+            marginals[precision] = crf.marginals(output).numpy()
+    finally:
+        keras.mixed_precision.set_global_policy('float32')
+    emissions = np.where(mask[..., None], outputs['mixed_bfloat16'], 0.0)
+    expected = brute_force_marginals(dict(case, emissions=emissions))
+    np.testing.assert_allclose(marginals['mixed_bfloat16'], expected, atol=1e-5)
+    assert 0 < np.abs(marginals['mixed_bfloat16'] - marginals['float32']).max() \
+        < BF16_MARGINAL_TOLERANCE

@@ -109,7 +109,7 @@ def test_bio_tab_and_space_files(tmp_path):
     ('中\tO\n共产\tO\n', 2, 'expected one character'),           # two characters
     ('中\tO\n\n共\tB-XYZ\n', 3, "unknown tag 'B-XYZ'"),
     ('中\tO\n共\tS-PER\n', 2, "unknown tag 'S-PER'"),
-    ('中\tB-PER\n共\tO\n产\tI-LOC\n', 3, r"'I-LOC' continues no entity \(it follows 'O'\) \(pass repair"),
+    ('中\tB-PER\n共\tO\n产\tI-LOC\n', 3, r"'I-LOC' continues no entity \(it follows 'O'\) \(the readers repair"),
     ('中\tB-PER\n共\tI-LOC\n', 2, r"'I-LOC' continues no entity \(it follows 'B-PER'\)"),
 ])
 def test_bio_malformed_names_line(tmp_path, lines, line, match):
@@ -130,7 +130,7 @@ def test_bmes_file_and_its_broken_entities(tmp_path):
              r"opened by 'B-PER' at line 2 is never closed \(expected 'E-PER' before 'E-LOC'"),
             ('在 O\n三 E-PER\n', 2, r"'E-PER' ends no entity \(it follows 'O'\)")]:   # E- without B-
         bad = write(tmp_path, 'bad_bmes.txt', lines)
-        with raises_at(bad, line, fault + r'.*\(pass repair=True, or --repair'):
+        with raises_at(bad, line, fault + r'.*drop --strict, or pass repair=True'):
             read_bio(bad, scheme='BMES')
     with raises_at(path, 2, "unknown tag 'M-PER' for the BIO scheme"):
         read_bio(path, types=['PER', 'LOC'])
@@ -143,19 +143,19 @@ def test_repair_fixes_tags_by_the_conlleval_rule_and_notes_it(tmp_path):
     bio = write(tmp_path, 'bio.txt', '张 B-PER\n在 O\n京 I-LOC\n城 I-LOC\n\n中 I-ORG\n')
     first, second = read_bio(bio, repair=True, chunked=False)
     assert (first.tags, first.spans) == (['B-PER', 'O', 'B-LOC', 'I-LOC'], [(0, 1, 'PER'), (2, 4, 'LOC')])
-    assert first.notes == (datasets._REPAIR_NOTE,)
+    assert first.notes == (datasets.REPAIR_NOTE,)
     assert (second.tags, second.spans, second.notes) == (['B-ORG'], [(0, 1, 'ORG')],
-                                                         (datasets._REPAIR_NOTE,))
+                                                         (datasets.REPAIR_NOTE,))
     bioes = write(tmp_path, 'bioes.txt', '张 B-PER\n小 I-PER\n在 O\n京 E-LOC\n')
     (example,) = read_bio(bioes, scheme='BIOES', repair=True)
     assert example.tags == ['B-PER', 'E-PER', 'O', 'S-LOC']
     assert example.spans == [(0, 2, 'PER'), (3, 4, 'LOC')] and len(example.notes) == 2
     conll = write(tmp_path, 'conll.txt', 'Ann NNP B-PER\nsaw VBD O\nthe DT O\nUN NNP I-ORG\n')
     (example,) = read_conll(conll, repair=True)      # IOB1 would also read it: B-PER is the fault
-    assert example.tags == ['B-PER', 'O', 'O', 'B-ORG'] and example.notes == (datasets._REPAIR_NOTE,)
+    assert example.tags == ['B-PER', 'O', 'O', 'B-ORG'] and example.notes == (datasets.REPAIR_NOTE,)
     examples = read_bio(bio, repair=True, chunked=False)
     summary = datasets.Dataset('bio.txt', '', examples, ('LOC', 'ORG', 'PER'), bio).summary()
-    assert f'  repaired 2x: {datasets._REPAIR_NOTE}' in summary.splitlines()
+    assert f'  repaired 2x: {datasets.REPAIR_NOTE}' in summary.splitlines()
 
 
 def test_bad_encoding_names_file_and_line(tmp_path):

@@ -200,6 +200,8 @@ def test_ner_span_head_on_nested_capable_data(tiny):
     assert 0 <= records[-1]['dev_relaxed_f1'] <= 1 and 'dev_f1_unconstrained' not in records[-1]
     assert os.path.isfile(output / 'confusion_dev_epoch2.txt')
     assert results['test'] is None and 'no labelled test split' in results['splits']['test']
+    assert set(results['calibration']) == {'temperature', 'dev'}
+    assert os.path.isfile(output / 'reliability_dev.png')
     heads, d, hidden = 10, 8, 16                     # CLUENER types, head size, hidden
     assert results['head_parameters'] == 2 * d * (hidden + 1) + heads * (4 * d + 2)
 
@@ -214,10 +216,43 @@ def test_ner_softmax_on_word_pieces_scores_like_its_saved_model(tiny):
     records = _records(output)
     assert records[1]['loss'] < records[0]['loss']
     assert 'dev_f1_unconstrained' in records[-1] and records[-1]['dev_predict_sentences_per_second'] > 0
+    calibration = results['calibration']               # fitted on dev, saved with the model
+    assert set(calibration) == {'temperature', 'dev', 'test'}
+    assert calibration['dev']['after']['nll'] <= calibration['dev']['before']['nll'] + 1e-9
+    assert all(0 <= calibration[s][w]['ece'] <= 1 for s in ('dev', 'test')
+               for w in ('before', 'after'))
+    assert os.path.isfile(output / 'reliability_test.png')
+    assert json.load(open(output / 'results.json'))['calibration'] == calibration
+    assert Tagger.load(str(output / 'model')).head.temperature == calibration['temperature']
     test = load_dataset('conll2003', 'test', tiny['data']).examples
     predicted = Tagger.load(str(output / 'model')).predict([e.tokens for e in test])
     assert span_scores([e.spans for e in test], predicted)['f1'] == pytest.approx(
         results['test']['f1'], abs=1e-5)
+
+
+def test_ner_crf_on_first_pieces_only_trains_and_scores_like_its_saved_model(tiny):
+    """--label-pieces first on WordPieces ('runs' is 'run ##s'): training targets leave the
+    other pieces out, the loss falls, the saved model keeps the setting and scores on test what
+    the script reported; a head that cannot take the setting is refused."""
+    import json as json_module
+    from crf_lr.datasets import load_dataset
+    from crf_lr.metrics import span_scores
+    from crf_lr.tagger import Tagger
+    ner = load_script('task_ner')
+    output = tiny['root'] / 'conll-first'
+    results = ner.main(_common(tiny, output) + ['--dataset', 'conll2003', '--label-pieces', 'first'])
+    records = _records(output)
+    assert records[1]['loss'] < records[0]['loss']
+    with open(output / 'model' / 'labels.json', encoding='utf-8') as f:
+        assert json_module.load(f)['label_pieces'] == 'first'
+    tagger = Tagger.load(str(output / 'model'))
+    assert tagger.head.label_pieces == 'first'
+    test = load_dataset('conll2003', 'test', tiny['data']).examples
+    assert span_scores([e.spans for e in test], tagger.predict([e.tokens for e in test]))[
+        'f1'] == pytest.approx(results['test']['f1'], abs=1e-5)
+    with pytest.raises(SystemExit, match='--label-pieces first needs a head'):
+        ner.main(_common(tiny, tiny['root'] / 'refused', epochs=1)
+                 + ['--dataset', 'conll2003', '--label-pieces', 'first', '--head', 'softmax'])
 
 
 def test_a_crf_subclass_that_changes_the_loss_trains_through_the_script(tiny):
@@ -386,3 +421,22 @@ def test_every_sample_format_trains_one_epoch_through_its_script(sample_vocab, t
     if script == 'task_ner':
         assert f'format {folder} detected' in results['splits']['train']
         assert results['test_sentences'] == 10 and results['dev_sentences'] == 10
+
+
+def test_plain_ner_example_learns_in_one_epoch(tmp_path):
+    """examples/plain_ner.py, the flat bert4keras-style script, as a user runs it (packaged
+    ALBERT-tiny, data/char-bio): one epoch lowers the loss below its first batch's and lifts the
+    test F1 above 0.1, which the untrained model (F1 0.0 with --lr 1e-12, measured) never reaches."""
+    import re
+    import subprocess
+    import sys
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get('PYTHONPATH', '')]),
+               TF_CPP_MIN_LOG_LEVEL='2')
+    run = subprocess.run([sys.executable, os.path.join(ROOT, 'examples', 'plain_ner.py'),
+                          '--epochs', '1'], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    losses = [float(x) for x in re.findall(r'loss: ([\d.]+)', run.stdout)]
+    assert losses and losses[-1] < 0.8 * losses[0], losses
+    assert re.search(r'valid:  f1: [\d.]+, best f1: [\d.]+', run.stdout)
+    test_f1 = float(re.search(r'test:  f1: ([\d.]+)', run.stdout).group(1))
+    assert 0.1 < test_f1 <= 1, run.stdout[-2000:]

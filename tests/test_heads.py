@@ -57,6 +57,12 @@ def test_span_heads_decode_flat_by_default_and_nested_on_request():
         results[flat] = head.decode([window])[0]
     assert results[True].spans == [(1, 3, 'B'), (4, 5, 'B')] and results[True].tags is None
     assert results[False].spans == [(0, 4, 'A'), (1, 3, 'B'), (4, 5, 'B')]
+    logistic = lambda x: 1 / (1 + np.exp(-x))                        # noqa: E731
+    np.testing.assert_allclose(results[True].confidences, logistic(np.array([3.0, 1.0])))
+    np.testing.assert_allclose(results[False].confidences, logistic(np.array([2.0, 3.0, 1.0])))
+    head.temperature = 2.0
+    np.testing.assert_allclose(head.decode([window])[0].confidences,
+                               logistic(np.array([1.0, 1.5, 0.5])))
 
 
 def test_span_heads_return_unit_spans_of_multi_piece_words():
@@ -112,3 +118,85 @@ def test_register_head_with_fixed_options_and_a_layer_class():
         HEADS.pop('marked')
     with pytest.raises(TypeError, match='not a Head subclass'):
         register_head('bad', dict)
+
+
+def _first_piece_case(rng, head, counts, tags, n):
+    """Targets (batch, n) and emissions (batch, n, L) with -inf padding rows, as the CRF's
+    output pads, for words of ``counts`` pieces."""
+    starts = [np.concatenate([[0], np.cumsum(c)]).astype(int) for c in counts]
+    y_true = head.batch_targets([head.target(t, [], s) for t, s in zip(tags, starts)], n + 1)
+    emissions = 2 * rng.normal(size=(len(counts), n, len(head.labels)))
+    for row, s in enumerate(starts):
+        emissions[row, s[-1]:] = -np.inf
+    return starts, y_true, emissions
+
+
+def _path_scores(rows, trans):
+    """Every label path over ``rows`` (W, L) with its score: (paths (P, W), scores (P,))."""
+    paths = np.array(list(itertools.product(range(rows.shape[1]), repeat=len(rows))))
+    scores = rows[np.arange(len(rows)), paths].sum(axis=1)
+    return paths, scores + trans[paths[:, :-1], paths[:, 1:]].sum(axis=1)
+
+
+def test_first_piece_crf_is_a_word_level_crf_by_brute_force():
+    """label_pieces='first': only a word's first piece has a target; the loss equals the
+    negative log-likelihood of a linear-chain CRF over the first pieces' emissions (every
+    word-level path enumerated), whatever the other pieces' emissions; masking those pieces in
+    place instead (a path through them paying two transitions) gives another value."""
+    from crf_lr.compat import keras, tf
+    head = make_head('crf', ['A'], 'BIO', lr_multiplier=1, label_pieces='first')
+    head.build(keras.Input((None, 4)))
+    rng = np.random.default_rng(0)
+    head.crf._trans.assign(rng.normal(size=(3, 3)).astype('float32'))
+    trans = head.crf.trans.numpy().astype(float)
+    counts, tags = [[1, 2, 1, 3], [2, 1], [3]], [['B-A', 'I-A', 'O', 'B-A'], ['O', 'B-A'], ['O']]
+    starts, y_true, emissions = _first_piece_case(rng, head, counts, tags, n=8)
+    assert y_true[0].tolist() == [1, 2, -1, 0, 1, -1, -1, -1]        # -1: not a first piece
+    loss = head.loss(tf.constant(y_true), tf.constant(emissions, 'float32')).numpy()
+    expected, in_place = [], []
+    for row, (s, word_tags) in enumerate(zip(starts, tags)):
+        paths, scores = _path_scores(emissions[row, s[:-1]], trans)
+        gold = np.all(paths == [head.labels.index(t) for t in word_tags], axis=1)
+        expected.append(np.logaddexp.reduce(scores) - scores[gold][0])
+        every, every_scores = _path_scores(emissions[row, :s[-1]], trans)  # all pieces, no skip
+        kept = np.all(every[:, s[:-1]] == [head.labels.index(t) for t in word_tags], axis=1)
+        in_place.append(np.logaddexp.reduce(every_scores) - np.logaddexp.reduce(every_scores[kept]))
+    np.testing.assert_allclose(loss, expected, rtol=1e-5)
+    assert not np.allclose(loss, in_place, rtol=1e-3)
+    noisy = emissions.copy()
+    noisy[y_true == -1] += 5 * rng.normal(size=noisy[y_true == -1].shape)
+    np.testing.assert_allclose(
+        head.loss(tf.constant(y_true), tf.constant(noisy, 'float32')).numpy(), loss, rtol=1e-6)
+    accuracy = head.metrics[0](tf.constant(y_true), tf.constant(emissions, 'float32')).numpy()
+    firsts = [emissions[row, s[:-1]].argmax(axis=1) for row, s in enumerate(starts)]
+    hits = [np.sum(f == [head.labels.index(t) for t in w]) for f, w in zip(firsts, tags)]
+    assert accuracy == pytest.approx(sum(hits) / 7)
+
+
+def test_first_piece_crf_decodes_words_from_their_first_pieces_by_brute_force():
+    """Decoding under label_pieces='first' is the best word-level path over the first pieces'
+    scores, among the paths the BIO constraints allow (enumerated); one tag per word."""
+    from crf_lr.compat import keras
+    head = make_head('crf', ['A', 'B'], 'BIO', lr_multiplier=1, label_pieces='first')
+    head.build(keras.Input((None, 4)))
+    rng = np.random.default_rng(1)
+    head.crf._trans.assign(rng.normal(size=(5, 5)).astype('float32'))
+    trans = head.crf.trans.numpy().astype(float)
+    allowed, allowed_starts, _ = head.scheme.allowed(head.labels)
+    for _ in range(20):
+        counts = rng.integers(1, 4, rng.integers(1, 5))
+        starts = np.concatenate([[0], np.cumsum(counts)])
+        scores = 3 * rng.normal(size=(starts[-1], 5))
+        window = Window(0, ['w'] * len(counts), list(starts), head.window_output(scores, starts[-1]))
+        decoded = head.decode([window])[0]
+        paths, totals = _path_scores(scores[starts[:-1]], trans)
+        legal = allowed_starts[paths[:, 0]] & np.all(allowed[paths[:, :-1], paths[:, 1:]], axis=1)
+        best = paths[legal][np.argmax(totals[legal])]
+        assert decoded.tags == [head.labels[i] for i in best]
+
+
+def test_label_pieces_is_checked_and_saved_with_the_head():
+    assert make_head('crf', ['A'], label_pieces='first').config()['label_pieces'] == 'first'
+    assert make_head('crf', ['A']).label_pieces == 'all'
+    with pytest.raises(ValueError, match="label_pieces must be one of"):
+        CRFHead(['A'], label_pieces='last')

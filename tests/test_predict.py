@@ -7,6 +7,7 @@ BIO scheme), the per-window predictions for the stitched long input, and the inp
 """
 import itertools
 import json
+import re
 
 import numpy as np
 import pytest
@@ -29,12 +30,19 @@ def saved(tmp_path_factory):
     keras.utils.set_random_seed(1)
     folders = {}
     for name, head_name, types, scheme in (('cws', 'crf', (), 'SEG'),
-                                           ('ner', 'softmax', ['LOC', 'PER'], 'BIO')):
+                                           ('ner', 'softmax', ['LOC', 'PER'], 'BIO'),
+                                           ('ner_crf', 'crf', ['LOC', 'PER'], 'BIOES')):
         encoder, vocab, _ = load_encoder(config)
         head = make_head(head_name, types, scheme)
         model = keras.Model(encoder.inputs, head.build(piece_states(encoder)))
-        if name == 'cws':   # make the transitions matter: emissions and transitions of one scale
-            head.crf.set_weights([np.random.default_rng(0).normal(0, 2, (4, 4))])
+        if head_name == 'crf':   # make the transitions matter: of the emissions' scale
+            size = len(head.labels)
+            head.crf.set_weights([np.random.default_rng(0).normal(0, 2, (size, size))])
+        if name == 'ner_crf':    # entities likely, but not certain
+            dense = model.get_layer('Tag-Scores')
+            bias = np.zeros(size, 'float32')
+            bias[[head.labels.index(t) for t in ('S-PER', 'B-LOC', 'E-LOC')]] = 3.0
+            dense.set_weights([dense.get_weights()[0], bias])
         Tagger(model, UnitEncoder(vocab), head, MAXLEN).save(str(root / name))
         folders[name] = str(root / name)
     return folders
@@ -110,6 +118,88 @@ def test_softmax_constrained_decoding_is_the_best_legal_path(saved, tmp_path, ca
     assert out.endswith('\n\n')
     results, _ = _run([saved['ner'], '--no-constrain'], tmp_path, [text], capsys)
     assert [(e['start'], e['end'], e['type']) for e in results[0]] == free.spans
+
+
+def _brute_force(tagger, text):
+    """{path: probability} over every label path of ``text`` under the CRF with the scheme's
+    constraints (one piece per character here)."""
+    from test_viterbi import path_probabilities
+    labels = tagger.head.labels
+    allowed, starts, ends = tagger.head.scheme.allowed(labels)
+    case = dict(emissions=_emissions(tagger, text)[None], lengths=[len(text)],
+                transitions=tagger.head.crf.trans.numpy().astype(np.float64),
+                allowed_transitions=allowed, allowed_starts=starts, allowed_ends=ends)
+    return {tuple(labels[i] for i in path): p
+            for path, p in path_probabilities(case, 0).items()}
+
+
+@pytest.mark.parametrize('name', ['ner_crf', 'cws'])
+def test_crf_confidences_and_path_probability_equal_brute_force(saved, name):
+    """Each entity's (word's) confidence = the summed probability of every path whose strict
+    reading holds it; the path probability = that of the decoded path."""
+    from crf_lr.tagger import Tagger
+    tagger = Tagger.load(saved[name])
+    text = '张三上海' if name == 'ner_crf' else '我们喜欢北京'
+    table = _brute_force(tagger, text)
+    prediction, = tagger.decode(tagger.run([text]), marginals=True)
+    assert prediction.spans and len(prediction.confidences) == len(prediction.spans)
+    for span, confidence in zip(prediction.spans, prediction.confidences):
+        expected = sum(p for tags, p in table.items()
+                       if span in tagger.head.scheme.decode(list(tags), strict=True))
+        np.testing.assert_allclose(confidence, expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(prediction.path_probability, table[tuple(prediction.tags)],
+                               rtol=1e-6)
+    labels = tagger.head.labels
+    expected = np.zeros((len(text), len(labels)))
+    for tags, p in table.items():
+        expected[np.arange(len(text)), [labels.index(t) for t in tags]] += p
+    np.testing.assert_allclose(prediction.marginals, expected, atol=1e-6)   # float32 model
+
+
+def test_softmax_confidence_is_the_product_of_the_span_s_tag_probabilities(saved):
+    from crf_lr.tagger import Tagger
+    tagger = Tagger.load(saved['ner'])
+    dense = tagger.model.get_layer('Tag-Scores')
+    kernel, bias = dense.get_weights()
+    bias[tagger.head.labels.index('B-PER')] = 2.0                      # some entities
+    dense.set_weights([kernel, bias])
+    text = '张三去上海'
+    probabilities = _emissions(tagger, text)
+    prediction, = tagger.decode(tagger.run([text]))
+    ids = [tagger.head.labels.index(t) for t in prediction.tags]
+    picked = probabilities[np.arange(len(text)), ids]
+    assert prediction.spans
+    for (s, e, _), confidence in zip(prediction.spans, prediction.confidences):
+        np.testing.assert_allclose(confidence, picked[s:e].prod(), rtol=1e-5)
+    np.testing.assert_allclose(prediction.path_probability, picked.prod(), rtol=1e-5)
+
+
+def test_json_carries_confidences_marginals_and_drops_the_unsure(saved, tmp_path, capsys):
+    texts = ['张三上海', '上海张三去']
+    results, out = _run([saved['ner_crf'], '--format', 'json', '--marginals'], tmp_path, texts,
+                        capsys)
+    records = [json.loads(line) for line in out.splitlines()]
+    assert [r['entities'] for r in records] == results
+    confidences = [e['confidence'] for r in results for e in r]
+    assert confidences and all(0 <= c <= 1 for c in confidences)
+    for text, record in zip(texts, records):
+        assert 0 < record['path_probability'] <= 1
+        marginals = np.array(record['marginals'])
+        assert marginals.shape == (len(text), len(record['labels']))
+        np.testing.assert_allclose(marginals.sum(axis=1), 1, atol=1e-5)
+    threshold = float(np.median(confidences))
+    kept, _ = _run([saved['ner_crf'], '--min-confidence', str(threshold)], tmp_path, texts,
+                   capsys)
+    assert kept == [[e for e in line if e['confidence'] >= threshold] for line in results]
+    words, out = _run([saved['cws'], '--format', 'json'], tmp_path, ['我们 喜欢北京'], capsys)
+    record = json.loads(out)
+    assert len(record['confidences']) == len(words[0]) and 0 < record['path_probability'] <= 1
+    for argv, message in (([saved['cws'], '--min-confidence', '0.5'], 'segments words'),
+                          ([saved['ner'], '--min-confidence', '2'], r'must lie in \[0, 1\]'),
+                          ([saved['ner'], '--marginals'], 'needs --format json')):
+        with pytest.raises(SystemExit):
+            _run(argv, tmp_path, ['上海'], capsys)
+        assert re.search(message, capsys.readouterr().err)
 
 
 def test_entities_print_offsets_that_cover_their_mentions(saved, tmp_path, capsys):
@@ -262,3 +352,33 @@ def test_a_broken_model_folder_is_one_line_naming_the_file_before_tensorflow(sav
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and re.search(expected, lines[0]), done.stderr
     assert lines[0].startswith('python -m crf_lr.predict: error: ') and str(folder) in lines[0]
+
+
+def test_calibrate_fits_a_temperature_that_lowers_the_nll_and_travels_with_the_model(
+        saved, tmp_path):
+    """Gold = half of the predicted entities: the fitted temperature lowers the dev NLL, changes
+    no prediction, is saved in labels.json and applied after loading."""
+    from crf_lr.calibration import calibrate
+    from crf_lr.plots import plot_reliability
+    from crf_lr.tagger import Tagger
+    tagger = Tagger.load(saved['ner_crf'])
+    texts = ['张三上海', '上海张三去', '张三去上海工作', '今天很好']
+    predicted = tagger.decode(tagger.run(texts))
+    gold = [p.spans[::2] for p in predicted]
+    report = calibrate(tagger, (texts, gold), test=(texts[:2], gold[:2]))
+    dev = report['dev']
+    assert dev['after']['nll'] <= dev['before']['nll'] and report['temperature'] != 1.0
+    assert tagger.head.temperature == report['temperature']
+    assert dev['before']['entities'] == sum(len(p.spans) for p in predicted) > 2
+    assert set(report['test']) == {'before', 'after'}
+    again = tagger.decode(tagger.run(texts))
+    assert [p.spans for p in again] == [p.spans for p in predicted]
+    tagger.save(str(tmp_path / 'calibrated'))
+    reloaded = Tagger.load(str(tmp_path / 'calibrated'))
+    assert reloaded.head.temperature == report['temperature']
+    np.testing.assert_allclose([c for p in reloaded.decode(reloaded.run(texts))
+                                for c in p.confidences],
+                               [c for p in again for c in p.confidences], rtol=1e-6)
+    path = plot_reliability({'T = 1': dev['before']['outcomes'],
+                             'fitted': dev['after']['outcomes']}, str(tmp_path / 'r.png'))
+    assert open(path, 'rb').read(8) == b'\x89PNG\r\n\x1a\n'

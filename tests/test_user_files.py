@@ -159,7 +159,7 @@ def test_unknown_format_lists_the_formats():
 
 
 # ----------------------------------------------------------------------------------------------
-# Types of the training file; repair on request
+# Types of the training file; repair by default, refusal on request
 
 @pytest.mark.parametrize('format, content, line, kind', [
     ('char-bio', '张 B-PER\n三 I-PER\n\n在 O\n东 B-GPE\n京 I-GPE\n', 5, 'GPE'),
@@ -177,24 +177,25 @@ def test_a_type_found_only_in_dev_names_line_type_and_training_types(tmp_path, f
     assert kind in read_corpus(dev, format).types          # without training types: taken from it
 
 
-@pytest.mark.parametrize('content, format, line, fault, tags, spans', [
+@pytest.mark.parametrize('content, format, line, fault, tags, spans, repaired_lines', [
     ('张 B-PER\n三 I-PER\n在 O\n京 I-LOC\n城 I-LOC\n\n李 I-PER\n', 'char-bio', 4,
      r"'I-LOC' continues no entity \(it follows 'O'\)",
      [['B-PER', 'I-PER', 'O', 'B-LOC', 'I-LOC'], ['B-PER']],
-     [[(0, 2, 'PER'), (3, 5, 'LOC')], [(0, 1, 'PER')]]),
+     [[(0, 2, 'PER'), (3, 5, 'LOC')], [(0, 1, 'PER')]], [4, 7]),
     ('张 B-PER\n小 M-PER\n在 O\n京 M-LOC\n城 E-LOC\n', 'char-bmes', 3,
      r"the entity opened by 'B-PER' at line 1 is never closed \(expected 'E-PER' before 'O'\)",
-     [['B-PER', 'I-PER', 'O', 'B-LOC', 'I-LOC']], [[(0, 2, 'PER'), (3, 5, 'LOC')]]),
+     [['B-PER', 'I-PER', 'O', 'B-LOC', 'I-LOC']], [[(0, 2, 'PER'), (3, 5, 'LOC')]], [2, 4]),
 ])
-def test_messy_tags_rejected_with_the_fault_or_repaired_and_counted(tmp_path, content, format, line,
-                                                                    fault, tags, spans):
+def test_messy_tags_repaired_and_placed_by_default_or_rejected_with_the_fault(
+        tmp_path, content, format, line, fault, tags, spans, repaired_lines):
     path = write(tmp_path, 'dev.txt', content)
     with raises_at(path, line, f'{fault} {re.escape(REPAIR_HINT)}$'):
-        read_corpus(path)
-    data = read_corpus(path, repair=True)                 # tags come out in BIO
+        read_corpus(path, repair=False)                   # --strict
+    data = read_corpus(path)                              # the default: tags come out in BIO
     assert data.format == format
     assert [e.tags for e in data] == tags and [e.spans for e in data] == spans
     assert 'repaired 2x: a tag breaking its entity' in data.summary()
+    assert [place for e in data for place in e.repaired_at] == [f'{path}:{n}' for n in repaired_lines]
 
 
 # ----------------------------------------------------------------------------------------------

@@ -29,6 +29,29 @@ def path_scores(emissions, transitions, start=None, end=None, allowed=None, allo
     return scores
 
 
+def path_probabilities(case, row):
+    """{path tuple: p(path)} over every path of sequence ``row`` of a case (its length >= 1)."""
+    length = case['lengths'][row]
+    table = path_scores(case['emissions'][row, :length], case['transitions'], case.get('start'),
+                        case.get('end'), case.get('allowed_transitions'),
+                        case.get('allowed_starts'), case.get('allowed_ends'))
+    peak = max(table.values())
+    weights = {path: np.exp(score - peak) for path, score in table.items()}
+    total = sum(weights.values())
+    return {path: weight / total for path, weight in weights.items()}
+
+
+def brute_force_marginals(case):
+    """p(y_t = j) (batch, n, L) by summing path probabilities; padding rows 0."""
+    batch, n, num_labels = case['emissions'].shape
+    marginals = np.zeros((batch, n, num_labels))
+    for row, length in enumerate(case['lengths']):
+        if length:
+            for path, p in path_probabilities(case, row).items():
+                marginals[row, np.arange(length), path] += p
+    return marginals
+
+
 def random_case(rng, batch, n, num_labels, boundary=False, constrained=False):
     """Random emissions, lengths (with 0 and 1 when the batch is large enough) and parameters."""
     lengths = rng.integers(0, n + 1, size=batch)
@@ -75,6 +98,32 @@ def test_numpy_and_graph_decoders_equal_brute_force(shape, boundary, constrained
     in_graph = viterbi_decode_tf(**case).numpy()
     for b, path in enumerate(expected):
         assert in_graph[b].tolist() == list(path) + [-1] * (shape[1] - len(path))
+
+
+@pytest.mark.parametrize('shape', [(5, 4, 3), (4, 3, 4), (3, 1, 5)])
+@pytest.mark.parametrize('constrained', [False, True])
+def test_top_k_paths_and_probabilities_equal_brute_force(shape, constrained):
+    rng = np.random.default_rng(hash((shape, constrained, 'top_k')) % 2**32)
+    case = random_case(rng, *shape, boundary=True, constrained=constrained)
+    k = 7
+    found = viterbi_decode(**case, top_k=k)
+    best = viterbi_decode(**case)
+    for row, length in enumerate(case['lengths']):
+        if length == 0:
+            assert [(len(p), q) for p, q in found[row]] == [(0, 1.0)]
+            continue
+        table = path_probabilities(case, row)
+        expected = sorted(table.items(), key=lambda item: -item[1])[:k]
+        assert len(found[row]) == min(k, len(table))
+        assert tuple(found[row][0][0]) == tuple(best[row])
+        # the k best probabilities, each that of its path (ties: disallowed paths, all ~0)
+        assert len({tuple(path) for path, _ in found[row]}) == len(found[row])
+        for (path, p), (_, expected_p) in zip(found[row], expected):
+            assert path.dtype == np.int64
+            np.testing.assert_allclose([p, p], [table[tuple(path)], expected_p], rtol=1e-9,
+                                       atol=1e-12)
+    with pytest.raises(ValueError, match='top_k must be an int >= 1'):
+        viterbi_decode(**case, top_k=0)
 
 
 def test_constrained_paths_are_legal():

@@ -17,7 +17,8 @@ if 'tensorflow' not in sys.modules:
     os.environ.pop('TF_USE_LEGACY_KERAS', None)
 
 from crf_lr.keras3.crf import (ConditionalRandomField, ConditionalRandomFieldLoss,
-                               crf_log_likelihood, crf_log_partition, crf_sequence_score,
+                               crf_log_likelihood, crf_log_partition, crf_marginals,
+                               crf_sequence_score,
                                crf_dense_accuracy, crf_sparse_accuracy, viterbi_decode_ops)
 from crf_lr.keras3.global_pointer import (EfficientGlobalPointer, GlobalPointer,
                                           rotary_position_embedding)
@@ -28,7 +29,7 @@ from crf_lr.keras3.losses import (global_pointer_crossentropy, global_pointer_f1
 from crf_lr.keras3.optimizers import LayerwiseAdam, match_multiplier
 
 __all__ = ['ConditionalRandomField', 'ConditionalRandomFieldLoss', 'EfficientGlobalPointer',
-           'GlobalPointer', 'LayerwiseAdam', 'crf_log_likelihood', 'crf_log_partition',
+           'GlobalPointer', 'LayerwiseAdam', 'crf_log_likelihood', 'crf_log_partition', 'crf_marginals',
            'crf_sequence_score', 'crf_dense_accuracy', 'crf_sparse_accuracy', 'global_pointer_crossentropy',
            'global_pointer_f1', 'match_multiplier', 'multilabel_categorical_crossentropy',
            'rotary_position_embedding', 'sparse_global_pointer_crossentropy',

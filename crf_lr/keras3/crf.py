@@ -24,7 +24,8 @@ import keras
 import numpy as np
 from keras import ops
 
-from crf_lr.viterbi import DISALLOWED_SCORE, _check_mask_array, viterbi_decode
+from crf_lr.checks import check_num_labels, constrained, crf_config, set_crf_arguments
+from crf_lr.viterbi import DISALLOWED_SCORE, decode_layer_output
 
 
 def _compute_dtype(x):
@@ -121,6 +122,35 @@ def _log_partition(emissions, mask, transitions, start, end):
     return ops.where(ops.any(mask, axis=1), log_z, ops.zeros_like(log_z))
 
 
+def _marginals(emissions, mask, transitions, start, end):
+    """``p(y_t = j)`` (B, n, L) of clean emissions by forward and backward scans in log space;
+    padding rows 0."""
+    first, last = _first_and_last(mask)
+    steps = (ops.transpose(emissions, (1, 0, 2)), ops.transpose(mask), ops.transpose(first),
+             ops.transpose(last))
+
+    def forward(alpha, inputs):
+        emission, live, opens, _ = inputs
+        moved = ops.logsumexp(alpha[:, :, None] + transitions[None], axis=1)
+        moved = ops.where(opens[:, None], start, moved) + emission
+        alpha = ops.where(live[:, None], moved, alpha)
+        return alpha, alpha
+
+    def backward(following, inputs):
+        # following = emissions[t + 1] + beta[t + 1]; beta[t] = end at the last real position
+        emission, _, _, closes = inputs
+        beta = ops.logsumexp(transitions[None] + following[:, None, :], axis=2)
+        beta = ops.where(closes[:, None], end, beta)
+        return emission + beta, beta
+
+    zeros = ops.zeros_like(emissions[:, 0])
+    _, alphas = ops.scan(forward, zeros, steps)
+    _, betas = ops.scan(backward, zeros, steps, reverse=True)
+    # normalised per position: each row sums to 1 exactly (log Z cancels)
+    marginals = ops.softmax(ops.transpose(alphas + betas, (1, 0, 2)), axis=-1)
+    return marginals * ops.cast(mask, marginals.dtype)[..., None]
+
+
 def _one_hot(tags, emissions, mask):
     """One-hot (B, n, L) of int ``tags``, after checking (when concrete) they are label ids."""
     num_labels = emissions.shape[-1]
@@ -160,6 +190,17 @@ def crf_log_partition(emissions, mask, transitions, start=None, end=None):
     """
     emissions, mask, transitions, start, end = _validated(emissions, mask, transitions, start, end)
     return _log_partition(_clean(emissions, mask), mask, transitions, start, end)
+
+
+def crf_marginals(emissions, mask, transitions, start=None, end=None):
+    """Posterior probability ``p(y_t = j | emissions)`` (batch, n, L) of every label at every
+    position: rows sum to 1, padding rows are 0. Arguments as in ``crf_log_partition``.
+
+        >>> p = crf_marginals(emissions, lengths[:, None] > np.arange(n), transitions)
+        >>> p.shape                         # (batch, n, L)
+    """
+    emissions, mask, transitions, start, end = _validated(emissions, mask, transitions, start, end)
+    return _marginals(_clean(emissions, mask), mask, transitions, start, end)
 
 
 def crf_sequence_score(emissions, tags, mask, transitions, start=None, end=None):
@@ -272,12 +313,11 @@ class ConditionalRandomField(keras.layers.Layer):
     left-aligned. The stored weights are ``trans / lr_multiplier`` (``start``, ``end`` likewise),
     multiplied back on use: under Adam the transitions move ``lr_multiplier`` times faster.
 
-    Args:
-        lr_multiplier: positive float, learning-rate multiplier of the CRF parameters.
-        allowed_transitions: optional bool array (L, L); ``[i, j]`` False forbids i -> j.
-        allowed_starts, allowed_ends: optional bool arrays (L,) of labels allowed first / last.
-            Forbidden choices score -1e4 (``DISALLOWED_SCORE``) in training and decoding.
-        boundary_scores: learn start and end score vectors (L,) as well.
+    Arguments (checked by ``crf_lr.checks``) as the tf-keras layer's: ``lr_multiplier`` (positive,
+    finite), ``allowed_transitions`` (bool (L, L), ``[i, j]`` False forbids i -> j),
+    ``allowed_starts`` / ``allowed_ends`` (bool (L,)): forbidden choices score -1e4
+    (``DISALLOWED_SCORE``) in training and decoding; ``boundary_scores``: learn start and end
+    scores (L,) too.
     Input (batch, n, L) float with an optional Keras mask (batch, n); output the same shape.
 
         >>> crf = ConditionalRandomField(lr_multiplier=100, name='CRF')
@@ -288,28 +328,14 @@ class ConditionalRandomField(keras.layers.Layer):
     def __init__(self, lr_multiplier=1, allowed_transitions=None, allowed_starts=None,
                  allowed_ends=None, boundary_scores=False, **kwargs):
         super().__init__(**kwargs)
-        if not np.isscalar(lr_multiplier) or not lr_multiplier > 0:
-            raise ValueError(f'lr_multiplier must be a positive number, got {lr_multiplier!r}')
-        self.lr_multiplier = lr_multiplier
-        self.allowed_transitions, self.allowed_starts, self.allowed_ends = (
-            None if allowed is None else _check_mask_array(allowed, np.shape(allowed), name)
-            for allowed, name in ((allowed_transitions, 'allowed_transitions'),
-                                  (allowed_starts, 'allowed_starts'),
-                                  (allowed_ends, 'allowed_ends')))
-        self.boundary_scores = bool(boundary_scores)
-        self.supports_masking = True
+        set_crf_arguments(self, lr_multiplier, allowed_transitions, allowed_starts, allowed_ends,
+                          boundary_scores)
         self.sparse_loss = ConditionalRandomFieldLoss(self, sparse=True)
         self.dense_loss = ConditionalRandomFieldLoss(self, sparse=False)
         _LAYERS[self.name] = self
 
     def build(self, input_shape):
-        num_labels = input_shape[-1]
-        if num_labels is None:
-            raise ValueError('ConditionalRandomField needs a static number of labels (last axis)')
-        num_labels = int(num_labels)
-        for name, shape in (('allowed_transitions', (num_labels, num_labels)),
-                            ('allowed_starts', (num_labels,)), ('allowed_ends', (num_labels,))):
-            _check_mask_array(getattr(self, name), shape, name)
+        num_labels = check_num_labels(input_shape, self)
         # glorot_uniform / lr_multiplier: a uniform VarianceScaling's limit grows as sqrt(scale)
         initializer = keras.initializers.VarianceScaling(
             scale=1.0 / self.lr_multiplier ** 2, mode='fan_avg', distribution='uniform')
@@ -343,17 +369,7 @@ class ConditionalRandomField(keras.layers.Layer):
 
         ``start`` / ``end`` are None when there are neither boundary scores nor constraints on them.
         """
-        result = []
-        for learned, allowed in ((self.trans, self.allowed_transitions),
-                                 (self.starts, self.allowed_starts),
-                                 (self.ends, self.allowed_ends)):
-            if learned is not None:
-                learned = ops.cast(learned, dtype)
-            if allowed is not None:
-                base = ops.zeros(allowed.shape, dtype) if learned is None else learned
-                learned = ops.where(allowed, base, ops.cast(DISALLOWED_SCORE, dtype))
-            result.append(learned)
-        return tuple(result)
+        return constrained(self, dtype, ops)
 
     def compute_mask(self, inputs, mask=None):
         return None
@@ -392,25 +408,28 @@ class ConditionalRandomField(keras.layers.Layer):
     sparse_accuracy = staticmethod(crf_sparse_accuracy)
     dense_accuracy = staticmethod(crf_dense_accuracy)
 
-    def decode(self, emissions, lengths=None, mask=None):
-        """Viterbi paths with the layer's current parameters and constraints (NumPy).
+    def marginals(self, emissions, mask=None):
+        """Posterior label probabilities (batch, n, L) with the layer's parameters and
+        constraints, in ``keras.ops``; ``mask`` None: this layer's ``-inf`` rows are padding.
 
-        Args:
-            emissions: float array (batch, n, L), e.g. ``model.predict(x)`` (``-inf`` padding rows
-                are read as padding when neither ``lengths`` nor ``mask`` is given).
-            lengths: optional int array (batch,); mask: optional bool array (batch, n).
-        Returns:
-            A list of int64 arrays, one per sequence, of its own length.
-
-            >>> paths = crf.decode(model.predict(token_ids), mask=token_ids > 0)
+            >>> probabilities = crf.marginals(model(x))                      # rows sum to 1
         """
-        emissions = np.asarray(emissions, dtype=np.float64)
-        if lengths is None and mask is None:
-            mask = (emissions > -np.inf).any(axis=-1)
+        emissions = ops.convert_to_tensor(emissions)
+        if mask is None:
+            mask = ops.any(emissions > -np.inf, axis=-1)
+        dtype = _compute_dtype(emissions)
+        return crf_marginals(emissions, mask, *self._scoring_parameters(dtype))
+
+    def decode(self, emissions, lengths=None, mask=None):
+        """Viterbi paths (NumPy): a list of int64 arrays, one per sequence, of its own length,
+        from ``emissions`` (batch, n, L) and optional ``lengths`` (batch,) or ``mask`` (batch, n);
+        without either, rows all ``-inf`` (padding in this layer's output) are left out.
+
+            >>> paths = crf.decode(model.predict(token_ids))
+        """
         transitions, start, end = (None if p is None else ops.convert_to_numpy(p)
                                    for p in self.effective_parameters('float32'))
-        return viterbi_decode(np.maximum(emissions, DISALLOWED_SCORE), transitions,
-                              lengths=lengths, mask=mask, start=start, end=end)
+        return decode_layer_output(emissions, transitions, lengths, mask, start, end)
 
     def decode_ops(self, y_pred):
         """Viterbi paths of this layer's output in ``keras.ops`` (int32 (batch, n), -1 at padding).
@@ -423,13 +442,7 @@ class ConditionalRandomField(keras.layers.Layer):
                                   start=start, end=end)
 
     def get_config(self):
-        def listed(array):
-            return None if array is None else array.tolist()
-        return dict(super().get_config(), lr_multiplier=self.lr_multiplier,
-                    allowed_transitions=listed(self.allowed_transitions),
-                    allowed_starts=listed(self.allowed_starts),
-                    allowed_ends=listed(self.allowed_ends),
-                    boundary_scores=self.boundary_scores)
+        return dict(super().get_config(), **crf_config(self))
 
 
 @keras.saving.register_keras_serializable(package='crf_lr')

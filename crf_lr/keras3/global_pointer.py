@@ -15,6 +15,8 @@ import keras
 import numpy as np
 from keras import ops
 
+from crf_lr.checks import PointerRules, rope_size
+
 
 def rotary_position_embedding(x, base=10000):
     """Rotate feature pairs ``(x[2i], x[2i+1])`` at position ``p`` by ``p * base**(-2i/d)`` (RoPE,
@@ -28,9 +30,7 @@ def rotary_position_embedding(x, base=10000):
 
         >>> q = rotary_position_embedding(q)          # q: (batch, n, heads, head_size)
     """
-    d = x.shape[-1]
-    if d is None or d % 2:
-        raise ValueError(f'rotary_position_embedding needs an even, static last dimension; got {d}')
+    d = rope_size(x.shape)
     positions = ops.arange(ops.shape(x)[1], dtype='float32')
     frequencies = ops.power(float(base), -2 * ops.arange(d // 2, dtype='float32') / d)
     angles = positions[:, None] * frequencies[None]                       # (n, d/2)
@@ -42,37 +42,13 @@ def rotary_position_embedding(x, base=10000):
     return x * cos + rotated * sin
 
 
-class _PointerBase(keras.layers.Layer):
-    """What GlobalPointer and EfficientGlobalPointer share: arguments, config, RoPE, masking.
+class _PointerBase(PointerRules, keras.layers.Layer):
+    """What GlobalPointer and EfficientGlobalPointer share (arguments, weights, shapes and
+    config: ``crf_lr.checks.PointerRules``), RoPE and masking.
 
     Subclasses create their weights in ``build`` and implement ``_scores(inputs)``: ``(batch, n,
     hidden)`` to unmasked scores ``(batch, heads, n, n)`` using ``self._rope``."""
-
-    def __init__(self, heads, head_size, RoPE=True, use_bias=True, tril_mask=True,
-                 kernel_initializer='lecun_normal', **kwargs):
-        super().__init__(**kwargs)
-        for name, value in (('heads', heads), ('head_size', head_size)):
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise ValueError(f'{type(self).__name__}: {name} must be a positive int, '
-                                 f'got {value!r}')
-        if RoPE and head_size % 2:
-            raise ValueError(f'{type(self).__name__}: RoPE rotates feature pairs, so head_size '
-                             f'must be even; got {head_size}')
-        self.heads, self.head_size = int(heads), int(head_size)
-        self.RoPE, self.use_bias, self.tril_mask = bool(RoPE), bool(use_bias), bool(tril_mask)
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.supports_masking = True
-
-    def _dense_weights(self, name, input_dim, units):
-        """A kernel ``(input_dim, units)`` and, with ``use_bias``, a zero bias ``(units,)``."""
-        # a fresh initializer per kernel: a seeded one reused across weights repeats its draws
-        initializer = type(self.kernel_initializer).from_config(
-            self.kernel_initializer.get_config())
-        kernel = self.add_weight(name=f'{name}_kernel', shape=(input_dim, units),
-                                 initializer=initializer)
-        bias = (self.add_weight(name=f'{name}_bias', shape=(units,), initializer='zeros')
-                if self.use_bias else None)
-        return kernel, bias
+    initializers = keras.initializers          # PointerRules makes and saves the kernel's
 
     @staticmethod
     def _affine(x, kernel, bias):
@@ -87,12 +63,6 @@ class _PointerBase(keras.layers.Layer):
         qk = self._affine(inputs, kernel, bias)
         return qk if keras.backend.standardize_dtype(qk.dtype) in ('float32', 'float64') \
             else ops.cast(qk, 'float32')
-
-    def _input_dim(self, input_shape):
-        if len(input_shape) != 3 or input_shape[-1] is None:
-            raise ValueError(f'{type(self).__name__} expects inputs (batch, n, hidden) with a '
-                             f'known hidden size; got shape {tuple(input_shape)}')
-        return int(input_shape[-1])
 
     def _rope(self, q, k):
         if not self.RoPE:
@@ -114,16 +84,6 @@ class _PointerBase(keras.layers.Layer):
             return scores
         return ops.where(keep, scores, ops.cast(-np.inf, scores.dtype))
 
-    def compute_mask(self, inputs, mask=None):
-        return None
-
-    def compute_output_shape(self, input_shape):
-        return (input_shape[0], self.heads, input_shape[1], input_shape[1])
-
-    def get_config(self):
-        return dict(super().get_config(), heads=self.heads, head_size=self.head_size,
-                    RoPE=self.RoPE, use_bias=self.use_bias, tril_mask=self.tril_mask,
-                    kernel_initializer=keras.initializers.serialize(self.kernel_initializer))
 
 
 @keras.saving.register_keras_serializable(package='crf_lr')

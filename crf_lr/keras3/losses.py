@@ -19,6 +19,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from crf_lr.checks import dice_f1
 from crf_lr.keras3.crf import _concrete
 
 _register = keras.saving.register_keras_serializable(package='crf_lr')
@@ -205,22 +206,18 @@ def global_pointer_f1(y_true, y_pred):
     A cell is predicted when its score is > 0; ``2 TP / (|true| + |predicted|)`` over the batch,
     1.0 when both are empty. Args: ``(batch, heads, n, n)`` 0/1 targets and scores. Float32 scalar.
 
-        >>> model.compile(optimizer='adam', loss=global_pointer_crossentropy,
+        >>> model.compile(loss=global_pointer_crossentropy, optimizer='adam',
         ...               metrics=[global_pointer_f1])
     """
-    predicted = ops.cast(_logits(y_pred) > 0, 'float32')
-    y_true = ops.cast(y_true, 'float32')
-    true_positives = ops.sum(y_true * predicted)
-    total = ops.sum(y_true) + ops.sum(predicted)
-    return ops.where(total > 0, 2 * true_positives / ops.maximum(total, 1.0), 1.0)
+    return dice_f1(ops.cast(y_true, 'float32'), ops.cast(_logits(y_pred) > 0, 'float32'), ops)
 
 
 @_register
 def sparse_global_pointer_f1(y_true, y_pred):
-    """``global_pointer_f1`` with targets ``(batch, heads, max_entities, 2)`` as for
-    ``sparse_global_pointer_crossentropy`` (densified inside the metric).
+    """``global_pointer_f1`` of index-pair targets ``(batch, heads, max_entities, 2)``, the
+    targets of ``sparse_global_pointer_crossentropy``, densified here. Float32 scalar.
 
-        >>> model.compile(optimizer='adam', loss=sparse_global_pointer_crossentropy,
+        >>> model.compile(loss=sparse_global_pointer_crossentropy, optimizer='adam',
         ...               metrics=[sparse_global_pointer_f1])
     """
     y_pred = _global_pointer_scores(y_pred)

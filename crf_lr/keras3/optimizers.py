@@ -17,14 +17,14 @@ read ``<layer name>/<weight name>``, e.g. ``'CRF/trans'``, ``'Transformer-0-Feed
     >>> opt = LayerwiseAdam(1e-3, lr_multipliers={'CRF': 100}, bias_correction=False)
     >>> model.compile(optimizer=opt, loss=crf.sparse_loss)
 """
-import math
-import numbers
 import re
 
 import keras
 from keras import ops
 
-from crf_lr.multipliers import check_patterns, match_multiplier
+from crf_lr.checks import (check_adam, check_lr_multipliers, check_schedule, check_weight_decay,
+                           schedule_factor)
+from crf_lr.multipliers import match_multiplier
 
 
 @keras.saving.register_keras_serializable(package='crf_lr')
@@ -60,42 +60,14 @@ class LayerwiseAdam(keras.optimizers.Adam):
                                  f'decoupled weight decay')
         super().__init__(learning_rate=learning_rate, beta_1=beta_1, beta_2=beta_2,
                          epsilon=epsilon, name=name, **kwargs)
-        if not callable(learning_rate) and not learning_rate > 0:
-            raise ValueError(f'learning_rate must be > 0, got {learning_rate!r}')
-        for argument, beta in (('beta_1', beta_1), ('beta_2', beta_2)):
-            if not 0 <= beta < 1:
-                raise ValueError(f'{argument} must be in [0, 1), got {beta!r}')
-        if not epsilon > 0:
-            raise ValueError(f'epsilon must be > 0, got {epsilon!r}')
-        if not weight_decay_rate >= 0:
-            raise ValueError(f'weight_decay_rate must be >= 0, got {weight_decay_rate!r}')
-        if not isinstance(warmup_steps, numbers.Integral) or warmup_steps < 0:
-            raise ValueError(f'warmup_steps must be an int >= 0, got {warmup_steps!r}')
-        if total_steps is not None and (not isinstance(total_steps, numbers.Integral)
-                                        or total_steps <= warmup_steps):
-            raise ValueError(f'total_steps must be None or an int > warmup_steps '
-                             f'({warmup_steps}), got {total_steps!r}')
-        if not 0 <= min_lr_ratio <= 1:
-            raise ValueError(f'min_lr_ratio must be in [0, 1], got {min_lr_ratio!r}')
-        lr_multipliers = dict(lr_multipliers or {})
-        check_patterns(lr_multipliers, 'lr_multipliers')
-        for pattern, multiplier in lr_multipliers.items():
-            if not (isinstance(multiplier, numbers.Real) and math.isfinite(multiplier)
-                    and multiplier >= 0):
-                raise ValueError(f'lr_multipliers[{pattern!r}] must be a finite number >= 0, '
-                                 f'got {multiplier!r}')
-        if isinstance(exclude_from_weight_decay, str):
-            exclude_from_weight_decay = (exclude_from_weight_decay,)
-        exclusions = tuple(exclude_from_weight_decay or ())
-        check_patterns(exclusions, 'exclude_from_weight_decay')
-        self.bias_correction = bool(bias_correction)
-        self.lr_multipliers = {pattern: float(m) for pattern, m in lr_multipliers.items()}
-        self.weight_decay_rate = float(weight_decay_rate)
+        check_adam(learning_rate, beta_1, beta_2, epsilon)
+        self.warmup_steps, self.total_steps, self.min_lr_ratio = check_schedule(
+            warmup_steps, total_steps, min_lr_ratio)
+        self.lr_multipliers = check_lr_multipliers(lr_multipliers)
         # not ``exclude_from_weight_decay``: that name is a method of Keras's Optimizer
-        self.weight_decay_exclusions = exclusions
-        self.warmup_steps = int(warmup_steps)
-        self.total_steps = None if total_steps is None else int(total_steps)
-        self.min_lr_ratio = float(min_lr_ratio)
+        self.weight_decay_rate, self.weight_decay_exclusions = check_weight_decay(
+            weight_decay_rate, exclude_from_weight_decay)
+        self.bias_correction = bool(bias_correction)
 
     def multiplier(self, variable):
         """Learning-rate multiplier (float) of a variable or a variable path (str)."""
@@ -115,14 +87,8 @@ class LayerwiseAdam(keras.optimizers.Adam):
         >>> [round(float(opt.schedule_factor(k)), 2) for k in (0, 5, 10, 15, 20, 30)]
         [0.0, 0.5, 1.0, 0.55, 0.1, 0.1]
         """
-        step = ops.cast(step, 'float32')
-        factor = ops.ones_like(step)
-        if self.total_steps is not None:
-            remaining = (self.total_steps - step) / (self.total_steps - self.warmup_steps)
-            factor = self.min_lr_ratio + (1 - self.min_lr_ratio) * ops.clip(remaining, 0.0, 1.0)
-        if self.warmup_steps > 0:
-            factor = ops.where(step < self.warmup_steps, step / self.warmup_steps, factor)
-        return factor
+        return schedule_factor(ops.cast(step, 'float32'), self.warmup_steps, self.total_steps,
+                               self.min_lr_ratio, ops)
 
     def build(self, var_list):
         if self.built:
