@@ -1,8 +1,10 @@
 """crf_lr: sequence labelling on BERT-family encoders, in the style of bert4keras.
 
 Importing the package sets ``TF_KERAS=1`` and ``TF_USE_LEGACY_KERAS=1`` before TensorFlow loads
-(bert4keras needs both: either alone breaks it), and exposes the public layers, losses and
-optimizer lazily, so that ``crf_lr.metrics`` or ``crf_lr.tagging`` load without TensorFlow.
+(bert4keras needs both: either alone breaks it), makes ``keras.models.load_model`` find every
+crf_lr layer, loss, metric, optimizer and schedule (``crf_lr.autoregister``), and exposes the
+public layers, losses and optimizer lazily, so that ``crf_lr.metrics`` or ``crf_lr.tagging`` load
+without TensorFlow.
 
     >>> import crf_lr                                  # before anything imports TensorFlow
     >>> crf = crf_lr.ConditionalRandomField(lr_multiplier=100)
@@ -10,6 +12,8 @@ optimizer lazily, so that ``crf_lr.metrics`` or ``crf_lr.tagging`` load without 
 import importlib
 import os
 import sys
+
+from crf_lr import autoregister as _autoregister
 
 __version__ = '0.1.0'
 
@@ -30,6 +34,7 @@ def _set_up_environment():
 
 
 _set_up_environment()
+_autoregister.install()       # keras.models.load_model finds every crf_lr object (autoregister.py)
 
 # Public name -> module that defines it; loaded on first access (PEP 562).
 _PUBLIC = {

@@ -27,6 +27,8 @@ import zipfile
 
 import numpy as np
 
+from crf_lr.atomic import atomic_path, atomic_write
+
 SUPPORTED_MODEL_TYPES = ('bert', 'albert')
 CHECKPOINT_NAME = 'model.ckpt'
 
@@ -563,16 +565,21 @@ def write_tf_checkpoint(variables, prefix):
     Args:
         variables: dict str -> np.ndarray, variable name -> value.
         prefix: str, checkpoint prefix, e.g. ``'out/model.ckpt'`` (writes ``.index`` and
-            ``.data-00000-of-00001`` and a ``checkpoint`` state file beside them).
+            ``.data-00000-of-00001`` and a ``checkpoint`` state file beside them, each written
+            under a temporary name, fsynced and renamed: a kill leaves no torn file).
 
     >>> write_tf_checkpoint({'bert/pooler/dense/bias': np.zeros(4, 'float32')}, 'out/model.ckpt')
     """
     from crf_lr.compat import tf
     names = sorted(variables)
-    tf.raw_ops.SaveV2(prefix=prefix, tensor_names=names, shape_and_slices=[''] * len(names),
+    folder, base = os.path.split(prefix)
+    temporary = os.path.join(folder, f'.{base}.partial-{os.getpid()}')
+    tf.raw_ops.SaveV2(prefix=temporary, tensor_names=names, shape_and_slices=[''] * len(names),
                       tensors=[tf.constant(variables[n]) for n in names])
-    base = os.path.basename(prefix)
-    with open(os.path.join(os.path.dirname(prefix) or '.', 'checkpoint'), 'w') as f:
+    for suffix in ('.data-00000-of-00001', '.index'):          # the index last: it names the data
+        with atomic_path(prefix + suffix) as path:
+            os.replace(temporary + suffix, path)
+    with atomic_write(os.path.join(folder or '.', 'checkpoint')) as f:
         f.write(f'model_checkpoint_path: "{base}"\nall_model_checkpoint_paths: "{base}"\n')
 
 
@@ -591,7 +598,8 @@ def convert_checkpoint(src_dir, dst_dir):
         src_dir: str, folder with ``config.json``, ``vocab.txt`` and ``model.safetensors`` or
             ``pytorch_model.bin`` (encoder weights with or without the ``bert.``/``albert.``
             prefix; task heads beside them are ignored).
-        dst_dir: str, output folder (created; existing files of the same names are replaced).
+        dst_dir: str, output folder (created; existing files of the same names are replaced,
+            each whole: :mod:`crf_lr.atomic`).
     Returns:
         :class:`Converted` (config_path, checkpoint_path, vocab_path, model_type, ignored).
     Raises:
@@ -626,10 +634,11 @@ def convert_checkpoint(src_dir, dst_dir):
 
     os.makedirs(dst_dir, exist_ok=True)
     config_path = os.path.join(dst_dir, f'{model_type}_config.json')
-    with open(config_path, 'w', encoding='utf-8') as f:
+    with atomic_write(config_path) as f:
         json.dump(config, f, indent=2)
     vocab_path = os.path.join(dst_dir, 'vocab.txt')
-    shutil.copyfile(vocab_file, vocab_path)
+    with atomic_path(vocab_path) as path:
+        shutil.copyfile(vocab_file, path)
     checkpoint_path = os.path.join(dst_dir, CHECKPOINT_NAME)
     write_tf_checkpoint(variables, checkpoint_path)
     return Converted(config_path, checkpoint_path, vocab_path, model_type, ignored)

@@ -313,7 +313,9 @@ def crf_log_partition(emissions, mask, transitions, start=None, end=None):
         transitions: float tensor (L, L); ``transitions[i, j]`` scores label i followed by j.
         start, end: optional float tensors (L,) of first-label / last-label scores.
     Returns:
-        float tensor (batch,) in the compute dtype.
+        float tensor (batch,) in the compute dtype. NaN / inf: a NaN or ``+inf`` emission,
+        transition or start/end score gives NaN for its row (switch off, the default), or raises
+        naming the argument under ``crf_lr.set_check_numerics(True)``.
 
         >>> log_z = crf_log_partition(emissions, tf.sequence_mask(lengths, n), transitions)
         >>> log_z.shape                     # (batch,)
@@ -359,7 +361,7 @@ def crf_log_likelihood(emissions, tags, mask, transitions, start=None, end=None)
         emissions, mask, transitions, start, end: as in ``crf_log_partition``.
         tags: int tensor (batch, n) of label ids in [0, L) (any value at padding positions).
     Returns:
-        float tensor (batch,) in the compute dtype.
+        float tensor (batch,) in the compute dtype. NaN / inf: as ``crf_log_partition``.
 
         >>> ll = crf_log_likelihood(emissions, tags, mask, transitions, start, end)
         >>> loss = -tf.reduce_mean(ll)
@@ -469,7 +471,12 @@ class ConditionalRandomField(LayerMethodOwner, keras.layers.Layer):
 
     @layer_method
     def dense_loss(self, y_true, y_pred):
-        """Negative log-likelihood (batch,) of one-hot (or soft) labels ``y_true`` (batch, n, L)."""
+        """Negative log-likelihood (batch,) of one-hot (or soft) labels ``y_true`` (batch, n, L).
+
+        NaN / inf (``set_check_numerics`` off, the default): a NaN or ``+inf`` emission, label or
+        transition makes its row's loss NaN; on, it raises naming the layer and the argument.
+        ``-inf`` emissions are masked positions (what ``call`` puts at padding), never an error.
+        """
         emissions, mask = self._unpack(y_pred, 'dense_loss')
         labels = tf.cast(tf.reshape(y_true, tf.shape(emissions)), emissions.dtype)
         labels = guard_finite(labels, self._owner('dense_loss'), 'y_true')
@@ -477,7 +484,10 @@ class ConditionalRandomField(LayerMethodOwner, keras.layers.Layer):
 
     @layer_method
     def sparse_loss(self, y_true, y_pred):
-        """Negative log-likelihood (batch,) of int labels ``y_true`` (batch, n) or (batch, n, 1)."""
+        """Negative log-likelihood (batch,) of int labels ``y_true`` (batch, n) or (batch, n, 1).
+
+        NaN / inf: as ``dense_loss``.
+        """
         emissions, mask = self._unpack(y_pred, 'sparse_loss')
         return self._negative_log_likelihood(emissions, _one_hot(y_true, emissions, mask), mask,
                                              'sparse_loss')

@@ -13,6 +13,8 @@ import os
 
 import numpy as np
 
+from crf_lr.atomic import atomic_path
+
 
 def _pyplot():
     try:
@@ -28,7 +30,8 @@ def _pyplot():
 def _save(fig, path):
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
-    fig.savefig(path, dpi=120, bbox_inches='tight')
+    with atomic_path(path) as temporary:                 # a kill leaves no torn image
+        fig.savefig(temporary, dpi=120, bbox_inches='tight', format=os.path.splitext(path)[1][1:])
     import matplotlib.pyplot as plt
     plt.close(fig)
     return path

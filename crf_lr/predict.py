@@ -21,7 +21,7 @@ import sys
 import numpy as np
 
 from crf_lr.cli import quiet_tensorflow
-from crf_lr.runs import model_files
+from crf_lr.runs import check_model_folder
 
 
 def parse_args(argv=None):
@@ -125,6 +125,11 @@ def predict_records(tagger, lines, constrain=True, min_confidence=None, marginal
     return records
 
 
+def _model_error(parser, error):
+    """Exit with status 2 and one line naming the model file and its fault (no usage text)."""
+    parser.exit(2, f'{parser.prog}: error: {error}\n')
+
+
 def main(argv=None):
     parser, args = parse_args(argv)
     if args.batch_size < 1:
@@ -134,9 +139,9 @@ def main(argv=None):
     if args.marginals and args.format != 'json':
         parser.error('--marginals needs --format json')
     try:
-        model_files(args.model_dir)                     # before TensorFlow loads: answers at once
-    except FileNotFoundError as error:
-        parser.error(str(error))
+        check_model_folder(args.model_dir)              # before TensorFlow loads: answers at once
+    except (FileNotFoundError, ValueError) as error:
+        _model_error(parser, error)
     try:
         if args.file:
             with open(args.file, encoding='utf-8') as f:
@@ -153,7 +158,7 @@ def main(argv=None):
     try:
         tagger = Tagger.load(args.model_dir, args.batch_size)
     except (FileNotFoundError, OSError, ValueError) as error:
-        parser.error(str(error))
+        _model_error(parser, error)
     warning = unknown_warning(tagger.encoder, [line.split() if tagger.encoder.units == 'words'
                                                else line for line in lines])
     if warning:

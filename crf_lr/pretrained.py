@@ -15,9 +15,8 @@ again only when its source file changes. Finding a package does not import it.
 import importlib.util
 import json
 import os
-import shutil
-import tempfile
 
+from crf_lr.atomic import replace_folder
 from crf_lr.convert import Converted, convert_checkpoint
 
 PACKAGED = {
@@ -99,21 +98,15 @@ def packaged_checkpoint(name, cache_dir=None):
     cached = _cached(target, stamp)
     if cached is not None:
         return cached
-    os.makedirs(cache_dir, exist_ok=True)
-    scratch = tempfile.mkdtemp(prefix=f'.{name}-', dir=cache_dir)
     try:
-        os.chmod(scratch, 0o755)
-        out = convert_checkpoint(source, scratch)
-        files = [os.path.basename(p) for p in out[:3]]
-        with open(os.path.join(scratch, _STAMP), 'w', encoding='utf-8') as f:
-            json.dump({'stamp': stamp, 'files': files, 'model_type': out.model_type,
-                       'ignored': list(out.ignored)}, f, indent=2)
-        if os.path.isdir(target):
-            shutil.rmtree(target)
-        os.rename(scratch, target)
+        with replace_folder(target) as scratch:      # a kill leaves the old cache or the new one
+            os.chmod(scratch, 0o755)
+            out = convert_checkpoint(source, scratch)
+            files = [os.path.basename(p) for p in out[:3]]
+            with open(os.path.join(scratch, _STAMP), 'w', encoding='utf-8') as f:
+                json.dump({'stamp': stamp, 'files': files, 'model_type': out.model_type,
+                           'ignored': list(out.ignored)}, f, indent=2)
     except OSError:
         if _cached(target, stamp) is None:   # not another process winning the race
             raise
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
     return _cached(target, stamp)

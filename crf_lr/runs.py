@@ -5,7 +5,6 @@ resumable training loop that fills it.
     >>> results = fit(model, run, batches_for_epoch, evaluate, epochs=3, metric='f1',
     ...               save_best=lambda: tagger.save(run.model_dir))
 """
-import glob
 import json
 import os
 import platform
@@ -16,6 +15,7 @@ import time
 
 import numpy as np
 
+from crf_lr.atomic import atomic_write, recover_folder, replace_folder
 from crf_lr.console import show_progress
 from crf_lr.tracing import as_arrays, free_signature, traced_without_autograph
 
@@ -45,9 +45,10 @@ class RunLog:
     """The output folder of a run and its resumable record.
 
     Files: ``run.json`` (the arguments and command), ``log.jsonl`` (one JSON record per
-    finished epoch, appended as it finishes), ``results.json`` (the summary, rewritten after every
-    epoch), ``checkpoint/`` (model and optimiser state of the last finished epoch, written by
-    :func:`fit`), ``model/`` (the best model so far and its label map).
+    finished epoch), ``results.json`` (the summary, rewritten after every epoch),
+    ``checkpoint/`` (model and optimiser state of the last finished epoch, written by
+    :func:`fit`), ``model/`` (the best model so far and its label map). Each is written
+    atomically (:mod:`crf_lr.atomic`): a kill leaves the old version or the new one, whole.
 
     Args:
         output: folder path (created).
@@ -69,14 +70,17 @@ class RunLog:
         self.log_path = os.path.join(output, 'log.jsonl')
         self.run_path = os.path.join(output, 'run.json')
         self.results_path = os.path.join(output, 'results.json')
-        self.checkpoint_prefix = os.path.join(output, 'checkpoint', 'last')
+        self.checkpoint_dir = os.path.join(output, 'checkpoint')
+        self.checkpoint_prefix = os.path.join(self.checkpoint_dir, 'last')
         self.model_dir = os.path.join(output, 'model')
+        for folder in (self.checkpoint_dir, self.model_dir):
+            recover_folder(folder)                  # a kill between a swap's two renames
         if overwrite and os.path.isdir(output):
             for name in ('log.jsonl', 'run.json', 'results.json'):
                 if os.path.exists(os.path.join(output, name)):
                     os.remove(os.path.join(output, name))
-            for name in ('checkpoint', 'model'):
-                shutil.rmtree(os.path.join(output, name), ignore_errors=True)
+            for folder in (self.checkpoint_dir, self.model_dir):
+                shutil.rmtree(folder, ignore_errors=True)
         os.makedirs(output, exist_ok=True)
         self.records = self._read_log()
         if os.path.exists(self.run_path):
@@ -94,7 +98,7 @@ class RunLog:
             self.records = []     # a log without its checkpoint cannot be resumed: start afresh
         self.started = time.time()
         self.command = command_line(argv, program)
-        with open(self.run_path, 'w', encoding='utf-8') as f:
+        with atomic_write(self.run_path) as f:
             json.dump(dict(config=self.config, command=self.command, machine=machine()), f,
                       ensure_ascii=False, indent=1)
         self._rewrite_log()
@@ -112,7 +116,7 @@ class RunLog:
         return records
 
     def _rewrite_log(self):
-        with open(self.log_path, 'w', encoding='utf-8') as f:
+        with atomic_write(self.log_path) as f:
             for record in self.records:
                 f.write(json.dumps(record, ensure_ascii=False) + '\n')
 
@@ -127,11 +131,11 @@ class RunLog:
         self._rewrite_log()
 
     def append(self, record):
-        """Append one epoch's record (a JSON-serialisable dict) to ``log.jsonl``."""
+        """Add one epoch's record (a JSON-serialisable dict) to ``log.jsonl`` (rewritten whole:
+        a kill leaves the log with or without the record, never a torn line)."""
         record = dict(record, time=time.strftime('%Y-%m-%d %H:%M:%S'))
         self.records.append(record)
-        with open(self.log_path, 'a', encoding='utf-8') as f:
-            f.write(json.dumps(record, ensure_ascii=False) + '\n')
+        self._rewrite_log()
 
     def best(self, metric):
         """The record with the highest ``metric`` (None before the first epoch)."""
@@ -147,17 +151,21 @@ class RunLog:
                        best_epoch=best and best['epoch'], best=best and best.get(metric),
                        first_epoch=self.records[0].get(metric) if self.records else None,
                        **extra)
-        with open(self.results_path, 'w', encoding='utf-8') as f:
+        with atomic_write(self.results_path) as f:
             json.dump(results, f, ensure_ascii=False, indent=1)
         return results
 
 
 MODEL_FILES = ('model.h5', 'labels.json', 'vocab.txt')
+LABELS_KEYS = ('head', 'types', 'scheme', 'labels', 'units', 'lowercase', 'maxlen')
+HDF5_SIGNATURE = b'\x89HDF\r\n\x1a\n'
 
 
 def model_files(folder):
     """Paths of the saved model in ``folder`` (a run's ``model/``): ``model.h5``, ``labels.json``,
-    ``vocab.txt``. Cheap and TensorFlow-free, so a command can check its arguments first.
+    ``vocab.txt``. Cheap and TensorFlow-free, so a command can check its arguments first; puts
+    the previous model back if a kill fell inside the swap of a new one
+    (:func:`crf_lr.atomic.recover_folder`).
 
     Raises:
         FileNotFoundError naming what is missing, with "did you mean" when ``folder`` is the run
@@ -165,6 +173,10 @@ def model_files(folder):
 
         >>> model_h5, labels_json, vocab_txt = model_files('runs/ner/model')
     """
+    try:
+        recover_folder(folder)
+    except OSError:
+        pass                                      # a read-only copy: check what is there
     paths = [os.path.join(folder, name) for name in MODEL_FILES]
     missing = [os.path.basename(p) for p in paths if not os.path.isfile(p)]
     if not missing:
@@ -177,6 +189,69 @@ def model_files(folder):
         raise FileNotFoundError(f'{folder} is a run folder: did you mean {inner}?')
     raise FileNotFoundError(f'{folder} is not a saved model folder: missing {", ".join(missing)} '
                             f'(expected the model/ folder of a task script run)')
+
+
+def _check_hdf5_model(path):
+    """Refuse an empty, non-HDF5, truncated or model-less ``model.h5`` (h5py, no TensorFlow)."""
+    size = os.path.getsize(path)
+    if size == 0:
+        raise ValueError(f'{path}: empty file (0 bytes); the model was not saved completely')
+    with open(path, 'rb') as f:
+        signature = f.read(len(HDF5_SIGNATURE))
+    if signature != HDF5_SIGNATURE:
+        raise ValueError(f'{path}: not an HDF5 file (it starts with {signature!r}, not the HDF5 '
+                         f'signature)')
+    import h5py
+    try:
+        with h5py.File(path, 'r') as f:
+            if 'model_config' not in f.attrs or 'model_weights' not in f:
+                raise ValueError(f'{path}: an HDF5 file without a Keras model (no model_config '
+                                 f'or model_weights): not saved by model.save')
+    except OSError as error:
+        reason = str(error).split(' (')[0].replace('Unable to synchronously open file', '')
+        raise ValueError(f'{path}: a damaged or truncated HDF5 file ({size} bytes; h5py: '
+                         f'{reason.strip(" ()")})') from None
+
+
+def _read_labels(path):
+    """``labels.json`` as a dict holding every key of ``LABELS_KEYS``."""
+    try:
+        with open(path, encoding='utf-8') as f:
+            meta = json.load(f)
+    except UnicodeDecodeError as error:
+        raise ValueError(f'{path}: not UTF-8 text ({error.reason} at byte {error.start})') from None
+    except json.JSONDecodeError as error:
+        raise ValueError(f'{path}: not valid JSON ({error.msg} at line {error.lineno} column '
+                         f'{error.colno})') from None
+    if not isinstance(meta, dict):
+        raise ValueError(f'{path}: expected a JSON object, found a {type(meta).__name__}')
+    missing = [key for key in LABELS_KEYS if key not in meta]
+    if missing:
+        raise ValueError(f'{path}: missing the key{"s" * (len(missing) > 1)} '
+                         f'{", ".join(missing)} (a labels.json written by Tagger.save holds '
+                         f'{", ".join(LABELS_KEYS)})')
+    return meta
+
+
+def check_model_folder(folder):
+    """:func:`model_files`, then the files themselves, before any TensorFlow work: ``model.h5``
+    an HDF5 file holding a Keras model (not empty, truncated or something else),
+    ``labels.json`` a JSON object with every key of ``LABELS_KEYS``, ``vocab.txt`` not empty.
+
+    Returns:
+        ``(model_h5, labels_json, vocab_txt, labels)``: the paths and the parsed ``labels.json``.
+    Raises:
+        FileNotFoundError (a missing file or folder) or ValueError (a damaged one), one line
+        naming the file and the fault.
+
+        >>> model_h5, labels_json, vocab_txt, meta = check_model_folder('runs/ner/model')
+    """
+    model_path, labels_path, vocab_path = model_files(folder)
+    _check_hdf5_model(model_path)
+    meta = _read_labels(labels_path)
+    if os.path.getsize(vocab_path) == 0:
+        raise ValueError(f'{vocab_path}: empty file (the vocabulary has one token a line)')
+    return model_path, labels_path, vocab_path, meta
 
 
 def make_samples(examples, encoder, maxlen, head):
@@ -217,12 +292,6 @@ def epoch_batches(samples, batch_size, seed, epoch, head):
     items = [Encoded(token_ids, labels=target) for token_ids, target in samples]
     batches = Batches(items, batch_size, label_fn=head.batch_targets, seed=[seed, epoch])
     return [(batch.inputs, batch.labels) for batch in batches]
-
-
-def _remove_partial_checkpoints(prefix):
-    """Delete what an interrupted ``Checkpoint.write`` leaves beside ``prefix`` (``last_temp*``)."""
-    for path in glob.glob(prefix + '_temp*'):
-        shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else os.remove(path)
 
 
 def warmup_schedule(warmup_proportion, windows, batch_size, epochs):
@@ -281,7 +350,6 @@ def fit(model, run, batches_for_epoch, evaluate, epochs, metric, save_best, extr
     from crf_lr.compat import tf
     done = tf.Variable(0, dtype=tf.int64, trainable=False)
     checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer, epoch=done)
-    _remove_partial_checkpoints(run.checkpoint_prefix)
     if run.finished_epochs:
         checkpoint.read(run.checkpoint_prefix).expect_partial()
         run.truncate(int(done.numpy()))
@@ -307,7 +375,8 @@ def fit(model, run, batches_for_epoch, evaluate, epochs, metric, save_best, extr
                 save_best()
             run.append(record)
             done.assign(epoch + 1)
-            checkpoint.write(run.checkpoint_prefix)
+            with replace_folder(run.checkpoint_dir) as scratch:     # index and data together
+                checkpoint.write(os.path.join(scratch, os.path.basename(run.checkpoint_prefix)))
             results = run.write_results(metric, **(extra or {}))
             print(f'epoch {epoch + 1}: loss {record["loss"]:.4f}, {metric} {scores[metric]:.4f} '
                   f'(best {results["best"]:.4f} at epoch {results["best_epoch"]}), '

@@ -16,11 +16,12 @@ from typing import Optional
 
 import numpy as np
 
+from crf_lr.atomic import replace_folder
 from crf_lr.batching import Batches, Encoded
 from crf_lr.heads import Window, make_head
 from crf_lr.pieces import UnitEncoder, windows_of
 from crf_lr.precision import load_model
-from crf_lr.runs import model_files
+from crf_lr.runs import LABELS_KEYS, check_model_folder
 from crf_lr.tagging import merge_window_spans
 from crf_lr.tracing import conformed, free_signature, traced_without_autograph
 
@@ -66,19 +67,19 @@ class Tagger:
     # -- saving -------------------------------------------------------------------------------
     def save(self, folder):
         """Write ``model.h5``, ``labels.json`` (the head's config and temperature, units,
-        maxlen) and ``vocab.txt`` into ``folder`` (replacing what was there)."""
-        os.makedirs(folder, exist_ok=True)
-        with warnings.catch_warnings():       # "HDF5 is legacy": it is the format bert4keras loads
-            warnings.simplefilter('ignore')
-            self.model.save(os.path.join(folder, 'model.h5'), include_optimizer=False)
-        with open(os.path.join(folder, 'labels.json'), 'w', encoding='utf-8') as f:
-            json.dump(dict(self.head.config(), units=self.encoder.units,
-                           lowercase=self.encoder.lowercase, maxlen=self.maxlen,
-                           temperature=self.head.temperature),
-                      f, ensure_ascii=False, indent=1)
-        vocab = os.path.join(folder, 'vocab.txt')
-        if os.path.abspath(self.encoder.vocab_path) != os.path.abspath(vocab):
-            shutil.copyfile(self.encoder.vocab_path, vocab)
+        maxlen) and ``vocab.txt`` into ``folder``, replacing it whole
+        (:func:`crf_lr.atomic.replace_folder`): a kill while saving leaves the previous model,
+        complete."""
+        with replace_folder(folder) as scratch:
+            with warnings.catch_warnings():   # "HDF5 is legacy": it is the format bert4keras loads
+                warnings.simplefilter('ignore')
+                self.model.save(os.path.join(scratch, 'model.h5'), include_optimizer=False)
+            with open(os.path.join(scratch, 'labels.json'), 'w', encoding='utf-8') as f:
+                json.dump(dict(self.head.config(), units=self.encoder.units,
+                               lowercase=self.encoder.lowercase, maxlen=self.maxlen,
+                               temperature=self.head.temperature),
+                          f, ensure_ascii=False, indent=1)
+            shutil.copyfile(self.encoder.vocab_path, os.path.join(scratch, 'vocab.txt'))
 
     @classmethod
     def load(cls, folder, batch_size=32):
@@ -86,14 +87,12 @@ class Tagger:
 
         Raises:
             FileNotFoundError naming what is missing (with a hint when ``folder`` is a run
-            folder); ValueError when ``model.h5`` and ``labels.json`` do not belong together.
+            folder); ValueError naming a damaged file (checked before TensorFlow work:
+            :func:`crf_lr.runs.check_model_folder`) or when ``model.h5`` and ``labels.json`` do
+            not belong together.
         """
-        model_path, labels_path, vocab_path = model_files(folder)
-        with open(labels_path, encoding='utf-8') as f:
-            meta = json.load(f)
-        options = {k: v for k, v in meta.items()
-                   if k not in ('head', 'types', 'scheme', 'labels', 'units', 'lowercase',
-                                'maxlen', 'temperature')}
+        model_path, labels_path, vocab_path, meta = check_model_folder(folder)
+        options = {k: v for k, v in meta.items() if k not in LABELS_KEYS + ('temperature',)}
         head = make_head(meta['head'], meta['types'], meta['scheme'], **options)
         head.temperature = float(meta.get('temperature', 1.0))     # older folders: none
         if head.labels != meta['labels']:

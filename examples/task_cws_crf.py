@@ -17,6 +17,7 @@ import os
 import time
 
 # no TensorFlow before --help:
+from crf_lr.atomic import atomic_write
 from crf_lr.cli import add_common_arguments, parse_checked, user_errors
 
 
@@ -106,7 +107,7 @@ def main(argv=None):
                       f'{format_transitions(trans, head.labels)}\n{format_sanity(diagnosis)}\n'
                       f'largest change since initialisation: {change:.3f}')
             print(report)
-            with open(os.path.join(run.output, f'transitions_epoch{epoch}.txt'), 'w') as f:
+            with atomic_write(os.path.join(run.output, f'transitions_epoch{epoch}.txt')) as f:
                 f.write(report + '\n')
             try:
                 from crf_lr.plots import plot_transitions

@@ -23,6 +23,7 @@ import os
 import time
 
 # no TensorFlow before --help:
+from crf_lr.atomic import atomic_write
 from crf_lr.cli import LABEL_PIECES_HELP, add_common_arguments, parse_checked, user_errors
 from crf_lr.datasets import DATASETS
 
@@ -101,7 +102,7 @@ def main(argv=None):
                 for e, p in zip(examples, predicted)]
         relaxed = relaxed_scores([e.tags for e in examples], tags)
         matrix, _ = confusion_matrix([e.tags for e in examples], tags, tag_labels)
-        with open(os.path.join(run.output, f'confusion_{name}.txt'), 'w') as f:
+        with atomic_write(os.path.join(run.output, f'confusion_{name}.txt')) as f:
             f.write(format_confusion_matrix(matrix, tag_labels) + '\n')
         result = {k: round(strict[k], 5) for k in ('precision', 'recall', 'f1')}
         if tagger.head.kind == 'tags':

@@ -16,6 +16,7 @@ from keras import ops
 from crf_lr.keras3.encoder import build_bert, load_google_variables
 from crf_lr.keras3.tokenizer import WordPieceTokenizer
 from crf_lr.viterbi import DISALLOWED_SCORE
+from float16_probe import assert_float32_scores_equal, large_activations
 from test_viterbi import brute_force_marginals, brute_force_paths, path_scores, random_case
 
 BACKEND = keras.backend.backend()
@@ -281,6 +282,24 @@ def test_global_pointer_matches_tf_keras(ref, name):
     for i, grad in enumerate(grads):
         np.testing.assert_allclose(grad, ref[f'{name}_grad_{i}'], rtol=1e-4, atol=1e-4,
                                    err_msg=f'gradient {i}')
+
+
+@pytest.mark.parametrize('name', ['GlobalPointer', 'EfficientGlobalPointer'])
+def test_mixed_float16_span_scores_and_loss_do_not_overflow(name):
+    """Oracle: the same layer in float32 with the same weights. At activations x 300 the span
+    logits reach ~2e5, past float16's 65504: before, 14-28 of 100 scores were +inf (or NaN) and
+    the loss NaN on JAX and TensorFlow."""
+    x = large_activations()
+    targets = -np.ones((2, 2, 2, 2), 'int32')
+    targets[:, 0, 0], targets[:, 1, 0] = (0, 1), (2, 3)
+    mixed = getattr(k3, name)(2, 8, dtype='mixed_float16')
+    scores = numpy(mixed(x))
+    reference = getattr(k3, name)(2, 8)
+    reference.build(x.shape)
+    reference.set_weights(mixed.get_weights())
+    assert_float32_scores_equal(scores, numpy(reference(x)))
+    loss = numpy(k3.sparse_global_pointer_crossentropy(targets, mixed(x)))
+    assert loss.dtype == np.float32 and np.isfinite(loss).all()
 
 
 @pytest.mark.parametrize('name', ['dense', 'sparse', 'sparse_zero'])

@@ -300,6 +300,60 @@ def test_a_model_that_needs_autograph_predicts_through_predict_on_batch():
     assert tagger._prediction[1] is None                      # predict_on_batch, not a trace
 
 
+BROKEN = {   # name -> (file, how to break it, what the one line must say)
+    'model-missing': ('model.h5', None, 'missing model.h5'),
+    'model-empty': ('model.h5', b'', r'model.h5: empty file \(0 bytes\)'),
+    'model-truncated': ('model.h5', 'half', r'model.h5: a damaged or truncated HDF5 file'),
+    'model-not-hdf5': ('model.h5', b'<html>not found</html>', r'model.h5: not an HDF5 file'),
+    'labels-missing': ('labels.json', None, 'missing labels.json'),
+    'labels-invalid': ('labels.json', b'{"head": "crf",\n', r'labels.json: not valid JSON '
+                                                            r'\(Expecting .* at line 2'),
+    'labels-empty-object': ('labels.json', b'{}', r'labels.json: missing the keys head, types'),
+    'labels-a-list': ('labels.json', b'[]', r'labels.json: expected a JSON object, found a list'),
+    'labels-no-maxlen': ('labels.json', 'no-maxlen', r'labels.json: missing the key maxlen'),
+    'vocab-missing': ('vocab.txt', None, 'missing vocab.txt'),
+    'vocab-empty': ('vocab.txt', b'', r'vocab.txt: empty file'),
+}
+
+
+@pytest.mark.parametrize('case', sorted(BROKEN))
+def test_a_broken_model_folder_is_one_line_naming_the_file_before_tensorflow(saved, tmp_path,
+                                                                             case):
+    """predict exits 2 with one line naming the file and the fault, and Tagger.load raises the
+    same message, both before any TensorFlow work (before: a KeyError or h5py traceback, or a
+    JSON message naming no file)."""
+    import re
+    import shutil
+    import subprocess
+    import sys
+    from crf_lr.tagger import Tagger
+    folder = tmp_path / 'model'
+    shutil.copytree(saved['ner'], folder)
+    name, content, expected = BROKEN[case]
+    path = folder / name
+    if content is None:
+        path.unlink()
+    elif content == 'half':
+        path.write_bytes(path.read_bytes()[:path.stat().st_size // 2])
+    elif content == 'no-maxlen':
+        meta = json.loads(path.read_text())
+        del meta['maxlen']
+        path.write_text(json.dumps(meta))
+    else:
+        path.write_bytes(content)
+    with pytest.raises((FileNotFoundError, ValueError), match=expected):
+        Tagger.load(str(folder))
+    code = ('import sys\nfrom crf_lr.predict import main\ntry: main(sys.argv[1:])\n'
+            'finally: print(sorted(m for m in sys.modules if m.split(".")[0] in '
+            '("tensorflow", "keras", "tf_keras")))')
+    done = subprocess.run([sys.executable, '-c', code, str(folder), str(tmp_path / 'in.txt')],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stdout.strip() == '[]', done.stderr[-2000:]
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and re.search(expected, lines[0]), done.stderr
+    assert lines[0].startswith('python -m crf_lr.predict: error: ') and str(folder) in lines[0]
+
+
 def test_calibrate_fits_a_temperature_that_lowers_the_nll_and_travels_with_the_model(
         saved, tmp_path):
     """Gold = half of the predicted entities: the fitted temperature lowers the dev NLL, changes

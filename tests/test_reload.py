@@ -189,3 +189,76 @@ def test_losses_are_found_under_their_registered_and_their_old_names(name):
     assert keras.utils.get_registered_name(function) == f'crf_lr>{name}'
     for saved_as in (f'crf_lr>{name}', name):      # the name before registration: the bare one
         assert keras.losses.get(saved_as) is function
+
+
+# ------------------------------------------------------------------------------------------
+# A fresh process that imports only what the README's save / reload snippet imports
+
+PREAMBLES = {
+    # the README's snippet ("Save, reload and keep training") and its Usage line for keras
+    'readme': """
+from crf_lr.compat import keras
+from crf_lr.layers import ConditionalRandomField      # registers crf_lr's layers, losses,
+from crf_lr.optimizers import LayerwiseAdam           # metrics and optimizers
+""",
+    # the least: the package alone, Keras from TensorFlow
+    'import crf_lr': """
+import crf_lr
+import tensorflow as tf
+keras = tf.keras
+"""}
+RELOAD_AND_TRAIN = """
+import json, os, sys
+import numpy as np
+folder, filename, heads = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+found = {}
+for head in heads:
+    x, y = (np.load(os.path.join(folder, f'{head}-{name}.npy')) for name in ('x', 'y'))
+    try:
+        model = keras.models.load_model(os.path.join(folder, f'{head}-{filename}'))
+        same = bool(np.array_equal(model.predict(x, verbose=0),
+                                   np.load(os.path.join(folder, f'{head}-predictions.npy'))))
+        before = [w.numpy() for w in model.trainable_weights]
+        loss = model.fit(x, y, batch_size=4, epochs=1, shuffle=False, verbose=0).history['loss']
+        moved = max(float(np.abs(w.numpy() - b).max())
+                    for w, b in zip(model.trainable_weights, before))
+        found[head] = dict(optimizer=type(model.optimizer).__name__, same=same, loss=loss[-1],
+                           moved=moved)
+    except Exception as error:
+        found[head] = dict(error=f'{type(error).__name__}: {str(error)[:300]}')
+print('RESULT ' + json.dumps(found))
+"""
+
+
+def test_every_head_reloads_compiled_in_a_fresh_process_importing_what_the_readme_shows(
+        tmp_path):
+    """Every head saved in every format here; per format, a fresh process reloads each compiled,
+    predicts as saved and trains two steps: with the README's imports (SavedModel, .keras), and
+    with ``import crf_lr`` alone, Keras from TensorFlow (.h5). Before, ``crf_lr.layers`` did not
+    register the GlobalPointer losses: all three formats failed for the Efficient GlobalPointer."""
+    import json
+    import subprocess
+    import sys
+    for head in HEADS:
+        model, _ = build(head)
+        fit_epoch(model, head)
+        with warnings.catch_warnings():
+            warnings.simplefilter('ignore')              # .keras: the optimizer-state warning
+            for filename in FORMATS.values():
+                model.save(str(tmp_path / f'{head}-{filename}'))
+        for name, array in (('x', X), ('y', targets(head)),
+                            ('predictions', model.predict(X, verbose=0))):
+            np.save(tmp_path / f'{head}-{name}.npy', array)
+    preamble = {'h5': 'import crf_lr', 'savedmodel': 'readme', 'keras': 'readme'}
+    runs = {fmt: subprocess.Popen(
+        [sys.executable, '-c', PREAMBLES[preamble[fmt]] + RELOAD_AND_TRAIN, str(tmp_path),
+         filename, json.dumps(HEADS)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for fmt, filename in FORMATS.items()}
+    for fmt, process in runs.items():
+        out, err = process.communicate(timeout=300)
+        lines = [line for line in out.splitlines() if line.startswith('RESULT ')]
+        assert process.returncode == 0 and lines, err[-3000:]
+        for head, result in json.loads(lines[0][len('RESULT '):]).items():
+            assert 'error' not in result, (fmt, head, result)
+            assert result['optimizer'] == 'LayerwiseAdam' and result['same'], (fmt, head, result)
+            assert np.isfinite(result['loss']) and result['moved'] > 1e-4, (fmt, head, result)

@@ -5,6 +5,8 @@ The Keras 3 twins of ``crf_lr.global_pointer`` (same arguments, weights, weight 
 ``EfficientGlobalPointer`` (https://kexue.fm/archives/8877) shares one and adds a per-type term.
 Scores are ``(batch, heads, n, n)``, cell ``[b, t, i, j]`` the span ``i..j`` (inclusive) of type
 ``t``; padding rows/columns and (``tril_mask=True``) the strict lower triangle hold ``-inf``.
+Under a mixed policy (``mixed_float16``, ``mixed_bfloat16``) the projection runs in the compute
+dtype and the scores in float32, as in the tf-keras layers (float16 span logits overflow).
 
     >>> scores = EfficientGlobalPointer(heads=4, head_size=64)(hidden)    # (batch, 4, n, n)
     >>> model.compile(loss=sparse_global_pointer_crossentropy, optimizer='adam')
@@ -50,8 +52,17 @@ class _PointerBase(PointerRules, keras.layers.Layer):
 
     @staticmethod
     def _affine(x, kernel, bias):
-        y = ops.matmul(x, kernel)
-        return y if bias is None else y + bias
+        """``x @ kernel + bias`` in the dtype of ``x`` (weights cast to it)."""
+        y = ops.matmul(x, ops.cast(kernel, x.dtype))
+        return y if bias is None else y + ops.cast(bias, x.dtype)
+
+    def _projection(self, inputs, kernel, bias):
+        """The query/key projection, computed in the layer's compute dtype and returned in at
+        least float32: span logits are products of two of its units, summed over ``head_size``,
+        which overflow float16 (65504) at activations that the projection itself keeps finite."""
+        qk = self._affine(inputs, kernel, bias)
+        return qk if keras.backend.standardize_dtype(qk.dtype) in ('float32', 'float64') \
+            else ops.cast(qk, 'float32')
 
     def _rope(self, q, k):
         if not self.RoPE:
@@ -101,7 +112,7 @@ class GlobalPointer(_PointerBase):
             'qk', self._input_dim(input_shape), self.heads * 2 * self.head_size)
 
     def _scores(self, inputs):
-        qk = self._affine(inputs, self.kernel, self.bias)
+        qk = self._projection(inputs, self.kernel, self.bias)
         shape = ops.shape(qk)
         qk = ops.reshape(qk, (shape[0], shape[1], self.heads, 2 * self.head_size))
         q, k = self._rope(qk[..., :self.head_size], qk[..., self.head_size:])
@@ -129,7 +140,7 @@ class EfficientGlobalPointer(_PointerBase):
             'type', 2 * self.head_size, 2 * self.heads)
 
     def _scores(self, inputs):
-        qk = self._affine(inputs, self.qk_kernel, self.qk_bias)              # (b, n, 2D)
+        qk = self._projection(inputs, self.qk_kernel, self.qk_bias)          # (b, n, 2D)
         q, k = self._rope(qk[..., ::2], qk[..., 1::2])
         shared = ops.einsum('bmd,bnd->bmn', q, k) / self.head_size ** 0.5
         per_type = ops.transpose(self._affine(qk, self.type_kernel, self.type_bias),

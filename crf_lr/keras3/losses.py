@@ -8,6 +8,9 @@ The same functions as ``crf_lr.losses`` (tf-keras), for Keras 3 on any backend. 
 Cells whose logit is ``-inf`` (GlobalPointer padding and lower triangle) belong to neither set and
 get a zero gradient. Float16/bfloat16 logits are computed in float32. The two MCCE functions return
 one value per row; the GlobalPointer losses return (batch,), the sum over heads.
+NaN / inf (no check-numerics switch on this side): as the tf-keras losses with the switch off, a
+NaN or ``+inf`` logit (or a dense target outside [0, 1]) gives a NaN loss, except ``+inf`` on a
+positive class of the sparse losses, taken as a perfect score; the F1 metrics never give NaN.
 
     >>> model.compile(optimizer='adam', loss=sparse_global_pointer_crossentropy,
     ...               metrics=[sparse_global_pointer_f1])
