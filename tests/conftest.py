@@ -7,6 +7,17 @@ import pytest
 import crf_lr  # noqa: F401  (environment before TensorFlow)
 
 
+@pytest.fixture(autouse=True)
+def _numerics_switch_restored():
+    """Every test starts with the numerics switch as the one before it found it: the task scripts
+    turn the checks on, and a test that runs one in-process must not leave them on for the next
+    test of its worker (a check traced into a graph hides static shapes)."""
+    from crf_lr.numerics import check_numerics_enabled, set_check_numerics
+    before = check_numerics_enabled()
+    yield
+    set_check_numerics(before)
+
+
 @pytest.fixture(scope='session')
 def data_dir():
     """The shared benchmark folder (``CRF_LR_DATA``); tests that need it skip when it is absent."""
