@@ -10,10 +10,12 @@ error naming the sentence, so strip padding and [CLS]/[SEP] before scoring. Pure
     >>> entity_scores([['B-PER', 'I-PER', 'O']], [['B-PER', 'I-PER', 'O']])['f1']
     1.0
 """
+import os
 from collections import defaultdict
 
 import numpy as np
 
+from crf_lr.atomic import atomic_path
 from crf_lr.tagging import tag_types, tags_to_spans
 
 
@@ -218,7 +220,8 @@ def plot_confusion_matrix(matrix, labels, ax=None, normalize=False, path=None):
                     color='white' if value > matrix.max() / 2 else 'black')
     if path is not None:
         ax.figure.tight_layout()
-        ax.figure.savefig(path, dpi=120)
+        with atomic_path(path) as temporary:             # a kill leaves no torn image
+            ax.figure.savefig(temporary, dpi=120, format=os.path.splitext(path)[1][1:] or 'png')
     return ax
 
 

@@ -36,6 +36,7 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
+    from crf_lr.atomic import atomic_write
     from crf_lr.cli import quiet_tensorflow
     from crf_lr.datasets import resolve_data_dir
     from crf_lr.runs import machine
@@ -77,7 +78,7 @@ def main(argv=None):
             print(f'\n{name} -- {path}:\n{f.read().rstrip()}')
     print(f'\nPer-epoch logs, results.json, saved models (python -m crf_lr.predict '
           f'{os.path.join(rows[0][1], "model")}) and heatmaps are under {args.output}/.')
-    with open(os.path.join(args.output, 'demo.json'), 'w', encoding='utf-8') as f:
+    with atomic_write(os.path.join(args.output, 'demo.json')) as f:
         json.dump([dict(head=name, output=output, seconds=round(seconds, 1), test=results['test'],
                         **{k: v for k, v in results['epochs'][-1].items() if k != 'transitions'})
                    for name, output, results, seconds in rows], f, ensure_ascii=False, indent=1)

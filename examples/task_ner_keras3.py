@@ -41,6 +41,7 @@ args = parser.parse_args()
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
+from crf_lr.atomic import atomic_write  # noqa: E402
 from crf_lr.datasets import read_conll  # noqa: E402
 from crf_lr.keras3 import ConditionalRandomField, LayerwiseAdam  # noqa: E402
 from crf_lr.keras3.encoder import load_bert  # noqa: E402
@@ -130,7 +131,7 @@ for epoch in range(1, args.epochs + 1):
     print(json.dumps(record))
 
 os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-with open(args.output, 'w') as f:
+with atomic_write(args.output) as f:
     json.dump(dict(command=command_line(), backend=keras.backend.backend(), machine=machine(),
                    train_sentences=len(train_data), test_sentences=len(test_data), types=types,
                    epochs=history, test_f1=history[-1]['f1'] if history else None), f, indent=1)
