@@ -38,10 +38,9 @@ def keras_parts(side, batch):
             total = tf.reduce_sum(tf.cast(states(ids, training=True), tf.float32))
         return tf.add_n([tf.reduce_sum(tf.cast(g, tf.float32))
                          for g in tape.gradient(total, weights)])
-    steps = side.train([batch] * 10 ** 6)
     return {'encoder forward': lambda: forward().numpy(),
             'encoder forward+backward': lambda: backward().numpy(),
-            'step': lambda: next(steps)}
+            'step': lambda: list(side.train([batch]))}
 
 
 def torch_parts(side, batch):
@@ -63,9 +62,8 @@ def torch_parts(side, batch):
     def backward():
         side.optimizer.zero_grad(set_to_none=True)
         states().backward()
-    steps = side.train([batch] * 10 ** 6)
     return {'encoder forward': forward, 'encoder forward+backward': backward,
-            'step': lambda: next(steps)}
+            'step': lambda: list(side.train([batch]))}
 
 
 def keras_op_kinds(step, calls):
@@ -80,16 +78,17 @@ def keras_op_kinds(step, calls):
     space = xplane_pb2.XSpace()
     with open(glob.glob(os.path.join(folder, '**', '*.xplane.pb'), recursive=True)[0], 'rb') as f:
         space.ParseFromString(f.read())
-    totals = collections.Counter()
+    totals, lines = collections.Counter(), []
     for plane in space.planes:
-        if plane.name != '/host:CPU':
-            continue
-        for line in plane.lines:
-            if line.name != 'TensorFlow Ops':
+        for line in plane.lines:           # the executor's threads: one line each
+            lines.append(f'{plane.name}/{line.name}')
+            if not line.name.startswith(('tf_Compute', 'tf_numa')):
                 continue
-            for event in line.events:
+            for event in line.events:      # top-level events of the line: op kernels
                 name = plane.event_metadata[event.metadata_id].name
                 totals[name.split(':')[-1]] += event.duration_ps / 1e9 / calls
+    if not totals:
+        raise RuntimeError(f'no op events in the profile; lines: {lines}')
     return totals
 
 
@@ -124,11 +123,11 @@ def main():
                                threads=args.threads))
     parts = (keras_parts if args.side == 'crf_lr' else torch_parts)(side, job['step_batch'])
     timings = interleaved(parts, rounds=args.rounds, warmup=1)
+    print(json.dumps({k: {m: v[m] for m in ('median_ms', 'min_ms', 'max_ms')}
+                      for k, v in timings.items()}), flush=True)
     kinds = (keras_op_kinds if args.side == 'crf_lr' else torch_op_kinds)(parts['step'], 3)
     total = sum(kinds.values())
-    print(json.dumps(dict(vars(args), parts={k: {m: v[m] for m in ('median_ms', 'min_ms', 'max_ms')}
-                                             for k, v in timings.items()},
-                          op_ms_per_step=round(total, 1),
+    print(json.dumps(dict(vars(args), op_ms_per_step=round(total, 1),
                           top_ops=[(name, round(ms, 1), round(100 * ms / total, 1))
                                    for name, ms in kinds.most_common(args.top)],
                           load_average=[round(x, 2) for x in os.getloadavg()])))

@@ -196,6 +196,7 @@ def save(results, path):
         json.dump(results, f, indent=1)
         f.flush()
         os.fsync(f.fileno())
+    os.chmod(f.name, 0o644)
     os.replace(f.name, path)
 
 
