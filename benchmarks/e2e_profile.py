@@ -66,6 +66,10 @@ def torch_parts(side, batch):
             'step': lambda: list(side.train([batch]))}
 
 
+# Events of Eigen's thread pool: the shards of an op already counted as the op itself.
+THREAD_POOL_TASKS = ('Process', 'ParallelFor')
+
+
 def keras_op_kinds(step, calls):
     """Self time (ms per step) of TensorFlow's ops by type over ``calls`` steps."""
     from crf_lr.compat import tf
@@ -84,9 +88,10 @@ def keras_op_kinds(step, calls):
             lines.append(f'{plane.name}/{line.name}')
             if not line.name.startswith(('tf_Compute', 'tf_numa')):
                 continue
-            for event in line.events:      # top-level events of the line: op kernels
-                name = plane.event_metadata[event.metadata_id].name
-                totals[name.split(':')[-1]] += event.duration_ps / 1e9 / calls
+            for event in line.events:      # op kernels, and the thread pool's tasks inside them
+                kind = plane.event_metadata[event.metadata_id].name.split(':')[-1]
+                if kind not in THREAD_POOL_TASKS:
+                    totals[kind] += event.duration_ps / 1e9 / calls
     if not totals:
         raise RuntimeError(f'no op events in the profile; lines: {lines}')
     return totals

@@ -154,7 +154,7 @@ def report(saved):
     ok = [r for r in saved['results'] if 'error' not in r]
     lines = [f'{saved["machine"]["cpu_model"]}, {saved["machine"]["nproc"]} cores, bf16 flags: '
              f'{", ".join(saved["bf16_flags"]) or "none"}; threads {saved["threads"]} per side '
-             f'(OMP_WAIT_POLICY {saved["omp_wait_policy"]}); '
+             f'(OMP_WAIT_POLICY {saved.get("omp_wait_policy", "default")}); '
              f'{saved["rounds"]} round(s); load average {saved["load_average"]}; '
              f'command `{saved["command"]}`; {saved["versions"]}', '',
              '| corpus | head | precision | stack | '
