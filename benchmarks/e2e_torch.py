@@ -55,7 +55,7 @@ class TorchSide:
             classifier = self.model.classifier
             groups = [{'params': list(self.model.parameters())}]
         else:
-            self.model = CRFTagger(torch, transformers.AutoModel.from_pretrained(
+            self.model = crf_tagger(torch, transformers.AutoModel.from_pretrained(
                 job['hf_folder'], add_pooling_layer=False), len(job['labels']))
             classifier = self.model.dense
             self.model.crf.transitions.data = torch.from_numpy(weights['trans'])
@@ -134,7 +134,7 @@ def piece_mask(torch, ids):
     return torch.cat([real, torch.zeros_like(real[:, :1])], dim=1)
 
 
-def CRFTagger(torch, encoder, labels):
+def crf_tagger(torch, encoder, labels):
     """``encoder`` + ``Linear(hidden, labels)`` + ``torchcrf.CRF`` (start / end frozen at 0)."""
     from torchcrf import CRF
 
