@@ -51,7 +51,8 @@ class TorchSide:
                                                              num_labels=len(job['labels']))
             config.classifier_dropout = config.classifier_dropout_prob = 0.0   # BERT's, ALBERT's
             self.model = transformers.AutoModelForTokenClassification.from_pretrained(
-                job['hf_folder'], config=config)       # no dropout before the scores, as crf_lr
+                job['hf_folder'], config=config,       # no dropout before the scores, as crf_lr
+                ignore_mismatched_sizes=True)          # a packaged tagger's own classifier: ours
             classifier = self.model.classifier
             groups = [{'params': list(self.model.parameters())}]
         else:
