@@ -4,7 +4,7 @@ same head weights, predict on the same batches, and are scored by the same code.
 
     >>> job = prepare(data.train, data.test, data.types, 'words', packaged_source('minilm-en'),
     ...               'minilm-en', lr=1e-4, epochs=3, seed=0)
-    >>> job['epochs'][0][0]      # ([token_ids, segment_ids] int32 (32, n), labels int32 (32, n - 1))
+    >>> job['epochs'][0][0]    # ([token_ids, segment_ids] int32 (32, n), labels int32 (32, n - 1))
     >>> f1 = test_f1(job, paths) # paths: one label-id list per test window, batch by batch
 
 Word-piece labelling is crf_lr's (``crf_lr.runs.make_samples``: a word's tag goes to all its pieces;
@@ -16,7 +16,7 @@ import os
 
 import numpy as np
 
-LR_MULTIPLIER = 100            # the CRF's transitions learn at 100x the main rate (task_ner default)
+LR_MULTIPLIER = 100     # the CRF's transitions learn at 100x the main rate (task_ner's default)
 STEP_SHAPE = (32, 128)         # the fixed batch of the step timing (issue 31's shape)
 
 

@@ -14,8 +14,6 @@ import os
 import sys
 import tempfile
 
-import numpy as np
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from timing import interleaved  # noqa: E402
 

@@ -299,7 +299,8 @@ def test_end_to_end_scoring_of_gold_paths_is_one_and_of_all_o_zero(e2e_job):
     targets = {tuple(ids): target for ids, target in make_samples(
         [(e.tokens, e.tags, e.spans) for e in test],
         UnitEncoder(e2e_job['vocab'], 'words'), 16, make_head('crf', e2e_job['types'], 'BIO'))}
-    gold = [[targets[tuple(row[row > 0])] for row in inputs[0]] for inputs in e2e_job['predict'][32]]
+    gold = [[targets[tuple(row[row > 0])] for row in inputs[0]]
+            for inputs in e2e_job['predict'][32]]
     assert test_f1(e2e_job, gold) == 1.0
     assert test_f1(e2e_job, [[[0] * len(path) for path in batch] for batch in gold]) == 0.0
     gold[0][0] = [0] * len(gold[0][0])                 # one window's entities lost: 2 of 4 found
