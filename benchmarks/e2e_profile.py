@@ -1,5 +1,6 @@
 """Where the end-to-end step's time goes, on each side: the encoder's forward, its forward and
-backward, and the whole training step (head, loss, optimiser) on the fixed 32 x 128 batch, timed
+backward, the whole training step (head, loss, optimiser) on the fixed 32 x 128 batch and the
+optimiser's update alone, timed
 in interleaved rounds; then the ops of a few whole steps by kind (TensorFlow's profiler trace read
 from its XSpace file; ``torch.profiler``), self time summed per op type. One side per process.
 
@@ -36,9 +37,17 @@ def keras_parts(side, batch):
             total = tf.reduce_sum(tf.cast(states(ids, training=True), tf.float32))
         return tf.add_n([tf.reduce_sum(tf.cast(g, tf.float32))
                          for g in tape.gradient(total, weights)])
+    variables = side.model.trainable_variables
+    gradients = [tf.fill(tf.shape(v), 1e-3) for v in variables]
+
+    @tf.function
+    def update():                      # the optimiser alone, on fixed gradients
+        side.model.optimizer.apply_gradients(zip(gradients, variables))
+        return tf.constant(0)
     return {'encoder forward': lambda: forward().numpy(),
             'encoder forward+backward': lambda: backward().numpy(),
-            'step': lambda: list(side.train([batch]))}
+            'step': lambda: list(side.train([batch])),       # first: creates the optimiser's slots
+            'optimiser update': lambda: update().numpy()}
 
 
 def torch_parts(side, batch):
@@ -60,8 +69,10 @@ def torch_parts(side, batch):
     def backward():
         side.optimizer.zero_grad(set_to_none=True)
         states().backward()
+    def update():                      # the optimiser alone, on the last step's gradients
+        side.optimizer.step()
     return {'encoder forward': forward, 'encoder forward+backward': backward,
-            'step': lambda: list(side.train([batch]))}
+            'step': lambda: list(side.train([batch])), 'optimiser update': update}
 
 
 # Events of Eigen's thread pool: the shards of an op already counted as the op itself.
