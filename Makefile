@@ -21,18 +21,25 @@ $(STAMP): setup.py Makefile
 	$(PIP) install jax==0.10.2 jaxlib==0.10.2  # CPU; Keras 3's JAX backend for crf_lr.keras3
 	touch $(STAMP)
 
-# Benchmark peers (TensorFlow Addons), never runtime dependencies: see benchmarks/run.py.
+# Benchmark peers (TensorFlow Addons; torch, transformers, pytorch-crf), never runtime
+# dependencies: see benchmarks/run.py and benchmarks/end_to_end.py. torch's CPU build first (a
+# local wheel where pip's find-links has one, else PyTorch's CPU index), so that the bench extra's
+# torch==2.13.0 does not pull PyPI's CUDA build.
 BENCH_STAMP := $(VENV)/.crf_lr-bench-installed
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
 $(BENCH_STAMP): $(STAMP)
+	$(PIP) install 'torch==2.13.0+cpu' || $(PIP) install --index-url $(TORCH_CPU_INDEX) 'torch==2.13.0'
 	$(PIP) install -e '.[bench]'
 	touch $(BENCH_STAMP)
 
 bench: install $(BENCH_STAMP)
 	$(PY) benchmarks/run.py
+	$(PY) benchmarks/end_to_end.py
 
 bench-quick: install $(BENCH_STAMP)
 	$(PY) benchmarks/run.py --quick
+	$(PY) benchmarks/end_to_end.py --quick
 
 test: install
 	$(PY) -m pytest -q -n 2 --dist loadfile --durations=15 tests   # 2 processes: tracing is single-threaded

@@ -19,7 +19,10 @@ setup(
     extras_require={
         'test': ['pytest', 'pytest-xdist', 'seqeval', 'httpx', 'selenium'],
         'plots': ['matplotlib'],
-        'bench': ['matplotlib', 'tensorflow-addons==0.23.0', 'typeguard<3'],   # peers only
+        # peers only, never runtime dependencies; torch: install its CPU build first (make bench
+        # does; PyPI's Linux torch pulls GBs of CUDA packages): docs/performance.md, "End to end"
+        'bench': ['matplotlib', 'tensorflow-addons==0.23.0', 'typeguard<3', 'torch==2.13.0',
+                  'transformers==5.24.0', 'pytorch-crf==0.7.2'],
         'serve': ['starlette>=0.40', 'uvicorn>=0.30'],                          # crf_lr.serve
     },
     package_data={'crf_lr': ['static/*']},                                      # the served page

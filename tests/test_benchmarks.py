@@ -293,3 +293,100 @@ def test_layer_norm_probe_matches_bert4keras_layer_norm_and_its_gradients():
             loss, [x] + layer.trainable_weights)])
     for ours, theirs in zip(*results):
         np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-4)
+
+
+# ----------------------------------------------------------------- end to end: crf_lr vs PyTorch
+
+E2E_WORDS = ['john', 'lives', 'in', 'paris', 'new', 'york', 'play', '##ing', 'the', 'game', 'at',
+             'mary', 'went', 'to', 'city', '.']
+
+
+def _tiny_hf_folders(root):
+    """A random 2-layer BERT saved by transformers, and the same weights converted by crf_lr."""
+    import transformers
+    from crf_lr.convert import convert_checkpoint
+    hf = str(root / 'hf')
+    config = transformers.BertConfig(vocab_size=5 + len(E2E_WORDS), hidden_size=16,
+                                     num_hidden_layers=2, num_attention_heads=2,
+                                     intermediate_size=32, max_position_embeddings=128)
+    transformers.BertModel(config).save_pretrained(hf)
+    with open(os.path.join(hf, 'vocab.txt'), 'w') as f:
+        f.write('\n'.join(['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]'] + E2E_WORDS) + '\n')
+    convert_checkpoint(hf, str(root / 'converted'))
+    return hf, str(root / 'converted')
+
+
+def _sentences(texts):
+    """Examples (``.tokens``, ``.tags``, ``.spans``) of 'word/TAG' texts."""
+    from types import SimpleNamespace
+
+    from crf_lr.tagging import get_scheme
+    examples = []
+    for text in texts:
+        words, tags = zip(*(item.split('/') for item in text.split()))
+        examples.append(SimpleNamespace(tokens=list(words), tags=list(tags),
+                                        spans=get_scheme('BIO').decode(list(tags), strict=True)))
+    return examples
+
+
+@pytest.fixture(scope='module')
+def e2e_job(tmp_path_factory):
+    """A tiny end-to-end job: 5 training sentences (a word of two pieces among them), 3 test."""
+    import e2e_torch
+    absent = e2e_torch.missing()
+    if absent:
+        pytest.skip(f'the PyTorch peers of benchmarks/end_to_end.py are not installed: '
+                    f'{", ".join(absent)} (pip install -e ".[bench]")')
+    import e2e_job
+    hf, converted = _tiny_hf_folders(tmp_path_factory.mktemp('e2e'))
+    train = _sentences(['john/B-PER lives/O in/O paris/B-LOC ./O',
+                        'mary/B-PER went/O to/O new/B-LOC york/I-LOC',
+                        'playing/O the/O game/O at/O the/O city/O',
+                        'john/B-PER mary/B-PER ./O',
+                        'the/O new/B-ORG york/I-ORG game/O'])
+    test = _sentences(['mary/B-PER lives/O in/O new/B-LOC york/I-LOC',
+                       'john/B-PER playing/O', 'paris/B-LOC ./O'])
+    return e2e_job.prepare(train, test, ['LOC', 'ORG', 'PER'], 'words', hf, converted, lr=1e-3,
+                           epochs=2, seed=0, maxlen=16, batch_size=4, batch1_sentences=2)
+
+
+@pytest.mark.parametrize('head', ['crf', 'softmax'])
+def test_end_to_end_sides_see_the_same_batches_and_start_from_the_same_loss(e2e_job, head):
+    from e2e_keras import KerasSide
+    from e2e_torch import TorchSide
+    ours, theirs = (KerasSide(e2e_job, head, 'float32', None),
+                    TorchSide(e2e_job, head, 'float32', None))
+    batches = e2e_job['epochs'][0] + e2e_job['epochs'][1]
+    assert {inputs[0].shape[0] for inputs, _ in batches} == {1, 4}   # 5 windows: 1 + 4
+    entities = 0
+    for inputs, labels in batches:
+        mask, seen = ours.seen(inputs, labels)
+        np.testing.assert_array_equal(mask, theirs.seen(inputs, labels)[0])
+        np.testing.assert_array_equal(seen, theirs.seen(inputs, labels)[1])
+        assert mask.sum() == (inputs[0] > 3).sum()                   # every piece, no special
+        entities += (seen[mask] > 0).sum()
+        loss = ours.loss(inputs, labels)
+        assert loss > 0.1 and abs(loss - theirs.loss(inputs, labels)) < 1e-4
+    assert entities == 2 * 9                  # the 9 entity words (one piece each), 2 epochs
+    for inputs in e2e_job['predict'][32] + e2e_job['predict'][1]:
+        for a, b in zip(ours.predict(inputs), theirs.predict(inputs)):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_end_to_end_scoring_of_gold_paths_is_one_and_of_all_o_zero(e2e_job):
+    from crf_lr.heads import make_head
+    from crf_lr.pieces import UnitEncoder
+    from crf_lr.runs import make_samples
+    from e2e_job import test_f1
+    test = _sentences(['mary/B-PER lives/O in/O new/B-LOC york/I-LOC',
+                       'john/B-PER playing/O', 'paris/B-LOC ./O'])
+    assert [e.tokens for e in test] == e2e_job['test_tokens']
+    targets = {tuple(ids): target for ids, target in make_samples(
+        [(e.tokens, e.tags, e.spans) for e in test],
+        UnitEncoder(e2e_job['vocab'], 'words'), 16, make_head('crf', e2e_job['types'], 'BIO'))}
+    gold = [[targets[tuple(row[row > 0])] for row in inputs[0]]
+            for inputs in e2e_job['predict'][32]]
+    assert test_f1(e2e_job, gold) == 1.0
+    assert test_f1(e2e_job, [[[0] * len(path) for path in batch] for batch in gold]) == 0.0
+    gold[0][0] = [0] * len(gold[0][0])                 # one window's entities lost: 2 of 4 found
+    assert 0 < test_f1(e2e_job, gold) < 1
