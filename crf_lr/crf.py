@@ -314,8 +314,8 @@ def crf_log_partition(emissions, mask, transitions, start=None, end=None):
         start, end: optional float tensors (L,) of first-label / last-label scores.
     Returns:
         float tensor (batch,) in the compute dtype. NaN / inf: a NaN or ``+inf`` emission,
-        transition or start/end score gives NaN for its row (switch off, the default), or raises
-        naming the argument under ``crf_lr.set_check_numerics(True)``.
+        transition or start/end score raises naming the argument (``set_check_numerics``, on by
+        default), or gives NaN for its row with the checks off.
 
         >>> log_z = crf_log_partition(emissions, tf.sequence_mask(lengths, n), transitions)
         >>> log_z.shape                     # (batch,)
@@ -473,8 +473,9 @@ class ConditionalRandomField(LayerMethodOwner, keras.layers.Layer):
     def dense_loss(self, y_true, y_pred):
         """Negative log-likelihood (batch,) of one-hot (or soft) labels ``y_true`` (batch, n, L).
 
-        NaN / inf (``set_check_numerics`` off, the default): a NaN or ``+inf`` emission, label or
-        transition makes its row's loss NaN; on, it raises naming the layer and the argument.
+        NaN / inf: a NaN or ``+inf`` emission, label or transition raises naming the layer and
+        the argument (``crf_lr.set_check_numerics``, on by default); checks off, its row's loss
+        is NaN.
         ``-inf`` emissions are masked positions (what ``call`` puts at padding), never an error.
         """
         emissions, mask = self._unpack(y_pred, 'dense_loss')

@@ -19,9 +19,9 @@ reloads with ``keras.models.load_model`` and no ``custom_objects``.
 
 Bad input: a sparse target index out of range always raises ``InvalidArgumentError`` naming the
 loss, the index and the range. NaN or ``+inf`` logits and dense targets outside [0, 1] raise
-(naming the loss and the argument) once ``crf_lr.set_check_numerics(True)`` is on; with the switch
-off (the default: docs/reliability.md says why) each function's docstring says what they give,
-under "NaN / inf": mostly a NaN loss, but never an error.
+(naming the loss and the argument) while ``crf_lr.set_check_numerics`` is on, the default (it costs
+nothing measurable: docs/reliability.md); with the checks off each function's docstring says what
+they give, under "NaN / inf (checks off)": mostly a NaN loss, but never an error.
 
     >>> model.compile(optimizer='adam', loss=sparse_global_pointer_crossentropy,
     ...               metrics=[sparse_global_pointer_f1])
@@ -66,7 +66,7 @@ def multilabel_categorical_crossentropy(y_true, y_pred):
             class from the loss (a positive target on such a cell is ignored).
     Returns:
         Float tensor ``(...)``: the loss of every row.
-    NaN / inf (switch off): a NaN or ``+inf`` logit, or a target outside [0, 1] or NaN, makes its
+    NaN / inf (checks off): a NaN or ``+inf`` logit, or a target outside [0, 1] or NaN, makes its
     row's loss NaN; under ``crf_lr.set_check_numerics(True)`` each raises naming the argument.
 
         >>> multilabel_categorical_crossentropy([[1., 0., 0.]], [[2., -1., 0.5]])
@@ -116,7 +116,7 @@ def sparse_multilabel_categorical_crossentropy(y_true, y_pred, mask_zero=False):
         mask_zero: treat class 0 as padding (see above).
     Returns:
         Float tensor ``(...)``: the loss of every row.
-    NaN / inf (switch off): a NaN logit makes its row's loss NaN, and so does ``+inf`` on a
+    NaN / inf (checks off): a NaN logit makes its row's loss NaN, and so does ``+inf`` on a
     negative class; ``+inf`` on a positive class is silently taken as a perfect score (its term
     is 0, the loss finite and wrong). Under ``crf_lr.set_check_numerics(True)`` both raise.
 
@@ -186,7 +186,7 @@ def global_pointer_crossentropy(y_true, y_pred):
         y_pred: the layer's scores ``(batch, heads, n, n)``, ``-inf`` in masked cells.
     Returns:
         Float tensor ``(batch,)``: the per-type losses summed over heads.
-    NaN / inf (switch off): a NaN or ``+inf`` score makes its example's loss NaN (as the dense
+    NaN / inf (checks off): a NaN or ``+inf`` score makes its example's loss NaN (as the dense
     MCCE); under ``crf_lr.set_check_numerics(True)`` it raises naming the loss.
 
         >>> model.compile(optimizer='adam', loss=global_pointer_crossentropy,
@@ -233,7 +233,7 @@ def sparse_global_pointer_crossentropy(y_true, y_pred):
         y_pred: the layer's scores ``(batch, heads, n, n)``.
     Returns:
         Float tensor ``(batch,)``: the per-type losses summed over heads.
-    NaN / inf (switch off): a NaN score, or ``+inf`` on a cell that is not an entity, makes its
+    NaN / inf (checks off): a NaN score, or ``+inf`` on a cell that is not an entity, makes its
     example's loss NaN; ``+inf`` on an entity's cell counts as a perfect score (finite, wrong).
     Under ``crf_lr.set_check_numerics(True)`` both raise naming the loss.
 
@@ -258,7 +258,7 @@ def global_pointer_f1(y_true, y_pred):
         y_true: ``(batch, heads, n, n)`` 0/1 targets; y_pred: scores of the same shape.
     Returns:
         Float32 scalar.
-    NaN / inf (switch off): never NaN: a NaN score counts as not predicted, ``+inf`` as predicted;
+    NaN / inf (checks off): never NaN: a NaN score counts as not predicted, ``+inf`` as predicted;
     under ``crf_lr.set_check_numerics(True)`` both raise.
 
         >>> model.compile(optimizer='adam', loss=global_pointer_crossentropy,

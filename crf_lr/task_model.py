@@ -37,7 +37,7 @@ def build_task_model(args, strategy, units, make_head, examples):
     from crf_lr.tagger import Tagger
     from crf_lr.vocabulary import check_vocabulary, choose_encoder
 
-    set_check_numerics(True)            # NaN/inf in a layer or loss stops the run, naming it
+    set_check_numerics(True)            # the default, said: NaN/inf in a layer or loss stops the run
     print(set_precision(args.precision))                 # e.g. 'precision: float32 (...)'
     keras.utils.set_random_seed(args.seed)
     encoder, why = ((args.encoder, 'as given') if args.encoder else   # else by the text's script

@@ -270,15 +270,16 @@ def test_a_damaged_converted_cache_is_not_returned(tmp_path, saved):
 
 def test_switch_is_a_call_and_a_context_manager_and_adds_nothing_when_off():
     from crf_lr.numerics import check_numerics_enabled, guard_finite
-    assert not check_numerics_enabled()
-    with crf_lr.set_check_numerics(True):
-        assert check_numerics_enabled()
-        with crf_lr.set_check_numerics(False):
-            assert not check_numerics_enabled()
-        assert check_numerics_enabled()
-    assert not check_numerics_enabled()
+    assert check_numerics_enabled()                        # on by default: measured free
+    with crf_lr.set_check_numerics(False):
+        assert not check_numerics_enabled()
+        with crf_lr.set_check_numerics(True):
+            assert check_numerics_enabled()
+        assert not check_numerics_enabled()
+    assert check_numerics_enabled()
     x = tf.constant([1.0, np.nan])
-    assert guard_finite(x, 'f', 'x') is x                              # off: no op at all
+    with crf_lr.set_check_numerics(False):
+        assert guard_finite(x, 'f', 'x') is x                          # off: no op at all
     layer = ConditionalRandomField(name='crf')
     layer.build((None, None, 3))
     spec = (tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None, None, 3], tf.float32))
@@ -417,7 +418,8 @@ def test_fit_with_the_switch_on_names_the_layer_not_just_a_nan_loss():
 def test_dense_mcce_targets_outside_zero_one_raise_under_the_switch(y_true):
     """Documented: off, the loss is NaN (no cost); on, the target raises."""
     y_pred = np.array([[2., -1., 0.5]], 'float32')
-    assert np.isnan(multilabel_categorical_crossentropy(y_true, y_pred).numpy()).all()
+    with crf_lr.set_check_numerics(False):
+        assert np.isnan(multilabel_categorical_crossentropy(y_true, y_pred).numpy()).all()
     with crf_lr.set_check_numerics(True), pytest.raises(tf.errors.InvalidArgumentError) as error:
         multilabel_categorical_crossentropy(y_true, y_pred)
     _check_message(error, 'multilabel_categorical_crossentropy', 'y_true', 'outside [0, 1]')
