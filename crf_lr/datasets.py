@@ -472,8 +472,9 @@ def read_bio(path, sep=None, types=None, scheme='BIO', repair=False, chunked=Tru
                                 source=f'{path}:{first_line}', notes=notes,
                                 repaired_at=repaired_at))
 
-    lines = list(_lines(path))
-    if marks is None:
+    lines = _lines(path)
+    if marks is None:                                  # looks at every line first: keep them
+        lines = list(lines)
         marks = _position_marked(line.split(None, 1)[0] for _, line in lines if line)
     for number, line in lines:
         if not line:

@@ -12,13 +12,12 @@ import json
 import os
 import shutil
 import warnings
-from typing import Optional
 
 import numpy as np
 
 from crf_lr.atomic import replace_folder
 from crf_lr.batching import Batches, Encoded
-from crf_lr.heads import Window, make_head
+from crf_lr.heads import Decoded, Window, make_head
 from crf_lr.pieces import UnitEncoder, windows_of
 from crf_lr.precision import load_model
 from crf_lr.runs import LABELS_KEYS, check_model_folder
@@ -27,8 +26,8 @@ from crf_lr.tracing import conformed, free_signature, traced_without_autograph
 
 
 @dataclasses.dataclass
-class Prediction:
-    """One text's prediction: unit spans ``(start, end, label)`` (end exclusive); for tag heads,
+class Prediction(Decoded):
+    """One text's prediction, its windows' :class:`~crf_lr.heads.Decoded` stitched: unit spans ``(start, end, label)`` (end exclusive); for tag heads,
     one tag per unit (None for span heads); a confidence in [0, 1] per span, aligned with
     ``spans``; the probability of the text's whole decoded tag path (the product over its
     windows; None for span heads); and, when asked for, each unit's label probabilities
@@ -38,11 +37,6 @@ class Prediction:
     entity; softmax head, the product of its pieces' tag probabilities; GlobalPointer heads,
     the logistic of the span's score (not a calibrated probability unless the head's
     temperature was fitted). See ``crf_lr.heads.Head.temperature``."""
-    spans: list
-    tags: Optional[list] = None
-    confidences: Optional[list] = None
-    path_probability: Optional[float] = None
-    marginals: Optional[np.ndarray] = None
 
 
 class Tagger:
