@@ -33,7 +33,7 @@ import tempfile
 
 import numpy as np
 
-from crf_lr.runs import model_files
+from crf_lr.runs import check_model_folder
 
 
 def _tag_decoder(head):
@@ -147,10 +147,11 @@ def export(model_dir, out_dir, overwrite=False):
     ``labels.json`` and ``vocab.txt`` beside it; atomic (built in a temporary folder beside it).
 
     Raises:
-        FileNotFoundError for a model folder with files missing; FileExistsError when ``out_dir``
-        exists and not ``overwrite``; ValueError for a head that cannot be exported.
+        FileNotFoundError or ValueError for a model folder with files missing or damaged
+        (``crf_lr.runs.check_model_folder``); FileExistsError when ``out_dir`` exists and not
+        ``overwrite``; ValueError for a head that cannot be exported.
     """
-    _, labels_path, vocab_path = model_files(model_dir)
+    _, labels_path, vocab_path, _ = check_model_folder(model_dir)
     if os.path.exists(out_dir) and not overwrite:
         raise FileExistsError(f'{out_dir} exists: choose another folder or pass --overwrite')
     from crf_lr.compat import tf

@@ -24,7 +24,7 @@ import json
 import logging
 import os
 
-from crf_lr.runs import model_files
+from crf_lr.runs import check_model_folder
 
 # Stated limits of one POST /v1/predict request (a 100,000-character text fits: it is windowed).
 LIMITS = dict(max_body_bytes=2 * 1024 * 1024, max_texts=64, max_chars=200_000)
@@ -271,10 +271,10 @@ def main(argv=None):
     if args.max_batch < 1 or args.batch_wait_ms < 0:
         parser.error('--max-batch must be >= 1 and --batch-wait-ms >= 0')
     try:
-        model_files(args.model_dir)                     # before TensorFlow loads: answers at once
+        check_model_folder(args.model_dir)              # before TensorFlow loads: answers at once
         import starlette  # noqa: F401
         import uvicorn
-    except (FileNotFoundError, ImportError) as error:
+    except (FileNotFoundError, ValueError, ImportError) as error:
         parser.error(f"{error} (the server needs pip install 'crf_lr[serve]')"
                      if isinstance(error, ImportError) else str(error))
     from crf_lr.cli import quiet_tensorflow
