@@ -1,7 +1,8 @@
 """crf_lr's side of the end-to-end benchmark: ``examples/task_ner.py``'s model (bert4keras encoder,
 ``crf_lr.heads`` head: Dense + CRF with its transitions at 100x, or Dense + softmax), compiled with
 ``LayerwiseAdam`` as the script compiles it, trained through ``crf_lr.runs.train_steps`` (the
-scripts' loop) or Keras's ``model.train_on_batch`` (what bert4keras users write).
+scripts' loop) or Keras's ``model.train_on_batch`` (what bert4keras users write), plain or after
+``crf_lr.runs.trace_once`` (``step='trace_once'``).
 
     >>> side = KerasSide(job, 'crf', 'float32', threads=2, step='train_steps')
     >>> losses = list(side.train(job['epochs'][0]))
@@ -49,11 +50,13 @@ class KerasSide:
 
     def train(self, batches):
         """Yield each step's loss (training ``batches`` in turn)."""
-        from crf_lr.runs import train_steps
+        from crf_lr.runs import trace_once, train_steps
         self._trans = None
         if self.step == 'train_steps':
             yield from train_steps(self.model, batches)
         else:
+            if self.step == 'trace_once':              # traced at the first call only
+                trace_once(self.model, batches[0])
             for inputs, labels in batches:
                 yield float(np.atleast_1d(self.model.train_on_batch(inputs, labels))[0])
 

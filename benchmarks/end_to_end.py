@@ -8,7 +8,8 @@ labels, order, head initialisation, optimiser settings and thread count.
     $ python benchmarks/end_to_end.py --report benchmarks/results.end_to_end.json   # the tables
 
 Stacks: ``crf_lr train_steps`` (the scripts' loop, ``crf_lr.runs.train_steps``), ``crf_lr
-train_on_batch`` (Keras's ``model.train_on_batch``, bert4keras style) and ``PyTorch``
+train_on_batch`` (Keras's ``model.train_on_batch``, bert4keras style), ``crf_lr trace_once +
+train_on_batch`` (the same after one ``crf_lr.runs.trace_once`` call) and ``PyTorch``
 (``e2e_torch.py``). Corpora: CoNLL-2003 with the packaged MiniLM (``minilm-en``; transformers'
 ``BertModel``) and MSRA with the packaged ALBERT-tiny (``albert-tiny-zh``; ``AlbertModel``), a
 fixed seeded training subset each (``crf_lr.splits.load_splits``), the first test sentences.
@@ -50,6 +51,7 @@ from timing import machine  # noqa: E402
 CORPORA = {'conll2003': ('minilm-en', 1e-4), 'msra': ('albert-tiny-zh', 2e-4)}
 STACKS = {'crf_lr train_steps': dict(side='crf_lr', step='train_steps'),
           'crf_lr train_on_batch': dict(side='crf_lr', step='train_on_batch'),
+          'crf_lr trace_once + train_on_batch': dict(side='crf_lr', step='trace_once'),
           'PyTorch': dict(side='torch')}
 FULL = dict(corpora=('conll2003', 'msra'), heads=('crf', 'softmax'), stacks=tuple(STACKS),
             seeds=(0, 1, 2), epochs=3, train_sentences=2000, test_sentences=1000, step_calls=5)

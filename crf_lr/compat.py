@@ -102,8 +102,52 @@ def _fix_feed_forward_config():
     FeedForward.get_config = get_config
 
 
+def without_autotune(dataset):
+    """``dataset`` with tf.data's autotuning off, for pipelines that have nothing to tune.
+
+    Deleting an iterator of an autotuned dataset waits for its autotuning thread to finish its
+    current period (TF 2.21): after a training step of 1-2 s that is up to 1.3 s, after an epoch
+    up to several seconds (``python benchmarks/iterator_stall.py``; docs/performance.md).
+
+        >>> iterator = iter(without_autotune(tf.data.Dataset.from_tensors(batch)))
+    """
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    return dataset.with_options(options)
+
+
+class _DistributingWithoutAutotune:
+    """A distribution strategy's stand-in whose ``experimental_distribute_dataset`` turns
+    autotuning off first (:func:`without_autotune`)."""
+
+    def __init__(self, strategy):
+        self._strategy = strategy
+
+    def experimental_distribute_dataset(self, dataset, *args, **kwargs):
+        return self._strategy.experimental_distribute_dataset(without_autotune(dataset), *args,
+                                                               **kwargs)
+
+
+def _fix_iterator_deletion_stall():
+    """``train_on_batch`` / ``test_on_batch`` / ``predict_on_batch`` make one dataset iterator per
+    call (tf-keras's ``single_batch_iterator``), and deleting it stalled up to 1.3 s on 2-3 of 8
+    training steps (:func:`without_autotune`); build those one-batch datasets without
+    autotuning, which has nothing to tune in them. The strategy is used for nothing else there."""
+    from tf_keras.src.engine import data_adapter
+    original = data_adapter.single_batch_iterator
+    if getattr(original, '_crf_lr_fixed', False):
+        return
+
+    def single_batch_iterator(strategy, *args, **kwargs):
+        return original(_DistributingWithoutAutotune(strategy), *args, **kwargs)
+
+    single_batch_iterator._crf_lr_fixed = True
+    data_adapter.single_batch_iterator = single_batch_iterator
+
+
 _fix_optimizer_base_class()
 _fix_save_weights_as_checkpoint()
 _fix_feed_forward_config()
+_fix_iterator_deletion_stall()
 
-__all__ = ['tf', 'keras', 'K', 'np']
+__all__ = ['tf', 'keras', 'K', 'np', 'without_autotune']

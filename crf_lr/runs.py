@@ -400,12 +400,9 @@ def train_steps(model, batches, crf_xla=False):
 
     The step is Keras's own train function (``model.make_train_function()``, the one ``fit`` and
     ``train_on_batch`` run, under the model's distribution strategy), fed from a ``tf.data``
-    dataset whose signature is the first batch's with every dimension None. It is traced once per
-    model, for batches of every size and length and for every later call, where ``train_on_batch``
-    traces for the first batch's exact shape and again with generalised ones. It is traced
-    without AutoGraph where the model allows (:func:`_traced_without_autograph`), and with the
-    CRF's forward-backward compiled by XLA only if ``crf_xla`` (:func:`crf_lr.crf.use_xla`): in a
-    training step on CPU its compilations cost more than they save (docs/performance.md).
+    dataset whose signature is the first batch's with every dimension None, and traced once per
+    model by :func:`trace_once` (for batches of every size and length, without AutoGraph where
+    the model allows, the CRF's forward-backward compiled by XLA only if ``crf_xla``).
 
     Args:
         model: a compiled keras.Model; built inside ``strategy.scope()``
@@ -417,35 +414,65 @@ def train_steps(model, batches, crf_xla=False):
     Yields:
         float: the loss of each step, as ``train_on_batch`` returns it (computed before the
         update); with several replicas, the mean over the whole global batch. Sets
-        ``model.distribute_reduction_method = 'first'`` (see the code) for that.
+        ``model.distribute_reduction_method = 'first'`` (see :func:`trace_once`).
 
         >>> for loss in train_steps(model, batches):
         ...     print(loss)
     """
-    from crf_lr.compat import tf
     from crf_lr.crf import use_xla
     if not batches:
         raise ValueError('train_steps: no batches to train on')
-    dataset = _batches_dataset(batches)
+    iterator = _step_iterator(model, _batches_dataset(batches))
+    train_function = trace_once(model, batches[0], crf_xla, iterator)
     strategy = model.distribute_strategy
-    _create_step_variables(model, as_arrays(batches[0][1]))
-    options = tf.data.Options()     # several workers: each takes its replicas' rows of a batch
-    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-    iterator = iter(strategy.experimental_distribute_dataset(dataset.with_options(options)))
-    # Keras's metrics are reduced over every replica already; its default ('auto') sums them
-    # again over the workers of a multi-worker strategy (the loss came out x workers)
-    made = model.distribute_reduction_method == 'first'
-    model.distribute_reduction_method = 'first'
-    train_function = model.make_train_function(force=not made)    # then kept by the model
-    if not made:
-        with use_xla(crf_xla):
-            train_function = model.train_function = _traced_without_autograph(
-                train_function, iterator, strategy.num_replicas_in_sync)
     for _ in batches:
-        with strategy.scope(), use_xla(crf_xla):         # where the first call traces
+        with strategy.scope(), use_xla(crf_xla):         # where a Keras-traced function traces
             model.reset_metrics()                            # the loss of this step alone
             logs = train_function(iterator)
         yield float(logs['loss'])
+
+
+def trace_once(model, batch, crf_xla=False, iterator=None):
+    """Trace ``model``'s train step now, once, for batches like ``batch`` of every size and
+    length: ``model.fit``, ``model.train_on_batch`` and :func:`train_steps` then run it without
+    tracing again. Plain ``train_on_batch`` traces for the first batch's exact shape and again,
+    generalised, for a second shape, with AutoGraph: its first two steps on MiniLM took 9 and
+    7 s on 2 CPU cores, its first epoch 2.4x this (docs/performance.md). Call it after
+    ``model.compile`` (which forgets the traced step).
+
+    Traced without AutoGraph where the model allows (:func:`_traced_without_autograph`), with
+    the CRF's forward-backward compiled by XLA only if ``crf_xla`` (:func:`crf_lr.crf.use_xla`):
+    in a training step on CPU its compilations cost more than they save. Creates the optimiser's
+    slots and the compiled loss and metrics first, and sets
+    ``model.distribute_reduction_method = 'first'``: Keras's metrics are reduced over every
+    replica already, and its default ('auto') summed them again over the workers of a
+    multi-worker strategy (the loss came out x workers).
+
+        >>> trace_once(model, (inputs, labels))       # a batch of NumPy arrays
+        >>> model.train_on_batch(inputs, labels)      # no trace here, nor for other shapes
+    """
+    from crf_lr.crf import use_xla
+    if model.distribute_reduction_method == 'first' and model.train_function is not None:
+        return model.train_function                       # traced already, since the compile
+    if iterator is None:
+        iterator = _step_iterator(model, _batches_dataset([batch]))
+    strategy = model.distribute_strategy
+    _create_step_variables(model, as_arrays(batch[1]))
+    model.distribute_reduction_method = 'first'
+    train_function = model.make_train_function(force=True)
+    with strategy.scope(), use_xla(crf_xla):
+        model.train_function = _traced_without_autograph(
+            train_function, iterator, strategy.num_replicas_in_sync)
+    return model.train_function
+
+
+def _step_iterator(model, dataset):
+    """An iterator over ``dataset`` (:func:`_batches_dataset`) under ``model``'s strategy."""
+    from crf_lr.compat import tf, without_autotune
+    options = tf.data.Options()     # several workers: each takes its replicas' rows of a batch
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    dataset = without_autotune(dataset.with_options(options))     # no stall when it is deleted
+    return iter(model.distribute_strategy.experimental_distribute_dataset(dataset))
 
 
 def _batches_dataset(batches):

@@ -95,6 +95,13 @@ def test_encoder_flops_count_the_kernels_of_a_real_albert():
     assert models.encoder_flops(3, batch, n, **size) == expected
 
 
+@pytest.mark.parametrize('layers,batch,n', [(4, 32, 128), (1, 3, 7), (2, 16, 64)])
+def test_matmul_floor_runs_the_products_of_the_counted_flops(layers, batch, n):
+    """benchmarks/matmul_floor.py's products: the arithmetic models.encoder_flops counts."""
+    from matmul_floor import product_flops, step_products
+    assert product_flops(step_products(layers, batch, n)) == models.encoder_flops(layers, batch, n)
+
+
 def test_random_batch_targets_describe_the_same_entities():
     data = models.random_batch(np.random.default_rng(5), 3, 40)
     lengths = (data['token_ids'] > 0).sum(1)

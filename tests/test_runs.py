@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import crf_lr  # noqa: F401  (environment before TensorFlow)
-from crf_lr.runs import RunLog, fit, model_files, train_steps
+from crf_lr.runs import RunLog, fit, model_files, trace_once, train_steps
 from step_cases import BUILT_IN_HEADS, head_model, random_batches
 
 
@@ -158,6 +158,44 @@ def test_train_steps_give_the_train_on_batch_losses_and_trace_once(name):
     losses = [loss for batches in epochs for loss in train_steps(model, batches)]
     np.testing.assert_allclose(losses, expected, rtol=1e-5)
     assert model.train_function.experimental_get_tracing_count() == 1
+    model, _ = head_model(name)                 # train_on_batch after trace_once: no new trace
+    trace_once(model, epochs[0][0])
+    losses = [float(model.train_on_batch(inputs, targets, return_dict=True)['loss'])
+              for batches in epochs for inputs, targets in batches]
+    np.testing.assert_allclose(losses, expected, rtol=1e-5)
+    assert model.train_function.experimental_get_tracing_count() == 1
+
+
+def test_trace_once_serves_fit_and_traces_again_after_a_compile():
+    """model.fit runs the step trace_once traced (no trace of its own); model.compile forgets
+    it, and trace_once traces anew."""
+    model, head = head_model('crf')
+    batches = random_batches(head, sentences=8, batch_size=4)
+    step = trace_once(model, batches[0])
+    assert trace_once(model, batches[1]) is step                  # traced already: kept
+    inputs, targets = batches[0]
+    model.fit(inputs, targets, batch_size=2, epochs=1, verbose=0)
+    assert model.train_function is step and step.experimental_get_tracing_count() == 1
+    model.compile(model.optimizer, loss=model.loss)
+    assert trace_once(model, batches[0]) is not step
+
+
+def test_one_batch_datasets_are_built_without_autotuning():
+    """Deleting an iterator of an autotuned dataset stalled up to 1.3 s after a training step
+    (TF 2.21; benchmarks/iterator_stall.py): train_steps' dataset and the one-batch datasets of
+    train_on_batch / test_on_batch / predict_on_batch (crf_lr.compat's fix) have autotuning off,
+    the datasets of model.fit keep it."""
+    from crf_lr.compat import tf
+    from crf_lr.runs import _batches_dataset, _step_iterator
+    from tf_keras.src.engine import data_adapter
+    x = np.zeros((2, 3), np.float32)
+    batch_iterator = data_adapter.single_batch_iterator(tf.distribute.get_strategy(), x, x)
+    assert batch_iterator._dataset.options().autotune.enabled is False
+    model, head = head_model('crf')
+    step_iterator = _step_iterator(model, _batches_dataset(random_batches(head, 4, 2)))
+    assert step_iterator._dataset.options().autotune.enabled is False
+    handler = data_adapter.DataHandler(x, x, batch_size=1)
+    assert handler._dataset.options().autotune.enabled is not False
 
 
 def _traced_files(branch_on_values):
