@@ -154,7 +154,7 @@ def export(model_dir, out_dir, overwrite=False):
     _, labels_path, vocab_path, _ = check_model_folder(model_dir)
     if os.path.exists(out_dir) and not overwrite:
         raise FileExistsError(f'{out_dir} exists: choose another folder or pass --overwrite')
-    from crf_lr.compat import tf
+    from crf_lr.compat import flat_dense, tf
     from crf_lr.crf import use_xla
     from crf_lr.tagger import Tagger
     module = serving_module(Tagger.load(model_dir))
@@ -162,7 +162,7 @@ def export(model_dir, out_dir, overwrite=False):
     os.makedirs(parent, exist_ok=True)
     building = tempfile.mkdtemp(prefix='.export-', dir=parent)
     try:
-        with use_xla(False):           # TF Serving runs no XLA: the CRF traced without it
+        with use_xla(False), flat_dense():   # TF Serving runs no XLA: the CRF without it
             tf.saved_model.save(module, building, signatures={'serving_default': module.serve})
         for path in (labels_path, vocab_path):
             shutil.copyfile(path, os.path.join(building, os.path.basename(path)))

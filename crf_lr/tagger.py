@@ -133,16 +133,18 @@ class Tagger:
         """The model's outputs for one batch of ``inputs`` (NumPy arrays), as a NumPy array.
 
         What ``model.predict_on_batch`` computes, from a step traced once for batches of every
-        size and length and without AutoGraph (:mod:`crf_lr.tracing`), where ``predict_on_batch``
-        traces for the first batch's shape and again for a second; ``predict_on_batch`` itself
+        size and length, without AutoGraph (:mod:`crf_lr.tracing`) and with fusable dense layers
+        (:func:`crf_lr.compat.flat_dense`), where ``predict_on_batch`` traces for the first
+        batch's shape and again for a second; ``predict_on_batch`` itself
         where a layer needs AutoGraph or the model has several replicas. Inputs are cast to the
         first batch's dtypes; a new ``self.model`` is traced anew.
         """
+        from crf_lr.compat import flat_dense
         model = self.model
         if self._prediction is None or self._prediction[0] is not model:   # or a new model
             step, signature = None, free_signature(inputs)
             if model.distribute_strategy.num_replicas_in_sync == 1:
-                with model.distribute_strategy.scope():
+                with model.distribute_strategy.scope(), flat_dense():
                     step = traced_without_autograph(lambda x: model(x, training=False), signature)
             self._prediction = model, step, signature
         _, step, signature = self._prediction

@@ -1,4 +1,5 @@
-"""The environment set-up and each of the three bert4keras fixes, tested on a tiny BERT."""
+"""The environment set-up, each of the three bert4keras fixes (tested on a tiny BERT) and the
+flattened Dense call of ``crf_lr.compat.flat_dense``."""
 import os
 import subprocess
 import sys
@@ -72,3 +73,39 @@ def test_missing_no_deps_packages_are_named_with_the_install_command():
                                           r'install.*pip install --no-deps bert4keras==0\.11\.5 x==1'):
         check_no_deps_requirements({'bert4keras_missing_': 'bert4keras==0.11.5',
                                     'no_such_module_': 'x==1'})
+
+
+@pytest.mark.parametrize('shape', [(2, 3, 4), (2, 3, 5, 4), (0, 7, 4)])
+def test_flat_dense_computes_what_keras_dense_does_and_keeps_the_static_shape(shape):
+    """crf_lr.compat.flat_dense: a Dense layer on a rank > 2 input, flattened for the fused
+    kernel, gives Keras's outputs (and gradients) and static shape; outside the block Keras's
+    own call runs (a Tensordot reshape), inside it none does; rank 2 inputs are untouched."""
+    from crf_lr.compat import flat_dense, keras, tf
+    keras.utils.set_random_seed(0)
+    layer = keras.layers.Dense(6, activation='gelu')
+    inputs = tf.random.normal(shape)
+    layer(inputs)
+
+    def traced(flat):
+        with flat_dense(flat):
+            step = tf.function(lambda x: layer(x))
+            graph = step.get_concrete_function(
+                tf.TensorSpec([None] * (len(shape) - 1) + [4])).graph
+        with tf.GradientTape() as tape:
+            tape.watch(inputs)
+            outputs = step(inputs)
+            total = tf.reduce_sum(outputs * outputs)
+        return outputs, tape.gradient(total, [inputs] + layer.trainable_weights), graph
+    keras_outputs, keras_gradients, keras_graph = traced(False)
+    flat_outputs, flat_gradients, flat_graph = traced(True)
+    np.testing.assert_allclose(flat_outputs, keras_outputs, rtol=1e-5, atol=1e-6)
+    for flat, reference in zip(flat_gradients, keras_gradients):
+        np.testing.assert_allclose(flat, reference, rtol=1e-5, atol=1e-5)
+    assert flat_outputs.shape == shape[:-1] + (6,)
+    assert [t.shape.as_list() for t in flat_graph.outputs][0][-1] == 6
+    assert any('Tensordot' in op.name for op in keras_graph.get_operations())
+    assert not any('Tensordot' in op.name for op in flat_graph.get_operations())
+    rows = tf.reshape(inputs, [-1, 4])
+    with flat_dense():
+        flat_rows = layer(rows)
+    np.testing.assert_array_equal(flat_rows, layer(rows))

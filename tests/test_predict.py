@@ -263,7 +263,8 @@ def test_help_and_path_errors_answer_before_tensorflow_loads(tmp_path):
 def test_prediction_is_predict_on_batch_s_from_one_trace(saved):
     """Tagger.scores: predict_on_batch's outputs, for batches of any size, length and integer
     dtype, from one trace (predict_on_batch traces again for a second shape); a model set on the
-    tagger afterwards is traced anew."""
+    tagger afterwards is traced anew. Tolerance 1e-5: the tagger's step multiplies with fused
+    dense kernels (crf_lr.compat.flat_dense), which round differently in the last float32 bits."""
     from crf_lr.tagger import Tagger
     tagger = Tagger.load(saved['ner'])
     rng = np.random.default_rng(0)
@@ -272,14 +273,14 @@ def test_prediction_is_predict_on_batch_s_from_one_trace(saved):
                for rows, length, dtype in ((2, 7, 'int32'), (3, 12, 'int32'), (1, 5, 'int64'))]
     for inputs in batches:
         np.testing.assert_allclose(tagger.scores(inputs), tagger.model.predict_on_batch(inputs),
-                                   rtol=1e-6, atol=1e-6)
+                                   rtol=1e-5, atol=1e-5)
     model, step, _ = tagger._prediction
     assert step.experimental_get_tracing_count() == 1
     other = Tagger.load(saved['ner']).model
     other.set_weights([w + 0.5 for w in other.get_weights()])
     tagger.model = other
     np.testing.assert_allclose(tagger.scores(batches[0]), other.predict_on_batch(batches[0]),
-                               rtol=1e-6, atol=1e-6)
+                               rtol=1e-5, atol=1e-5)
     assert not np.allclose(tagger.scores(batches[0]), model.predict_on_batch(batches[0]))
 
 

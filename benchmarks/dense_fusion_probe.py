@@ -1,0 +1,103 @@
+"""Probe: tf-keras's ``Dense`` on (batch, n, d) inputs as Keras calls it (``tensordot``, then the
+bias and the activation on the 3-D result) against :func:`crf_lr.compat.flat_dense` (the
+flattened input: TensorFlow's graph optimiser fuses product, bias and activation into one oneDNN
+kernel), timed in interleaved rounds, each precision in its own rounds:
+
+* ``--part predict``: the end-to-end benchmark's prediction step (packaged MiniLM + Dense + CRF,
+  CoNLL-2003's first test sentences in the end-to-end benchmark's batches of 32): the model's
+  scores, as :class:`crf_lr.tagger.Tagger` computes them;
+* ``--part step``: the whole training step of the CRF head (4-layer ALBERT-tiny shape, batch 32,
+  n = 128; ``models.train_step``).
+
+    $ python benchmarks/dense_fusion_probe.py --part predict     # JSON lines, one per precision
+    $ python benchmarks/dense_fusion_probe.py --part step
+"""
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+
+import crf_lr  # noqa: F401  (environment before TensorFlow)
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from timing import interleaved, load_average, ratio_summary  # noqa: E402
+
+
+def predict_functions(precision, sentences):
+    """{False: Keras's Dense, True: flat_dense} -> a callable scoring every prediction batch,
+    and the largest difference between their scores (finite entries)."""
+    from crf_lr.compat import flat_dense, tf
+    from crf_lr.pretrained import packaged_source
+    from crf_lr.splits import load_splits
+    from crf_lr.tracing import conformed, free_signature
+    from e2e_job import prepare
+    from e2e_worker import make_side
+    data = load_splits('conll2003', train_limit=32, eval_limit=sentences)
+    job = prepare(data.train, data.test, data.types, data.units, packaged_source('minilm-en'),
+                  'minilm-en', 1e-4, 1, 0)
+    model = make_side(job, dict(side='crf_lr', head='crf', precision=precision, threads=None)).model
+    batches = job['predict'][32]
+    signature = free_signature(batches[0])
+    functions, scores = {}, {}
+    for flat in (False, True):
+        with flat_dense(flat):
+            step = tf.function(lambda x: model(x, training=False), reduce_retracing=True,
+                               autograph=False)
+            step.get_concrete_function(signature)
+        scores[flat] = [np.asarray(step(conformed(b, signature))) for b in batches]
+        functions[flat] = (lambda s: lambda: [s(conformed(b, signature)).numpy()
+                                              for b in batches])(step)
+    difference = max(float(np.abs(np.where(np.isfinite(a), a - b, 0)).max())
+                     for a, b in zip(scores[False], scores[True]))
+    return functions, difference
+
+
+def step_functions(precision):
+    """The same for the training step of the CRF head; the difference of the first losses."""
+    from crf_lr.compat import flat_dense, keras, tf
+    from crf_lr.precision import set_precision
+    import models
+    data = models.random_batch(np.random.default_rng(128), 32, 128)
+    functions, losses = {}, {}
+    for flat in (False, True):
+        set_precision(precision)
+        keras.utils.set_random_seed(0)
+        try:
+            head_model = models.build_head(tf, keras, 'CRF (crf_lr)', 4)
+        finally:
+            set_precision('float32')
+        step = models.train_step(tf, head_model)
+        arguments = models.step_arguments(tf, head_model, data)
+        with flat_dense(flat):
+            losses[flat] = float(step(*arguments).numpy())         # traced here
+        functions[flat] = (lambda s, a: lambda: s(*a).numpy())(step, arguments)
+    return functions, abs(losses[False] - losses[True])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('--part', choices=('predict', 'step'), default='predict')
+    parser.add_argument('--rounds', type=int, default=7)
+    parser.add_argument('--sentences', type=int, default=200, help='--part predict: test sentences')
+    args = parser.parse_args()
+    for precision in ('float32', 'mixed_bfloat16'):
+        if args.part == 'predict':
+            functions, difference = predict_functions(
+                'bfloat16' if precision != 'float32' else precision, args.sentences)
+        else:
+            functions, difference = step_functions(precision)
+        load = load_average()
+        timings = interleaved({'keras': functions[False], 'flat': functions[True]},
+                              rounds=args.rounds)
+        print(json.dumps(dict(part=args.part, precision=precision, rounds=args.rounds,
+                              max_difference=difference,
+                              **{f'{k} ms': [v['median_ms'], v['min_ms'], v['max_ms']]
+                                 for k, v in timings.items()},
+                              keras_over_flat=ratio_summary(timings, 'keras', 'flat'),
+                              load_average=[load, load_average()])), flush=True)
+
+
+if __name__ == '__main__':
+    main()
