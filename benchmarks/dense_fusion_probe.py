@@ -10,7 +10,7 @@ kernel), timed in interleaved rounds, each precision in its own rounds:
   n = 128; ``models.train_step``).
 
     $ python benchmarks/dense_fusion_probe.py --part predict     # JSON lines, one per precision
-    $ python benchmarks/dense_fusion_probe.py --part step
+    $ python benchmarks/dense_fusion_probe.py --part step --out benchmarks/results.dense_fusion.step.json
 """
 import argparse
 import json
@@ -81,7 +81,9 @@ def main():
     parser.add_argument('--part', choices=('predict', 'step'), default='predict')
     parser.add_argument('--rounds', type=int, default=7)
     parser.add_argument('--sentences', type=int, default=200, help='--part predict: test sentences')
+    parser.add_argument('--out', default=None, help='also write the JSON lines to this file')
     args = parser.parse_args()
+    lines = []
     for precision in ('float32', 'mixed_bfloat16'):
         if args.part == 'predict':
             functions, difference = predict_functions(
@@ -91,12 +93,17 @@ def main():
         load = load_average()
         timings = interleaved({'keras': functions[False], 'flat': functions[True]},
                               rounds=args.rounds)
-        print(json.dumps(dict(part=args.part, precision=precision, rounds=args.rounds,
-                              max_difference=difference,
-                              **{f'{k} ms': [v['median_ms'], v['min_ms'], v['max_ms']]
-                                 for k, v in timings.items()},
-                              keras_over_flat=ratio_summary(timings, 'keras', 'flat'),
-                              load_average=[load, load_average()])), flush=True)
+        lines.append(json.dumps(dict(part=args.part, precision=precision, rounds=args.rounds,
+                                     max_difference=difference,
+                                     **{f'{k} ms': [v['median_ms'], v['min_ms'], v['max_ms']]
+                                        for k, v in timings.items()},
+                                     keras_over_flat=ratio_summary(timings, 'keras', 'flat'),
+                                     load_average=[load, load_average()])))
+        print(lines[-1], flush=True)
+    if args.out:
+        from crf_lr.atomic import atomic_write
+        with atomic_write(args.out) as f:
+            f.write('\n'.join(lines) + '\n')
 
 
 if __name__ == '__main__':

@@ -5,8 +5,8 @@ dataset feeds a ``tf.function`` of matrix products sized to run ``--step-s`` sec
 
     $ python benchmarks/iterator_stall.py --rounds 8      # one JSON line, then a summary line
 
-A stall shows as a deletion of a second or so where it should take a millisecond (TF 2.21,
-2 CPU cores: 3 of 8 deletions after a 1.3 s step took 1.2 s; docs/performance.md).
+A stall shows as a deletion of tenths of a second or more where it should take a millisecond
+(TF 2.21, 2 CPU cores: benchmarks/results.iterator_stall.json, docs/performance.md).
 """
 import argparse
 import json
@@ -16,6 +16,7 @@ import time
 import numpy as np
 
 import crf_lr  # noqa: F401  (environment before TensorFlow)
+from crf_lr.atomic import atomic_write
 
 STALL_S = 0.1          # a deletion longer than this counts as a stall
 
@@ -59,6 +60,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--rounds', type=int, default=8)
     parser.add_argument('--step-s', type=float, default=1.3, help='seconds per step (default 1.3)')
+    parser.add_argument('--out', default=None, help='also write the JSON line to this file')
     args = parser.parse_args()
     from crf_lr.compat import tf
     step = sized_step(tf, args.step_s)
@@ -70,8 +72,12 @@ def main():
                           min_ms=round(1e3 * min(t), 1), max_ms=round(1e3 * max(t), 1),
                           stalls=sum(x > STALL_S for x in t), deletions=len(t))
                for name, t in times.items()}
-    print(json.dumps(dict(step_s=args.step_s, rounds=args.rounds, tensorflow=tf.__version__,
-                          load_average=[round(x, 2) for x in os.getloadavg()], **summary)))
+    line = json.dumps(dict(step_s=args.step_s, rounds=args.rounds, tensorflow=tf.__version__,
+                           load_average=[round(x, 2) for x in os.getloadavg()], **summary))
+    print(line)
+    if args.out:
+        with atomic_write(args.out) as f:
+            f.write(line + '\n')
     print('; '.join(f'{name}: {s["stalls"]} of {s["deletions"]} deletions over '
                     f'{STALL_S * 1e3:.0f} ms, median {s["median_ms"]} ms '
                     f'[{s["min_ms"]}-{s["max_ms"]}]' for name, s in summary.items()))

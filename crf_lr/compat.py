@@ -6,10 +6,15 @@ once, before any user code touches bert4keras:
     >>> from crf_lr.compat import tf, keras, K
     >>> from bert4keras.models import build_transformer_model   # now works on TF 2.21
 
-Each ``_fix_*`` function repairs one thing and is idempotent.
+Each ``_fix_*`` function repairs one thing and is idempotent. Two of them patch tf-keras for
+every model of the process: ``single_batch_iterator`` (``train_on_batch`` & co.) builds its
+one-batch dataset without tf.data's autotuning, and ``Dense.call`` takes the flattened form of
+:func:`flat_dense`, off unless in that block.
 """
 import contextlib
+import functools
 import importlib.util
+import threading
 
 import crf_lr  # noqa: F401  (sets TF_KERAS / TF_USE_LEGACY_KERAS before TensorFlow loads)
 
@@ -107,8 +112,9 @@ def without_autotune(dataset):
     """``dataset`` with tf.data's autotuning off, for pipelines that have nothing to tune.
 
     Deleting an iterator of an autotuned dataset waits for its autotuning thread to finish its
-    current period (TF 2.21): after a training step of 1-2 s that is up to 1.3 s, after an epoch
-    up to several seconds (``python benchmarks/iterator_stall.py``; docs/performance.md).
+    current period (TF 2.21): 5 of 8 deletions after a 1.3 s step took over 0.1 s (up to 0.27 s;
+    ``python benchmarks/iterator_stall.py``), about a second after the end-to-end benchmark's
+    MiniLM steps (docs/performance.md).
 
         >>> iterator = iter(without_autotune(tf.data.Dataset.from_tensors(batch)))
     """
@@ -128,17 +134,21 @@ class _DistributingWithoutAutotune:
         return self._strategy.experimental_distribute_dataset(without_autotune(dataset), *args,
                                                                **kwargs)
 
+    def __getattr__(self, name):                 # anything else: the strategy's own
+        return getattr(self._strategy, name)
+
 
 def _fix_iterator_deletion_stall():
     """``train_on_batch`` / ``test_on_batch`` / ``predict_on_batch`` make one dataset iterator per
-    call (tf-keras's ``single_batch_iterator``), and deleting it stalled up to 1.3 s on 2-3 of 8
-    training steps (:func:`without_autotune`); build those one-batch datasets without
-    autotuning, which has nothing to tune in them. The strategy is used for nothing else there."""
+    call (tf-keras's ``single_batch_iterator``), and deleting it stalled every second or third
+    bf16 step of the end-to-end benchmark by about a second (:func:`without_autotune`); build
+    those one-batch datasets without autotuning, which has nothing to tune in them."""
     from tf_keras.src.engine import data_adapter
     original = data_adapter.single_batch_iterator
     if getattr(original, '_crf_lr_fixed', False):
         return
 
+    @functools.wraps(original)
     def single_batch_iterator(strategy, *args, **kwargs):
         return original(_DistributingWithoutAutotune(strategy), *args, **kwargs)
 
@@ -146,7 +156,7 @@ def _fix_iterator_deletion_stall():
     data_adapter.single_batch_iterator = single_batch_iterator
 
 
-_FLAT_DENSE = False     # read when a Dense layer is called (traced): see flat_dense
+_FLAT_DENSE = threading.local()     # .enabled, read when a Dense layer is traced: flat_dense
 
 
 @contextlib.contextmanager
@@ -155,21 +165,21 @@ def flat_dense(enabled=True):
     flattened (batch x n, d) input and reshape the result back, where Keras multiplies by
     ``tensordot`` and adds the bias to the 3-D result. The same operations on the same values,
     but TensorFlow's graph optimiser then fuses the product, the bias and the activation into
-    one oneDNN kernel: prediction in bf16 4-8 % faster (MiniLM, 2 CPU cores), float32 level,
-    and no gain in a training step, whose gradients need the unfused values
+    one oneDNN kernel: prediction 1.12x faster in bf16 and 1.05x in float32 (MiniLM, 2 CPU
+    cores), and no gain in a training step, whose gradients need the unfused values
     (``python benchmarks/dense_fusion_probe.py``; docs/performance.md). Traced functions keep
-    the choice they were traced with; :class:`crf_lr.tagger.Tagger` and ``crf_lr.export`` trace
-    prediction inside this block.
+    the choice they were traced with; the setting is per thread. :class:`crf_lr.tagger.Tagger`
+    and ``crf_lr.export`` trace prediction inside this block.
 
         >>> with flat_dense():
         ...     scores = tf.function(lambda x: model(x, training=False))(inputs)
     """
-    global _FLAT_DENSE
-    previous, _FLAT_DENSE = _FLAT_DENSE, bool(enabled)
+    previous = getattr(_FLAT_DENSE, 'enabled', False)
+    _FLAT_DENSE.enabled = bool(enabled)
     try:
         yield
     finally:
-        _FLAT_DENSE = previous
+        _FLAT_DENSE.enabled = previous
 
 
 def _fix_dense_fusion():
@@ -180,8 +190,9 @@ def _fix_dense_fusion():
     if getattr(original, '_crf_lr_fixed', False):
         return
 
+    @functools.wraps(original)
     def call(self, inputs):
-        if not (_FLAT_DENSE and isinstance(inputs, tf.Tensor) and inputs.shape.rank is not None
+        if not (getattr(_FLAT_DENSE, 'enabled', False) and isinstance(inputs, tf.Tensor) and inputs.shape.rank is not None
                 and inputs.shape.rank > 2 and inputs.shape[-1] is not None):
             return original(self, inputs)
         outputs = original(self, tf.reshape(inputs, [-1, inputs.shape[-1]]))

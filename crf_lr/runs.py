@@ -436,13 +436,14 @@ def trace_once(model, batch, crf_xla=False, iterator=None):
     """Trace ``model``'s train step now, once, for batches like ``batch`` of every size and
     length: ``model.fit``, ``model.train_on_batch`` and :func:`train_steps` then run it without
     tracing again. Plain ``train_on_batch`` traces for the first batch's exact shape and again,
-    generalised, for a second shape, with AutoGraph: its first two steps on MiniLM took 9 and
-    7 s on 2 CPU cores, its first epoch 2.4x this (docs/performance.md). Call it after
-    ``model.compile`` (which forgets the traced step).
+    generalised, for a second shape, with AutoGraph: its first epoch on MiniLM took 2.4x as
+    long (docs/performance.md, "One trace for train_on_batch"). Call it after ``model.compile``
+    (which forgets the traced step); a second call with the same ``crf_xla`` keeps the step.
 
     Traced without AutoGraph where the model allows (:func:`_traced_without_autograph`), with
     the CRF's forward-backward compiled by XLA only if ``crf_xla`` (:func:`crf_lr.crf.use_xla`):
-    in a training step on CPU its compilations cost more than they save. Creates the optimiser's
+    in a training step on CPU its compilations cost more than they save. With several replicas
+    it only prepares the step and Keras traces it at the first call. Creates the optimiser's
     slots and the compiled loss and metrics first, and sets
     ``model.distribute_reduction_method = 'first'``: Keras's metrics are reduced over every
     replica already, and its default ('auto') summed them again over the workers of a
@@ -452,18 +453,23 @@ def trace_once(model, batch, crf_xla=False, iterator=None):
         >>> model.train_on_batch(inputs, labels)      # no trace here, nor for other shapes
     """
     from crf_lr.crf import use_xla
-    if model.distribute_reduction_method == 'first' and model.train_function is not None:
-        return model.train_function                       # traced already, since the compile
-    if iterator is None:
-        iterator = _step_iterator(model, _batches_dataset([batch]))
+    if model.optimizer is None:
+        raise ValueError('trace_once: the model is not compiled; call model.compile(...) first')
+    traced = model.train_function
+    if traced is not None and getattr(traced, '_crf_lr_crf_xla', None) == bool(crf_xla):
+        return traced                                     # traced here, since the compile
     strategy = model.distribute_strategy
     _create_step_variables(model, as_arrays(batch[1]))
     model.distribute_reduction_method = 'first'
-    train_function = model.make_train_function(force=True)
-    with strategy.scope(), use_xla(crf_xla):
-        model.train_function = _traced_without_autograph(
-            train_function, iterator, strategy.num_replicas_in_sync)
-    return model.train_function
+    traced = model.make_train_function(force=True)
+    if strategy.num_replicas_in_sync == 1:
+        if iterator is None:
+            iterator = _step_iterator(model, _batches_dataset([batch]))
+        with strategy.scope(), use_xla(crf_xla):
+            traced = _traced_without_autograph(traced, iterator)
+    traced._crf_lr_crf_xla = bool(crf_xla)
+    model.train_function = traced
+    return traced
 
 
 def _step_iterator(model, dataset):
@@ -500,15 +506,15 @@ def _batches_dataset(batches):
     return tf.data.Dataset.from_tensor_slices(tuple(columns)).map(unpack)
 
 
-def _traced_without_autograph(function, iterator, replicas):
+def _traced_without_autograph(function, iterator):
     """Keras's train ``function`` (a ``tf.function``) re-made without AutoGraph and traced now for
     ``iterator``'s batches (:func:`crf_lr.tracing.traced_without_autograph`: 2.4-2.8 s against
     4.8-7.3 s for a 4-layer ALBERT step with the CRF head, 2 CPU cores), or ``function`` itself
-    where a layer needs AutoGraph or ``replicas`` > 1: under a mirrored strategy the function
+    where a layer needs AutoGraph. One replica only: under a mirrored strategy the function
     without AutoGraph was traced again for the next epoch's iterator (2 traces against 1)."""
     from crf_lr.compat import tf
-    if replicas > 1 or not isinstance(function, tf.types.experimental.PolymorphicFunction):
-        return function                                      # or run_eagerly
+    if not isinstance(function, tf.types.experimental.PolymorphicFunction):
+        return function                                      # run_eagerly
     return traced_without_autograph(function.python_function, iterator) or function
 
 

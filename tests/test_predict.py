@@ -274,8 +274,10 @@ def test_prediction_is_predict_on_batch_s_from_one_trace(saved):
     for inputs in batches:
         np.testing.assert_allclose(tagger.scores(inputs), tagger.model.predict_on_batch(inputs),
                                    rtol=1e-5, atol=1e-5)
-    model, step, _ = tagger._prediction
+    model, step, signature = tagger._prediction
     assert step.experimental_get_tracing_count() == 1
+    operations = step.get_concrete_function(signature).graph.get_operations()
+    assert not any('Tensordot' in op.name for op in operations)      # traced under flat_dense
     other = Tagger.load(saved['ner']).model
     other.set_weights([w + 0.5 for w in other.get_weights()])
     tagger.model = other

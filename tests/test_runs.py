@@ -168,7 +168,8 @@ def test_train_steps_give_the_train_on_batch_losses_and_trace_once(name):
 
 def test_trace_once_serves_fit_and_traces_again_after_a_compile():
     """model.fit runs the step trace_once traced (no trace of its own); model.compile forgets
-    it, and trace_once traces anew."""
+    it, and trace_once traces anew (once), as it does for another crf_xla; an uncompiled model
+    is named."""
     model, head = head_model('crf')
     batches = random_batches(head, sentences=8, batch_size=4)
     step = trace_once(model, batches[0])
@@ -177,7 +178,13 @@ def test_trace_once_serves_fit_and_traces_again_after_a_compile():
     model.fit(inputs, targets, batch_size=2, epochs=1, verbose=0)
     assert model.train_function is step and step.experimental_get_tracing_count() == 1
     model.compile(model.optimizer, loss=model.loss)
-    assert trace_once(model, batches[0]) is not step
+    again = trace_once(model, batches[0])
+    assert again is not step and again.experimental_get_tracing_count() == 1
+    assert trace_once(model, batches[0], crf_xla=True) is not again      # another choice
+    model, _ = head_model('crf')
+    model.optimizer = None
+    with pytest.raises(ValueError, match='not compiled; call model.compile'):
+        trace_once(model, batches[0])
 
 
 def test_one_batch_datasets_are_built_without_autotuning():
