@@ -57,17 +57,11 @@ def predict_functions(precision, sentences):
 def step_functions(precision):
     """The same for the training step of the CRF head; the difference of the first losses."""
     from crf_lr.compat import flat_dense, keras, tf
-    from crf_lr.precision import set_precision
     import models
     data = models.random_batch(np.random.default_rng(128), 32, 128)
     functions, losses = {}, {}
     for flat in (False, True):
-        set_precision(precision)
-        keras.utils.set_random_seed(0)
-        try:
-            head_model = models.build_head(tf, keras, 'CRF (crf_lr)', 4)
-        finally:
-            set_precision('float32')
+        head_model = models.build_head_in(tf, keras, 'CRF (crf_lr)', 4, precision)
         step = models.train_step(tf, head_model)
         arguments = models.step_arguments(tf, head_model, data)
         with flat_dense(flat):

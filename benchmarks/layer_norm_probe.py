@@ -46,16 +46,12 @@ def main():
     args = parser.parse_args()
     import bert4keras.layers as layers
     from crf_lr.compat import keras, tf
-    from crf_lr.precision import set_precision
     fused_layer_norm(layers.LayerNormalization, layers.ScaleOffset)
     data = models.random_batch(np.random.default_rng(0), 32, 128)
     calls, first_loss = {}, {}
     for precision in ('float32', 'mixed_bfloat16'):
         for fused in (False, True):
-            set_precision(precision)
-            keras.utils.set_random_seed(0)
-            head_model = models.build_head(tf, keras, 'CRF (crf_lr)', 4)
-            set_precision('float32')
+            head_model = models.build_head_in(tf, keras, 'CRF (crf_lr)', 4, precision)
             for layer in head_model.model.layers:
                 if isinstance(layer, layers.LayerNormalization):
                     layer._fused = fused

@@ -80,6 +80,21 @@ def build_head(tf, keras, head, layers):
     return HeadModel(model, loss, targets, keras.optimizers.Adam(1e-4))
 
 
+def build_head_in(tf, keras, head, layers, precision):
+    """:func:`build_head` (random seed 0) under ``precision`` (``crf_lr.precision.set_precision``:
+    'float32' or 'mixed_bfloat16'); float32 is set again afterwards.
+
+        >>> head_model = build_head_in(tf, keras, 'CRF (crf_lr)', 4, 'mixed_bfloat16')
+    """
+    from crf_lr.precision import set_precision
+    set_precision(precision)
+    keras.utils.set_random_seed(0)
+    try:
+        return build_head(tf, keras, head, layers)
+    finally:
+        set_precision('float32')
+
+
 def build_heads(tf, keras, layers, heads=HEADS):
     """dict head name -> HeadModel, each with its own encoder of ``layers`` layers."""
     return {head: build_head(tf, keras, head, layers) for head in heads}

@@ -18,13 +18,8 @@ VARIANTS = ('float32', 'XLA', 'bf16', 'bf16 XLA')
 
 
 def _build(tf, keras, head, layers, variant):
-    from crf_lr.precision import set_precision
-    set_precision('mixed_bfloat16' if variant.startswith('bf16') else 'float32')
-    keras.utils.set_random_seed(0)
-    try:
-        head_model = models.build_head(tf, keras, head, layers)
-    finally:
-        set_precision('float32')
+    head_model = models.build_head_in(
+        tf, keras, head, layers, 'mixed_bfloat16' if variant.startswith('bf16') else 'float32')
     return head_model, models.train_step(tf, head_model, jit_compile=variant.endswith('XLA'))
 
 

@@ -112,18 +112,12 @@ def profile_step(tf, step, arguments, steps):
 def profile(heads, precisions, batch, n, layers, steps, xla=False):
     """One row per (head, precision): the step profiled after 2 warm-up steps (see module doc)."""
     from crf_lr.compat import keras, tf
-    from crf_lr.precision import set_precision
     tf.get_logger().setLevel('ERROR')
     data = models.random_batch(np.random.default_rng(n), batch, n)
     rows = []
     for head in heads:
         for precision in precisions:
-            set_precision(precision)
-            keras.utils.set_random_seed(0)
-            try:
-                head_model = models.build_head(tf, keras, head, layers)
-            finally:
-                set_precision('float32')
+            head_model = models.build_head_in(tf, keras, head, layers, precision)
             step = models.train_step(tf, head_model, jit_compile=xla)
             arguments = models.step_arguments(tf, head_model, data)
             for _ in range(2):

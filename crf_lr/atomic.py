@@ -57,15 +57,20 @@ def _fsync_folder(folder):
         os.close(fd)
 
 
+def _fsync_file(path):
+    """Make the contents of the file at ``path`` durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def fsync_tree(folder):
     """fsync every file under ``folder`` and the folders themselves."""
     for root, _, files in os.walk(folder):
         for name in files:
-            fd = os.open(os.path.join(root, name), os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            _fsync_file(os.path.join(root, name))
         _fsync_folder(root)
 
 
@@ -81,11 +86,7 @@ def atomic_path(path):
     temporary = _partial(folder, name)
     try:
         yield temporary
-        fd = os.open(temporary, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        _fsync_file(temporary)
         pause_point(name, 'writing')
         os.replace(temporary, path)
     except BaseException:

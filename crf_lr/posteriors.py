@@ -27,7 +27,7 @@ import functools
 
 import numpy as np
 
-from crf_lr.viterbi import DISALLOWED_SCORE, _lengths_array, constrained_parameters
+from crf_lr.viterbi import DISALLOWED_SCORE, checked_chain
 
 
 def _logsumexp(x, axis):
@@ -57,19 +57,12 @@ class Posteriors:
     def __init__(self, emissions, transitions, lengths=None, mask=None, start=None, end=None,
                  allowed_transitions=None, allowed_starts=None, allowed_ends=None,
                  temperature=1.0):
-        emissions = np.asarray(emissions, dtype=np.float64)
-        if emissions.ndim != 3:
-            raise ValueError(f'emissions must have shape (batch, n, num_labels), '
-                             f'got {emissions.shape}')
         if not 0 < temperature < np.inf:
             raise ValueError(f'temperature must be a positive finite number, got {temperature!r}')
-        batch, n, num_labels = emissions.shape
-        trans, start, end = constrained_parameters(transitions, start, end, allowed_transitions,
-                                                   allowed_starts, allowed_ends)
-        if trans.shape[0] != num_labels:
-            raise ValueError(f'emissions have {num_labels} labels but transitions are '
-                             f'{trans.shape}')
-        self.lengths = _lengths_array(batch, n, lengths, mask)
+        emissions, trans, start, end, self.lengths = checked_chain(
+            emissions, transitions, lengths, mask, start, end, allowed_transitions,
+            allowed_starts, allowed_ends)
+        batch, n, _ = emissions.shape
         self.emissions = np.maximum(emissions, DISALLOWED_SCORE) / temperature
         self.transitions, self.start, self.end = trans / temperature, start / temperature, \
             end / temperature

@@ -69,8 +69,17 @@ def predict_lines(tagger, lines, constrain=True, min_confidence=None):
         >>> predict_lines(Tagger.load('runs/cws/model'), ['今天天气很好'])
         [['今天', '天气', '很', '好']]
     """
-    key = 'words' if tagger.head.scheme.segmentation else 'entities'
+    key = result_key(tagger)
     return [record[key] for record in predict_records(tagger, lines, constrain, min_confidence)]
+
+
+def result_key(tagger):
+    """The key of a line's result in :func:`predict_records`: 'words' for a segmentation model,
+    else 'entities'.
+
+        >>> [record[result_key(tagger)] for record in predict_records(tagger, lines)]
+    """
+    return 'words' if tagger.head.scheme.segmentation else 'entities'
 
 
 def predict_records(tagger, lines, constrain=True, min_confidence=None, marginals=False):
@@ -168,7 +177,7 @@ def main(argv=None):
                                   args.marginals)
     except ValueError as error:
         parser.error(str(error))
-    key = 'words' if tagger.head.scheme.segmentation else 'entities'
+    key = result_key(tagger)
     results = [record[key] for record in records]
     out = sys.stdout
     for record, result in zip(records, results):

@@ -196,11 +196,11 @@ def create_app(tagger, model_dir, max_batch=64, batch_wait_ms=2.0, limits=None):
     from starlette.routing import Mount, Route
     from starlette.staticfiles import StaticFiles
 
-    from crf_lr.predict import predict_lines
+    from crf_lr.predict import predict_lines, result_key
     limits = dict(LIMITS, **(limits or {}))
     batcher = MicroBatcher(lambda texts: predict_lines(tagger, texts), max_batch, batch_wait_ms)
     card = dict(model_card(tagger, model_dir), limits=limits)
-    key = 'words' if tagger.head.scheme.segmentation else 'entities'
+    key = result_key(tagger)
     matrix = transitions(tagger)
 
     def error(status, message):

@@ -165,6 +165,7 @@ class Tagger:
                 skip the forward-backward pass).
         """
         flat = [window for windows in outputs for window in windows]
+        # only the options asked for: a user's head may define decode(windows, constrain)
         options = dict(marginals=True) if marginals else {}
         if not confidences:
             options['confidences'] = False

@@ -74,6 +74,26 @@ def constrained_parameters(transitions, start=None, end=None, allowed_transition
     return transitions, start, end
 
 
+def checked_chain(emissions, transitions, lengths=None, mask=None, start=None, end=None,
+                  allowed_transitions=None, allowed_starts=None, allowed_ends=None):
+    """The inputs of a linear-chain computation, checked: ``(emissions, transitions, start,
+    end, lengths)`` as float64 (batch, n, L), the constrained (L, L), (L,), (L,)
+    (:func:`constrained_parameters`) and int64 (batch,); ValueError naming a shape that does not
+    fit. Arguments as in :func:`viterbi_decode`.
+
+        >>> emissions, trans, start, end, lengths = checked_chain(scores, crf.trans, mask=x > 0)
+    """
+    emissions = np.asarray(emissions, dtype=np.float64)
+    if emissions.ndim != 3:
+        raise ValueError(f'emissions must have shape (batch, n, num_labels), got {emissions.shape}')
+    batch, n, num_labels = emissions.shape
+    trans, start, end = constrained_parameters(transitions, start, end, allowed_transitions,
+                                               allowed_starts, allowed_ends)
+    if trans.shape[0] != num_labels:
+        raise ValueError(f'emissions have {num_labels} labels but transitions are {trans.shape}')
+    return emissions, trans, start, end, _lengths_array(batch, n, lengths, mask)
+
+
 def _lengths_array(batch, n, lengths, mask):
     """int64 lengths (batch,) from ``lengths`` or a left-aligned ``mask`` (or all ``n``)."""
     if lengths is not None and mask is not None:
@@ -126,15 +146,10 @@ def viterbi_decode(emissions, transitions, lengths=None, mask=None, start=None, 
     if top_k is not None:
         return _top_k_paths(emissions, transitions, lengths, mask, start, end,
                             allowed_transitions, allowed_starts, allowed_ends, top_k)
-    emissions = np.asarray(emissions, dtype=np.float64)
-    if emissions.ndim != 3:
-        raise ValueError(f'emissions must have shape (batch, n, num_labels), got {emissions.shape}')
+    emissions, trans, start, end, lengths = checked_chain(
+        emissions, transitions, lengths, mask, start, end, allowed_transitions, allowed_starts,
+        allowed_ends)
     batch, n, num_labels = emissions.shape
-    trans, start, end = constrained_parameters(transitions, start, end, allowed_transitions,
-                                               allowed_starts, allowed_ends)
-    if trans.shape[0] != num_labels:
-        raise ValueError(f'emissions have {num_labels} labels but transitions are {trans.shape}')
-    lengths = _lengths_array(batch, n, lengths, mask)
     if n == 0:
         return [np.zeros(0, dtype=np.int64) for _ in range(batch)]
     emissions = emissions.transpose(1, 0, 2).copy()                       # (n, batch, L)
