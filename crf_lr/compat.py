@@ -9,12 +9,11 @@ once, before any user code touches bert4keras:
 Each ``_fix_*`` function repairs one thing and is idempotent. Two of them patch tf-keras for
 every model of the process: ``single_batch_iterator`` (``train_on_batch`` & co.) builds its
 one-batch dataset without tf.data's autotuning, and ``Dense.call`` takes the flattened form of
-:func:`flat_dense`, off unless in that block.
+:func:`flat_dense`, off unless in that block. bert4keras's attention computes with batched
+matrix products (:mod:`crf_lr.attention`, the same values).
 """
-import contextlib
 import functools
 import importlib.util
-import threading
 
 import crf_lr  # noqa: F401  (sets TF_KERAS / TF_USE_LEGACY_KERAS before TensorFlow loads)
 
@@ -43,6 +42,8 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import bert4keras.backend  # noqa: F401,E402  (points sys.modules['keras'] at tf.keras)
 from bert4keras.backend import K, keras  # noqa: E402
+from crf_lr.attention import install as _install_batched_attention  # noqa: E402
+from crf_lr.switches import ThreadSwitch  # noqa: E402
 
 
 def _fix_optimizer_base_class():
@@ -156,10 +157,9 @@ def _fix_iterator_deletion_stall():
     data_adapter.single_batch_iterator = single_batch_iterator
 
 
-_FLAT_DENSE = threading.local()     # .enabled, read when a Dense layer is traced: flat_dense
+_FLAT_DENSE = ThreadSwitch(default=False)     # read when a Dense layer is traced: flat_dense
 
 
-@contextlib.contextmanager
 def flat_dense(enabled=True):
     """Within the block, tf-keras ``Dense`` layers called on (batch, n, d) inputs multiply the
     flattened (batch x n, d) input and reshape the result back, where Keras multiplies by
@@ -167,19 +167,14 @@ def flat_dense(enabled=True):
     but TensorFlow's graph optimiser then fuses the product, the bias and the activation into
     one oneDNN kernel: prediction 1.12x faster in bf16 and 1.05x in float32 (MiniLM, 2 CPU
     cores), and no gain in a training step, whose gradients need the unfused values
-    (``python benchmarks/dense_fusion_probe.py``; docs/performance.md). Traced functions keep
-    the choice they were traced with; the setting is per thread. :class:`crf_lr.tagger.Tagger`
-    and ``crf_lr.export`` trace prediction inside this block.
+    (``python benchmarks/graph_probe.py --change flat_dense``; docs/performance.md). Traced
+    functions keep the choice they were traced with; the setting is per thread.
+    :class:`crf_lr.tagger.Tagger` and ``crf_lr.export`` trace prediction inside this block.
 
         >>> with flat_dense():
         ...     scores = tf.function(lambda x: model(x, training=False))(inputs)
     """
-    previous = getattr(_FLAT_DENSE, 'enabled', False)
-    _FLAT_DENSE.enabled = bool(enabled)
-    try:
-        yield
-    finally:
-        _FLAT_DENSE.enabled = previous
+    return _FLAT_DENSE.set(enabled)
 
 
 def _fix_dense_fusion():
@@ -192,7 +187,7 @@ def _fix_dense_fusion():
 
     @functools.wraps(original)
     def call(self, inputs):
-        if not (getattr(_FLAT_DENSE, 'enabled', False) and isinstance(inputs, tf.Tensor) and inputs.shape.rank is not None
+        if not (_FLAT_DENSE.enabled and isinstance(inputs, tf.Tensor) and inputs.shape.rank is not None
                 and inputs.shape.rank > 2 and inputs.shape[-1] is not None):
             return original(self, inputs)
         outputs = original(self, tf.reshape(inputs, [-1, inputs.shape[-1]]))
@@ -210,5 +205,6 @@ _fix_save_weights_as_checkpoint()
 _fix_feed_forward_config()
 _fix_iterator_deletion_stall()
 _fix_dense_fusion()
+_install_batched_attention()
 
 __all__ = ['tf', 'keras', 'K', 'np', 'without_autotune', 'flat_dense']

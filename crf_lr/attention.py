@@ -1,0 +1,102 @@
+"""bert4keras's multi-head attention with its products as batched matrix products.
+
+bert4keras scores and mixes with ``tf.einsum`` and masks the scores with a select; this module
+gives ``bert4keras.layers.MultiHeadAttention.pay_attention_to`` the same computation as two
+``tf.matmul`` products on head-major tensors, the key mask added as a 0 / -inf bias. The values
+are the same (the mask's -inf and 0 are exact); TensorFlow's graph optimiser fuses product,
+scale and mask into one oneDNN kernel, and the products' gradients need fewer transposes than
+``Einsum``'s: a training step of the 4-layer ALBERT-tiny shape is faster in float32 and in bf16
+(docs/performance.md, ``python benchmarks/attention_probe.py``). The same weights, checkpoints
+and configs: only the graph changes. :mod:`crf_lr.compat` installs it for every model of the
+process; attention with ``normalization`` other than softmax, relative position biases or a
+boolean ``a_bias`` keeps bert4keras's own code.
+
+    >>> import crf_lr.compat                       # installed; nothing to call
+    >>> with batched_attention(False):             # bert4keras's einsum form, e.g. to compare
+    ...     reference = build_transformer_model(config_path, checkpoint_path)
+"""
+import functools
+
+import crf_lr  # noqa: F401  (sets TF_KERAS / TF_USE_LEGACY_KERAS before TensorFlow loads)
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+from bert4keras.backend import K, apply_rotary_position_embeddings, keras  # noqa: E402
+
+from crf_lr.switches import ThreadSwitch  # noqa: E402
+
+_BATCHED = ThreadSwitch(default=True)     # read when an attention layer is traced
+
+
+def batched_attention(enabled=True):
+    """Within the block, bert4keras attention layers traced use the batched products (the
+    default) or, with ``enabled=False``, bert4keras's own einsum form. Per thread; traced
+    functions keep the form they were traced with.
+
+        >>> with batched_attention(False):
+        ...     scores = model.predict(inputs)     # traced with bert4keras's code
+    """
+    return _BATCHED.set(enabled)
+
+
+def _heads_first(x):
+    """(batch, n, heads, size) -> (batch, heads, n, size)."""
+    return tf.transpose(x, [0, 2, 1, 3])
+
+
+def _key_mask_bias(key_mask, dtype):
+    """(batch, k) mask -> (batch, 1, 1, k) bias: 0 where kept, -inf where masked."""
+    kept = tf.cast(key_mask, tf.bool)[:, None, None, :]
+    return tf.where(kept, tf.constant(0, dtype), tf.constant(-np.inf, dtype))
+
+
+def batched_pay_attention_to(layer, inputs, mask=None, **kwargs):
+    """Softmax attention of ``layer`` (a bert4keras ``MultiHeadAttention``) on head-split
+    ``inputs`` [q, k, v (batch, n, heads, size), optional a_bias, optional rotary sinusoids].
+
+    Returns (o (batch, n_q, heads, head_size), the scaled scores before bias and mask), as
+    bert4keras's ``pay_attention_to`` does.
+    """
+    (qw, kw, vw), extra = inputs[:3], list(inputs[3:])
+    bias = extra.pop(0) if kwargs.get('a_bias') else None
+    if kwargs.get('p_bias') == 'rotary':
+        qw, kw = apply_rotary_position_embeddings(extra.pop(0), qw, kw)
+    scores = tf.matmul(_heads_first(qw), _heads_first(kw), transpose_b=True)
+    if layer.attention_scale:
+        scores = scores / layer.key_size**0.5
+    logits = scores
+    if bias is not None:
+        logits = logits + (bias[:, None] if K.ndim(bias) == 3 else bias)
+    key_mask = mask[1] if mask is not None else None
+    if key_mask is not None:
+        logits = logits + _key_mask_bias(key_mask, logits.dtype)
+    weights = K.softmax(logits)
+    if layer.attention_dropout:
+        weights = keras.layers.Dropout(layer.attention_dropout)(weights)
+    return _heads_first(tf.matmul(weights, _heads_first(vw))), scores
+
+
+def _handles(layer, inputs, kwargs):
+    """True where :func:`batched_pay_attention_to` computes what bert4keras would."""
+    a_bias = inputs[3] if kwargs.get('a_bias') else None
+    return (_BATCHED.enabled and layer.normalization == 'softmax'
+            and kwargs.get('p_bias') in (None, 'rotary')
+            and (a_bias is None or a_bias.dtype != tf.bool))
+
+
+def install():
+    """Route ``bert4keras.layers.MultiHeadAttention.pay_attention_to`` through
+    :func:`batched_pay_attention_to` where it applies (idempotent)."""
+    from bert4keras.layers import MultiHeadAttention
+    original = MultiHeadAttention.pay_attention_to
+    if getattr(original, '_crf_lr_fixed', False):
+        return
+
+    @functools.wraps(original)
+    def pay_attention_to(self, inputs, mask=None, **kwargs):
+        if _handles(self, inputs, kwargs):
+            return batched_pay_attention_to(self, inputs, mask, **kwargs)
+        return original(self, inputs, mask, **kwargs)
+
+    pay_attention_to._crf_lr_fixed = True
+    MultiHeadAttention.pay_attention_to = pay_attention_to

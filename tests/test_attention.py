@@ -1,0 +1,134 @@
+"""crf_lr.attention: bert4keras's attention as batched products computes what bert4keras's einsum
+form does (outputs, scores and gradients, with and without masks, an additive bias, rotary
+position embeddings), and a model traced with it holds no Einsum."""
+import numpy as np
+import pytest
+
+from crf_lr.attention import batched_attention
+from crf_lr.compat import tf
+
+BATCH, N, HEADS, SIZE = 2, 5, 2, 4
+KEY_MASK = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], 'float32')
+
+
+def _layer(**options):
+    from bert4keras.layers import MultiHeadAttention
+    tf.keras.utils.set_random_seed(0)
+    return MultiHeadAttention(HEADS, SIZE, **options)
+
+
+def _run(layer, inputs, mask, batched, **kwargs):
+    """(outputs, gradients of a weighted sum wrt inputs and weights, the traced graph's ops)."""
+    def forward(*tensors):
+        return layer(list(tensors), mask=mask, **kwargs)
+    forward(*inputs)                                # builds the layer's weights, eagerly
+    with batched_attention(batched):
+        traced = tf.function(forward).get_concrete_function(*inputs)
+    with tf.GradientTape() as tape:
+        tape.watch(inputs)
+        outputs = traced(*inputs)
+        first = outputs[0] if isinstance(outputs, list) else outputs
+        total = tf.reduce_sum(first * tf.cos(tf.range(first.shape[-1], dtype=first.dtype)))
+    gradients = tape.gradient(total, list(inputs) + layer.trainable_weights)
+    return outputs, gradients, traced.graph.get_operations()
+
+
+def _types(operations):
+    return {op.type for op in operations}
+
+
+def _inputs(count=3, seed=1):
+    rng = np.random.default_rng(seed)
+    return [tf.constant(rng.normal(size=(BATCH, N, HEADS * SIZE)), tf.float32)
+            for _ in range(count)]
+
+
+CASES = {
+    'no mask': dict(options={}, mask=None, extra=0, kwargs={}),
+    'key mask': dict(options={}, mask='key', extra=0, kwargs={}),
+    'key mask, no scale': dict(options=dict(attention_scale=False), mask='key', extra=0,
+                               kwargs={}),
+    'additive bias (rank 3) and key mask': dict(options={}, mask='key', extra='bias3',
+                                                kwargs=dict(a_bias=True)),
+    'additive bias (rank 4)': dict(options={}, mask=None, extra='bias4', kwargs=dict(a_bias=True)),
+    'rotary, key mask': dict(options={}, mask='key', extra='rotary',
+                             kwargs=dict(p_bias='rotary')),
+    'scores returned': dict(options=dict(return_attention_scores=True), mask='key', extra=0,
+                            kwargs={}),
+}
+
+
+@pytest.mark.parametrize('case', list(CASES))
+def test_batched_attention_equals_bert4keras_einsum_form(case):
+    spec = CASES[case]
+    inputs = _inputs()
+    rng = np.random.default_rng(2)
+    if spec['extra'] == 'bias3':                    # a causal (language-model) bias, as bert4keras
+        causal = np.tril(np.ones((N, N), 'float32'))
+        inputs.append(tf.constant(np.repeat((1 - causal)[None] * -1e12, BATCH, 0)))
+    elif spec['extra'] == 'bias4':
+        inputs.append(tf.constant(rng.normal(size=(BATCH, HEADS, N, N)), tf.float32))
+    elif spec['extra'] == 'rotary':
+        inputs.append(tf.constant(rng.normal(size=(BATCH, N, SIZE)), tf.float32))
+    mask = None if spec['mask'] is None else [tf.constant(KEY_MASK)] * 3
+    layer = _layer(**spec['options'])
+    reference, reference_gradients, einsum_ops = _run(layer, inputs, mask, False, **spec['kwargs'])
+    batched, batched_gradients, batched_ops = _run(layer, inputs, mask, True, **spec['kwargs'])
+    for got, expected in zip(tf.nest.flatten(batched), tf.nest.flatten(reference)):
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+    for got, expected in zip(batched_gradients, reference_gradients):
+        if expected is None:
+            assert got is None
+        else:
+            np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+    assert 'Einsum' in _types(einsum_ops) and 'Einsum' not in _types(batched_ops)
+    selects = [op.outputs[0].shape.as_list() for op in batched_ops if op.type == 'SelectV2']
+    assert all(shape[1:3] == [1, 1] for shape in selects)   # the mask: a (batch, 1, 1, k) bias
+
+
+def test_masked_keys_get_no_weight():
+    """A key behind the mask changes nothing: its values may be anything."""
+    layer = _layer()
+    inputs = _inputs()
+    changed = [inputs[0], inputs[1], tf.tensor_scatter_nd_update(
+        inputs[2], [[0, 4]], tf.fill([1, HEADS * SIZE], 1e3))]
+    mask = [tf.constant(KEY_MASK)] * 3
+    outputs = _run(layer, inputs, mask, True)[0]
+    np.testing.assert_allclose(_run(layer, changed, mask, True)[0], outputs, rtol=1e-6)
+
+
+def test_other_normalisations_and_boolean_biases_keep_bert4keras_code():
+    layer = _layer(normalization='squared_relu')
+    assert 'Einsum' in _types(_run(layer, _inputs(), None, True)[2])
+    boolean = tf.constant(np.tril(np.ones((BATCH, N, N), bool)))
+    layer = _layer()
+    assert 'Einsum' in _types(_run(layer, _inputs() + [boolean], None, True, a_bias=True)[2])
+
+
+def test_dropout_applies_to_the_weights_in_training_only():
+    layer = _layer(attention_dropout=0.5)
+    inputs = _inputs()
+    with batched_attention():
+        inference = layer(inputs, training=False)
+        tf.keras.utils.set_random_seed(3)
+        training = layer(inputs, training=True)
+    np.testing.assert_allclose(layer(inputs, training=False), inference, rtol=1e-6)
+    assert np.abs(np.asarray(training) - np.asarray(inference)).max() > 1e-3
+
+
+def test_a_model_built_by_bert4keras_computes_the_same_without_einsum(tiny_bert_config_path):
+    """build_transformer_model's BERT (padding masked) gives the same sequence output traced
+    either way, and the batched trace holds no Einsum."""
+    from bert4keras.models import build_transformer_model
+    model = build_transformer_model(tiny_bert_config_path)
+    token_ids = np.array([[2, 5, 7, 3, 0, 0], [2, 9, 11, 13, 17, 3]])
+    inputs = [tf.constant(token_ids), tf.zeros_like(token_ids)]
+    outputs, graphs = {}, {}
+    for batched in (False, True):
+        with batched_attention(batched):
+            traced = tf.function(lambda x, s: model([x, s], training=False)
+                                 ).get_concrete_function(*inputs)
+        outputs[batched] = traced(*inputs).numpy()
+        graphs[batched] = {op.type for op in traced.graph.get_operations()}
+    np.testing.assert_allclose(outputs[True], outputs[False], rtol=1e-5, atol=1e-6)
+    assert 'Einsum' in graphs[False] and 'Einsum' not in graphs[True]
