@@ -5,7 +5,10 @@ rounds, each precision in its own rounds. ``--change``:
   then bias and activation on the 3-D result) against :func:`crf_lr.compat.flat_dense` (the
   flattened input: the graph optimiser fuses product, bias and activation into one kernel);
 * ``batched_attention``: bert4keras's attention (``einsum`` products, the mask as a select)
-  against :func:`crf_lr.attention.batched_attention` (batched products, the mask as a bias).
+  against :func:`crf_lr.attention.batched_attention` (batched products, the mask as a bias);
+* ``inference_only`` (``--part predict``): the model saved and reloaded by
+  :func:`crf_lr.precision.load_model` against the same with ``inference_only=True`` (bf16 encoder
+  weights under mixed_bfloat16, as :meth:`crf_lr.tagger.Tagger.load` loads).
 
 Everything else as the library runs it (prediction under ``flat_dense``, batched attention on).
 ``--part``:
@@ -18,11 +21,14 @@ Everything else as the library runs it (prediction under ``flat_dense``, batched
 
     $ python benchmarks/graph_probe.py --change flat_dense --part predict   # a JSON line per precision
     $ python benchmarks/graph_probe.py --change batched_attention --part step --out results.json
+    $ python benchmarks/graph_probe.py --change batched_attention --part predict --profile 3
 """
 import argparse
+import contextlib
 import json
 import os
 import sys
+import tempfile
 
 import numpy as np
 
@@ -33,10 +39,21 @@ from timing import interleaved, load_average, ratio_summary  # noqa: E402
 
 
 def changes():
-    """{name: context manager factory taking on/off}."""
+    """{name: context manager factory taking on/off} (``inference_only`` is a way of loading)."""
     from crf_lr.attention import batched_attention
     from crf_lr.compat import flat_dense
-    return {'flat_dense': flat_dense, 'batched_attention': batched_attention}
+    return {'flat_dense': flat_dense, 'batched_attention': batched_attention,
+            'inference_only': lambda on: contextlib.nullcontext()}
+
+
+def reloaded(model):
+    """{False: ``model`` saved and reloaded by crf_lr.precision.load_model, True: the same with
+    ``inference_only`` (bf16 encoder weights under mixed_bfloat16)}."""
+    from crf_lr.precision import load_model
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, 'model.h5')
+        model.save(path, include_optimizer=False)
+        return {on: load_model(path, inference_only=on) for on in (False, True)}
 
 
 def predict_functions(change, precision, sentences):
@@ -52,13 +69,14 @@ def predict_functions(change, precision, sentences):
     job = prepare(data.train, data.test, data.types, data.units, packaged_source('minilm-en'),
                   'minilm-en', 1e-4, 1, 0)
     model = make_side(job, dict(side='crf_lr', head='crf', precision=precision, threads=None)).model
+    models = reloaded(model) if change == 'inference_only' else {False: model, True: model}
     batches = job['predict'][32]
     signature = free_signature(batches[0])
     functions, scores = {}, {}
     for on in (False, True):
         with flat_dense(), changes()[change](on):
-            step = tf.function(lambda x: model(x, training=False), reduce_retracing=True,
-                               autograph=False)
+            step = tf.function(lambda x, m=models[on]: m(x, training=False),
+                               reduce_retracing=True, autograph=False)
             step.get_concrete_function(signature)
         scores[on] = [np.asarray(step(conformed(b, signature))) for b in batches]
         functions[on] = (lambda s: lambda: [s(conformed(b, signature)).numpy()
@@ -84,14 +102,32 @@ def step_functions(change, precision):
     return functions, abs(losses[False] - losses[True])
 
 
+def profiled(function, calls):
+    """{'on_profile': {wall_ms, ms_by_kind, ms_by_op_type}} of ``calls`` calls of ``function``,
+    or {} when ``calls`` is 0."""
+    if not calls:
+        return {}
+    from crf_lr.compat import tf
+    from step_profile import profile_step
+    wall, kinds, types = profile_step(tf, function, [], calls)
+    return {'on_profile': dict(wall_ms=wall, ms_by_kind=kinds, ms_by_op_type=types)}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    parser.add_argument('--change', choices=('flat_dense', 'batched_attention'), required=True)
+    parser.add_argument('--change', choices=('flat_dense', 'batched_attention', 'inference_only'),
+                        required=True)
     parser.add_argument('--part', choices=('predict', 'step'), default='predict')
     parser.add_argument('--rounds', type=int, default=7)
     parser.add_argument('--sentences', type=int, default=200, help='--part predict: test sentences')
     parser.add_argument('--out', default=None, help='also write the JSON lines to this file')
+    parser.add_argument('--profile', type=int, default=0, metavar='CALLS',
+                        help='also profile this many calls with the change on: op ms by kind '
+                             'and the costliest op types (step_profile.py)')
     args = parser.parse_args()
+    if args.change == 'inference_only' and args.part != 'predict':
+        parser.error('--change inference_only is a way of loading a model for prediction: '
+                     'use it with --part predict')
     lines = []
     for precision in ('float32', 'mixed_bfloat16'):
         if args.part == 'predict':
@@ -107,7 +143,8 @@ def main():
                                      **{f'{k} ms': [v['median_ms'], v['min_ms'], v['max_ms']]
                                         for k, v in timings.items()},
                                      off_over_on=ratio_summary(timings, 'off', 'on'),
-                                     load_average=[load, load_average()])))
+                                     load_average=[load, load_average()],
+                                     **profiled(functions[True], args.profile))))
         print(lines[-1], flush=True)
     if args.out:
         from crf_lr.atomic import atomic_write

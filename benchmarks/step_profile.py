@@ -90,13 +90,15 @@ def profiled_ops(logdir):
 
 
 def profile_step(tf, step, arguments, steps):
-    """Profile ``steps`` calls of ``step(*arguments)`` (already warm); returns (wall ms per step,
+    """Profile ``steps`` calls of ``step(*arguments)`` (already warm; a tensor or NumPy values);
+    returns (wall ms per step,
     kind -> op ms per step, the 15 costliest op types with their ms per step)."""
     with tempfile.TemporaryDirectory() as logdir:
         tf.profiler.experimental.start(logdir)
         started = time.perf_counter()
         for _ in range(steps):
-            step(*arguments).numpy()
+            result = step(*arguments)
+            getattr(result, 'numpy', lambda: result)()      # waits for a tensor's value
         wall = (time.perf_counter() - started) / steps * 1e3
         tf.profiler.experimental.stop()
         ops = profiled_ops(logdir)

@@ -20,11 +20,15 @@ rebuilds it in the current one instead (the weights are float32 either way).
     >>> print(set_precision('auto'))          # before building (or loading) the model
     >>> model = build_model(...)              # its output (our heads) stays float32
 """
+import contextlib
 import json
 
 from crf_lr.compat import keras
 
 PRECISIONS = ('float32', 'mixed_bfloat16', 'auto')
+ENCODER_LAYERS = ('Embedding', 'PositionEmbedding', 'SinusoidalPositionEmbedding',
+                  'RelativePositionEmbedding', 'RelativePositionEmbeddingT5', 'LayerNormalization',
+                  'ScaleOffset', 'MultiHeadAttention', 'GatedAttentionUnit', 'FeedForward')
 NATIVE_BF16_FLAGS = ('amx_bf16', 'avx512_bf16')
 
 
@@ -83,7 +87,7 @@ def _policy_name(dtype):
     return dtype['config']['name'] if isinstance(dtype, dict) else dtype
 
 
-def load_model(path, custom_objects=None):
+def load_model(path, custom_objects=None, inference_only=False):
     """A model saved by ``model.save(path)`` (HDF5), rebuilt to compute in the current precision.
 
     The layers built under the model's own policy (the one most of its layers have: the global
@@ -96,6 +100,12 @@ def load_model(path, custom_objects=None):
         path: the ``.h5`` file.
         custom_objects: as in ``keras.models.load_model`` (crf_lr's and bert4keras's layers are
             registered already).
+        inference_only: under a mixed policy (``mixed_bfloat16``), the encoder's layers
+            (bert4keras's, ``ENCODER_LAYERS``) keep their weights in the compute dtype: each is
+            rounded to bf16 once, here, instead of at every call, so the outputs are the same
+            and prediction casts no encoder weight (half their memory). The heads keep float32
+            weights (the CRF's transitions are read in float64 to decode). Such a model is for
+            prediction: training it would update bf16 weights. No effect under ``float32``.
     Returns:
         the ``keras.Model`` with the saved weights.
     Raises:
@@ -114,10 +124,24 @@ def load_model(path, custom_objects=None):
     layers = [layer for layer in config['config']['layers'] if layer['class_name'] != 'InputLayer']
     names = [_policy_name(layer['config'].get('dtype')) for layer in layers]
     saved = max(set(names), key=names.count)
-    current = keras.mixed_precision.global_policy().name
+    current = keras.mixed_precision.global_policy()
+    encoder = current.compute_dtype if inference_only else current.name
     for layer, name in zip(layers, names):
         if name == saved:
-            layer['config']['dtype'] = current
-    model = keras.models.model_from_config(config, custom_objects=custom_objects)
-    model.load_weights(path)
+            layer['config']['dtype'] = (encoder if layer['class_name'] in ENCODER_LAYERS
+                                        else current.name)
+    with _global_policy(encoder):         # the Dense layers the encoder's layers build inside
+        model = keras.models.model_from_config(config, custom_objects=custom_objects)
+        model.load_weights(path)
     return model
+
+
+@contextlib.contextmanager
+def _global_policy(name):
+    """Keras's global mixed-precision policy set to ``name`` within the block."""
+    previous = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_global_policy(name)
+    try:
+        yield
+    finally:
+        keras.mixed_precision.set_global_policy(previous)

@@ -77,7 +77,9 @@ class Tagger:
 
     @classmethod
     def load(cls, folder, batch_size=32):
-        """The Tagger saved in ``folder`` by :meth:`save`.
+        """The Tagger saved in ``folder`` by :meth:`save`, for prediction: in the current
+        precision, and under ``mixed_bfloat16`` with the encoder's weights rounded to bf16 once
+        (:func:`crf_lr.precision.load_model`'s ``inference_only``; the same outputs).
 
         Raises:
             FileNotFoundError naming what is missing (with a hint when ``folder`` is a run
@@ -92,7 +94,7 @@ class Tagger:
         if head.labels != meta['labels']:
             raise ValueError(f'{labels_path}: labels {meta["labels"]} differ from those of a '
                              f'{meta["head"]} head on types {meta["types"]}: {head.labels}')
-        model = load_model(model_path)                     # in the current precision
+        model = load_model(model_path, inference_only=True)   # current precision, bf16 cast once
         width = model.output_shape[1 if head.kind == 'spans' else -1]
         if width != len(head.labels):
             raise ValueError(f'{model_path} scores {width} labels but {labels_path} lists '

@@ -37,41 +37,59 @@ def _types(operations):
     return {op.type for op in operations}
 
 
-def _inputs(count=3, seed=1):
+def _inputs(count=3, seed=1, query_length=N):
+    """q (batch, query_length, .), k and v (batch, N, .)."""
     rng = np.random.default_rng(seed)
-    return [tf.constant(rng.normal(size=(BATCH, N, HEADS * SIZE)), tf.float32)
-            for _ in range(count)]
+    return [tf.constant(rng.normal(size=(BATCH, query_length if i == 0 else N, HEADS * SIZE)),
+                        tf.float32) for i in range(count)]
+
+
+QUERY_MASK = np.array([[1, 1, 0], [1, 1, 1]], 'float32')       # cross-attention: 3 queries
+
+
+def _extra(kind, rng, key_size=SIZE):
+    """One extra input of bert4keras's attention, by kind."""
+    if kind == 'bias3':                             # a causal (language-model) bias, as bert4keras
+        causal = np.tril(np.ones((N, N), 'float32'))
+        return tf.constant(np.repeat((1 - causal)[None] * -1e12, BATCH, 0))
+    shapes = {'bias4': (BATCH, HEADS, N, N), 'rotary': (BATCH, N, key_size),
+              'typical_relative': (N, N, key_size), 't5_relative': (N, N, HEADS)}
+    return tf.constant(rng.normal(size=shapes[kind]), tf.float32)
 
 
 CASES = {
-    'no mask': dict(options={}, mask=None, extra=0, kwargs={}),
-    'key mask': dict(options={}, mask='key', extra=0, kwargs={}),
-    'key mask, no scale': dict(options=dict(attention_scale=False), mask='key', extra=0,
-                               kwargs={}),
-    'additive bias (rank 3) and key mask': dict(options={}, mask='key', extra='bias3',
+    'no mask': dict(),
+    'key mask': dict(mask='key'),
+    'key mask, no scale': dict(options=dict(attention_scale=False), mask='key'),
+    'key size other than head size': dict(options=dict(key_size=3), mask='key'),
+    'additive bias (rank 3) and key mask': dict(mask='key', extra=['bias3'],
                                                 kwargs=dict(a_bias=True)),
-    'additive bias (rank 4)': dict(options={}, mask=None, extra='bias4', kwargs=dict(a_bias=True)),
-    'rotary, key mask': dict(options={}, mask='key', extra='rotary',
-                             kwargs=dict(p_bias='rotary')),
-    'scores returned': dict(options=dict(return_attention_scores=True), mask='key', extra=0,
-                            kwargs={}),
+    'additive bias (rank 4)': dict(extra=['bias4'], kwargs=dict(a_bias=True)),
+    'rotary, key mask': dict(mask='key', extra=['rotary'], kwargs=dict(p_bias='rotary')),
+    'rotary after an additive bias': dict(mask='key', extra=['bias4', 'rotary'],
+                                          kwargs=dict(a_bias=True, p_bias='rotary')),
+    'cross-attention: 3 queries, 5 keys, their own masks': dict(mask='cross', query_length=3),
+    'scores returned': dict(options=dict(return_attention_scores=True), mask='key'),
+    'NEZHA relative positions: bert4keras code': dict(
+        mask='key', extra=['typical_relative'], kwargs=dict(p_bias='typical_relative'),
+        batched=False),
+    'T5 relative positions: bert4keras code': dict(
+        mask='key', extra=['t5_relative'], kwargs=dict(p_bias='t5_relative'), batched=False),
 }
 
 
 @pytest.mark.parametrize('case', list(CASES))
 def test_batched_attention_equals_bert4keras_einsum_form(case):
-    spec = CASES[case]
-    inputs = _inputs()
+    """Outputs and gradients equal; batched where it applies, bert4keras's code elsewhere."""
+    spec = dict(dict(options={}, mask=None, extra=[], kwargs={}, query_length=N, batched=True),
+                **CASES[case])
     rng = np.random.default_rng(2)
-    if spec['extra'] == 'bias3':                    # a causal (language-model) bias, as bert4keras
-        causal = np.tril(np.ones((N, N), 'float32'))
-        inputs.append(tf.constant(np.repeat((1 - causal)[None] * -1e12, BATCH, 0)))
-    elif spec['extra'] == 'bias4':
-        inputs.append(tf.constant(rng.normal(size=(BATCH, HEADS, N, N)), tf.float32))
-    elif spec['extra'] == 'rotary':
-        inputs.append(tf.constant(rng.normal(size=(BATCH, N, SIZE)), tf.float32))
-    mask = None if spec['mask'] is None else [tf.constant(KEY_MASK)] * 3
-    layer = _layer(**spec['options'])
+    options = spec['options']
+    inputs = _inputs(query_length=spec['query_length']) + [
+        _extra(kind, rng, options.get('key_size', SIZE)) for kind in spec['extra']]
+    mask = {None: None, 'key': [tf.constant(KEY_MASK)] * 3,
+            'cross': [tf.constant(QUERY_MASK), None, tf.constant(KEY_MASK)]}[spec['mask']]
+    layer = _layer(**options)
     reference, reference_gradients, einsum_ops = _run(layer, inputs, mask, False, **spec['kwargs'])
     batched, batched_gradients, batched_ops = _run(layer, inputs, mask, True, **spec['kwargs'])
     for got, expected in zip(tf.nest.flatten(batched), tf.nest.flatten(reference)):
@@ -81,9 +99,10 @@ def test_batched_attention_equals_bert4keras_einsum_form(case):
             assert got is None
         else:
             np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
-    assert 'Einsum' in _types(einsum_ops) and 'Einsum' not in _types(batched_ops)
+    assert 'Einsum' in _types(einsum_ops)
+    assert ('Einsum' not in _types(batched_ops)) == spec['batched']
     selects = [op.outputs[0].shape.as_list() for op in batched_ops if op.type == 'SelectV2']
-    assert all(shape[1:3] == [1, 1] for shape in selects)   # the mask: a (batch, 1, 1, k) bias
+    assert not spec['batched'] or all(shape[1:3] == [1, 1] for shape in selects)  # a bias
 
 
 def test_masked_keys_get_no_weight():
@@ -105,15 +124,18 @@ def test_other_normalisations_and_boolean_biases_keep_bert4keras_code():
     assert 'Einsum' in _types(_run(layer, _inputs() + [boolean], None, True, a_bias=True)[2])
 
 
-def test_dropout_applies_to_the_weights_in_training_only():
+def test_dropout_drops_the_same_weights_in_training_only():
+    """Under one seed, training drops what bert4keras's form drops; inference drops nothing."""
     layer = _layer(attention_dropout=0.5)
     inputs = _inputs()
-    with batched_attention():
-        inference = layer(inputs, training=False)
-        tf.keras.utils.set_random_seed(3)
-        training = layer(inputs, training=True)
-    np.testing.assert_allclose(layer(inputs, training=False), inference, rtol=1e-6)
-    assert np.abs(np.asarray(training) - np.asarray(inference)).max() > 1e-3
+    outputs = {}
+    for batched in (False, True):
+        with batched_attention(batched):
+            tf.keras.utils.set_random_seed(5)
+            outputs[batched] = layer(inputs, training=True)
+            inference = layer(inputs, training=False)
+    np.testing.assert_allclose(outputs[True], outputs[False], rtol=1e-5, atol=1e-6)
+    assert np.abs(np.asarray(outputs[True]) - np.asarray(inference)).max() > 1e-3
 
 
 def test_a_model_built_by_bert4keras_computes_the_same_without_einsum(tiny_bert_config_path):

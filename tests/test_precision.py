@@ -18,6 +18,7 @@ from crf_lr.compat import keras, tf
 from crf_lr.precision import NATIVE_BF16_FLAGS, load_model, native_bf16, set_precision
 
 HEADS = ('crf', 'softmax', 'global_pointer', 'efficient_global_pointer')
+TINY_LAYERS = 2                               # conftest's TINY_BERT_CONFIG
 TYPES = ['A', 'B']
 SCORE_TOLERANCE, LOSS_TOLERANCE, GRADIENT_TOLERANCE = 0.05, 0.02, 0.10
 
@@ -174,6 +175,34 @@ def test_models_saved_under_one_precision_reload_under_the_other(models, batch, 
         assert error <= SCORE_TOLERANCE * np.abs(_real(expected, name, lengths)).max(), name
         plain = keras.models.load_model(path, compile=False)
         assert plain.predict([ids, 0 * ids], verbose=0).shape == got.shape
+
+
+@pytest.mark.parametrize('saved', ['mixed_bfloat16', 'float32'])
+def test_a_model_loaded_for_inference_keeps_bf16_weights_and_predicts_the_same(models, batch,
+                                                                               tmp_path, saved):
+    """``load_model(..., inference_only=True)`` under mixed_bfloat16: the encoder's layers hold
+    bf16 weights (rounded once, no cast at each call), the heads float32 ones, and every head
+    predicts exactly what the mixed model predicts; under float32 it changes nothing."""
+    ids = batch[0]
+    for name in HEADS:
+        path = os.path.join(tmp_path, f'{name}.h5')
+        models[saved][name][1].save(path, include_optimizer=False)
+        set_precision('mixed_bfloat16')
+        mixed = load_model(path)
+        inference = load_model(path, inference_only=True)
+        np.testing.assert_array_equal(inference.predict_on_batch([ids, 0 * ids]),
+                                      mixed.predict_on_batch([ids, 0 * ids]))
+        encoder = [layer for layer in inference.layers
+                   if layer.name.startswith(('Embedding-', 'Transformer-')) and layer.weights]
+        assert {w.dtype for layer in encoder for w in layer.weights} == {tf.bfloat16}, \
+            [(layer.name, layer.dtype_policy.name) for layer in encoder]
+        assert len(encoder) >= 2 * TINY_LAYERS + 3, name          # every encoder layer
+        head_weights = [w for layer in inference.layers if layer.name.startswith(('Tag-', 'CRF',
+                                                                                  'Span-'))
+                        for w in layer.weights]
+        assert head_weights and {w.dtype for w in head_weights} == {tf.float32}, name
+        set_precision('float32')
+        assert {w.dtype for w in load_model(path, inference_only=True).weights} == {tf.float32}
 
 
 def test_set_precision_auto_reads_the_cpu_flags(tmp_path):
