@@ -137,7 +137,8 @@ class GlobalPointer(_PointerBase):
         qk = self._projection(inputs, self.kernel, self.bias)
         qk = tf.reshape(qk, tf.concat([tf.shape(qk)[:2], [self.heads, 2 * self.head_size]], 0))
         q, k = self._rope(qk[..., :self.head_size], qk[..., self.head_size:])
-        return tf.einsum('bmhd,bnhd->bhmn', q, k) / self.head_size ** 0.5
+        q, k = tf.transpose(q, [0, 2, 1, 3]), tf.transpose(k, [0, 2, 1, 3])      # heads first
+        return tf.matmul(q, k, transpose_b=True) / self.head_size ** 0.5   # batched: no Einsum
 
 
 @register
@@ -171,7 +172,7 @@ class EfficientGlobalPointer(_PointerBase):
     def _scores(self, inputs):
         qk = self._projection(inputs, self.qk_kernel, self.qk_bias)         # (b, n, 2D)
         q, k = self._rope(qk[..., ::2], qk[..., 1::2])
-        shared = tf.einsum('bmd,bnd->bmn', q, k) / self.head_size ** 0.5
+        shared = tf.matmul(q, k, transpose_b=True) / self.head_size ** 0.5
         per_type = tf.transpose(self._affine(qk, self.type_kernel, self.type_bias), [0, 2, 1]) / 2
         end_term, start_term = per_type[:, ::2, None, :], per_type[:, 1::2, :, None]
         return shared[:, None] + end_term + start_term
