@@ -22,14 +22,13 @@ UniLM masks) keeps bert4keras's own code.
     >>> with batched_attention(False):             # bert4keras's einsum form, e.g. to compare
     ...     scores = tf.function(lambda x: model(x))(inputs)
 """
-import functools
-
 import crf_lr  # noqa: F401  (sets TF_KERAS / TF_USE_LEGACY_KERAS before TensorFlow loads)
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from bert4keras.backend import K, apply_rotary_position_embeddings, keras  # noqa: E402
 
+from crf_lr.patching import patch  # noqa: E402
 from crf_lr.switches import ThreadSwitch  # noqa: E402
 
 _BATCHED = ThreadSwitch(default=True)     # read when an attention layer is traced
@@ -95,18 +94,13 @@ def install():
     """Route ``bert4keras.layers.MultiHeadAttention.pay_attention_to`` through
     :func:`batched_pay_attention_to` where it applies (idempotent)."""
     from bert4keras.layers import MultiHeadAttention
-    original = MultiHeadAttention.pay_attention_to
-    if getattr(original, '_crf_lr_fixed', False):
-        return
 
-    @functools.wraps(original)
-    def pay_attention_to(self, inputs, mask=None, **kwargs):
+    def pay_attention_to(original, self, inputs, mask=None, **kwargs):
         if _handles(self, inputs, kwargs):
             return batched_pay_attention_to(self, inputs, mask, **kwargs)
         return original(self, inputs, mask, **kwargs)
 
-    pay_attention_to._crf_lr_fixed = True
-    MultiHeadAttention.pay_attention_to = pay_attention_to
+    patch(MultiHeadAttention, 'pay_attention_to', pay_attention_to)
 
 
 import crf_lr.compat  # noqa: E402,F401  (installs the patch, with TensorFlow's other fixes)

@@ -12,11 +12,12 @@ TensorFlow: the loaders are wrapped when tf-keras is imported.
     >>> from crf_lr.compat import keras
     >>> model = keras.models.load_model('model.h5')     # EfficientGlobalPointer, its loss, ...
 """
-import functools
 import importlib
 import importlib.abc
 import importlib.util
 import sys
+
+from crf_lr.patching import patch
 
 # The modules whose import registers what a saved model of crf_lr can name.
 REGISTERING_MODULES = ('crf_lr.serialization', 'crf_lr.crf', 'crf_lr.global_pointer',
@@ -33,18 +34,14 @@ def register_everything():
 def _wrap_loaders():
     """Make tf-keras's loaders call :func:`register_everything` before they read a model."""
     for name in _LOADERS:
-        module = sys.modules.get(name) or importlib.import_module(name)
-        original = module.load_model
-        if getattr(original, '_crf_lr_registers', False):
-            continue
+        patch(sys.modules.get(name) or importlib.import_module(name), 'load_model',
+              _registering_first)
 
-        @functools.wraps(original)
-        def load_model(*args, _original=original, **kwargs):
-            register_everything()
-            return _original(*args, **kwargs)
 
-        load_model._crf_lr_registers = True
-        module.load_model = load_model
+def _registering_first(original, *args, **kwargs):
+    """``original(*args, **kwargs)`` after :func:`register_everything`."""
+    register_everything()
+    return original(*args, **kwargs)
 
 
 class _LoaderThenHook(importlib.abc.Loader):

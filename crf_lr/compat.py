@@ -12,7 +12,6 @@ one-batch dataset without tf.data's autotuning, and ``Dense.call`` takes the fla
 :func:`flat_dense`, off unless in that block. bert4keras's attention computes with batched
 matrix products (:mod:`crf_lr.attention`, the same values).
 """
-import functools
 import importlib.util
 
 import crf_lr  # noqa: F401  (sets TF_KERAS / TF_USE_LEGACY_KERAS before TensorFlow loads)
@@ -43,6 +42,7 @@ import tensorflow as tf  # noqa: E402
 import bert4keras.backend  # noqa: F401,E402  (points sys.modules['keras'] at tf.keras)
 from bert4keras.backend import K, keras  # noqa: E402
 from crf_lr.attention import install as _install_batched_attention  # noqa: E402
+from crf_lr.patching import patch  # noqa: E402
 from crf_lr.switches import ThreadSwitch  # noqa: E402
 
 
@@ -67,10 +67,8 @@ def _fix_save_weights_as_checkpoint():
     uses ``tf.Session``/``tf.train.Saver``, which TF 2 no longer exports. Read the values eagerly
     first, then write them with ``tf.compat.v1`` in a fresh graph."""
     from bert4keras.models import Transformer
-    if getattr(Transformer.save_weights_as_checkpoint, '_crf_lr_fixed', False):
-        return
 
-    def save_weights_as_checkpoint(self, filename, mapping=None, dtype=None):
+    def save_weights_as_checkpoint(_original, self, filename, mapping=None, dtype=None):
         mapping = mapping or self.variable_mapping()
         mapping = {self.prefixed(k): v for k, v in mapping.items()}
         mapping = {k: v for k, v in mapping.items() if k in self.layers}
@@ -86,8 +84,7 @@ def _fix_save_weights_as_checkpoint():
                 session.run(tf.compat.v1.variables_initializer(variables))
                 tf.compat.v1.train.Saver(variables).save(session, filename)
 
-    save_weights_as_checkpoint._crf_lr_fixed = True
-    Transformer.save_weights_as_checkpoint = save_weights_as_checkpoint
+    patch(Transformer, 'save_weights_as_checkpoint', save_weights_as_checkpoint)
 
 
 def _fix_feed_forward_config():
@@ -95,18 +92,14 @@ def _fix_feed_forward_config():
     the ``.h5`` loader of tf-keras cannot read back; serialise them in the legacy format."""
     from bert4keras.layers import FeedForward
     from tf_keras.src.saving.legacy import serialization as legacy_serialization
-    if getattr(FeedForward.get_config, '_crf_lr_fixed', False):
-        return
-    original = FeedForward.get_config
 
-    def get_config(self):
+    def get_config(original, self):
         config = original(self)
         config['activation'] = [legacy_serialization.serialize_keras_object(act)
                                 for act in self.activation]
         return config
 
-    get_config._crf_lr_fixed = True
-    FeedForward.get_config = get_config
+    patch(FeedForward, 'get_config', get_config)
 
 
 def without_autotune(dataset):
@@ -145,16 +138,11 @@ def _fix_iterator_deletion_stall():
     bf16 step of the end-to-end benchmark by about a second (:func:`without_autotune`); build
     those one-batch datasets without autotuning, which has nothing to tune in them."""
     from tf_keras.src.engine import data_adapter
-    original = data_adapter.single_batch_iterator
-    if getattr(original, '_crf_lr_fixed', False):
-        return
 
-    @functools.wraps(original)
-    def single_batch_iterator(strategy, *args, **kwargs):
+    def single_batch_iterator(original, strategy, *args, **kwargs):
         return original(_DistributingWithoutAutotune(strategy), *args, **kwargs)
 
-    single_batch_iterator._crf_lr_fixed = True
-    data_adapter.single_batch_iterator = single_batch_iterator
+    patch(data_adapter, 'single_batch_iterator', single_batch_iterator)
 
 
 _FLAT_DENSE = ThreadSwitch(default=False)     # read when a Dense layer is traced: flat_dense
@@ -181,14 +169,11 @@ def _fix_dense_fusion():
     """Give tf-keras's ``Dense.call`` the flattened form of :func:`flat_dense` (off unless in
     that block)."""
     from tf_keras.src.layers.core.dense import Dense
-    original = Dense.call
-    if getattr(original, '_crf_lr_fixed', False):
-        return
 
-    @functools.wraps(original)
-    def call(self, inputs):
-        if not (_FLAT_DENSE.enabled and isinstance(inputs, tf.Tensor) and inputs.shape.rank is not None
-                and inputs.shape.rank > 2 and inputs.shape[-1] is not None):
+    def call(original, self, inputs):
+        if not (_FLAT_DENSE.enabled and isinstance(inputs, tf.Tensor)
+                and inputs.shape.rank is not None and inputs.shape.rank > 2
+                and inputs.shape[-1] is not None):
             return original(self, inputs)
         outputs = original(self, tf.reshape(inputs, [-1, inputs.shape[-1]]))
         outputs = tf.reshape(outputs, tf.concat([tf.shape(inputs)[:-1], tf.shape(outputs)[-1:]],
@@ -196,8 +181,7 @@ def _fix_dense_fusion():
         outputs.set_shape(inputs.shape[:-1].concatenate(outputs.shape[-1:]))
         return outputs
 
-    call._crf_lr_fixed = True
-    Dense.call = call
+    patch(Dense, 'call', call)
 
 
 _fix_optimizer_base_class()

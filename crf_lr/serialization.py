@@ -21,6 +21,7 @@ import warnings
 import weakref
 
 from crf_lr.compat import keras, tf
+from crf_lr.patching import patch
 
 PACKAGE = 'crf_lr'
 _PRODUCER = '_crf_lr_producer'          # attribute of a tensor: weak reference to its layer
@@ -200,11 +201,8 @@ def _fix_savedmodel_optimizer_state():
     optimizer ("Slots cannot be restored from saved_model"); the folder's checkpoint holds the
     state, so restore it and drop that (now wrong) message."""
     from tf_keras.src.saving.legacy.saved_model import load as savedmodel_load
-    original = savedmodel_load.load
-    if getattr(original, '_crf_lr_fixed', False):
-        return
 
-    def load(path, compile=True, options=None):
+    def load(original, path, compile=True, options=None):
         quiet = _DropMessage('Slots cannot be restored from saved_model')
         tf.get_logger().addFilter(quiet)
         try:
@@ -215,8 +213,7 @@ def _fix_savedmodel_optimizer_state():
             restore_optimizer_state(model, path)
         return model
 
-    load._crf_lr_fixed = True
-    savedmodel_load.load = load
+    patch(savedmodel_load, 'load', load)
 
 
 _KERAS_FORMAT_ADVICE = ('tf-keras\'s .keras format keeps no state of a legacy (OptimizerV2) '
@@ -229,26 +226,23 @@ def _fix_keras_format_optimizer_warning():
     """Warn where a ``.keras`` file drops a legacy optimizer's state: on saving a model whose
     optimizer has state, on loading one compiled."""
     from tf_keras.src.saving import saving_lib
-    original_save, original_load = saving_lib.save_model, saving_lib.load_model
-    if getattr(original_load, '_crf_lr_fixed', False):
-        return
 
-    def save_model(model, filepath, *args, **kwargs):
+    def save_model(original, model, filepath, *args, **kwargs):
         optimizer = _legacy_optimizer(model)
         if optimizer is not None and optimizer.weights:
             warnings.warn(f'saving {filepath}: {_KERAS_FORMAT_ADVICE}', OptimizerStateWarning,
-                          stacklevel=4)
-        return original_save(model, filepath, *args, **kwargs)
+                          stacklevel=5)
+        return original(model, filepath, *args, **kwargs)
 
-    def load_model(filepath, *args, **kwargs):
-        model = original_load(filepath, *args, **kwargs)
+    def load_model(original, filepath, *args, **kwargs):
+        model = original(filepath, *args, **kwargs)
         if _legacy_optimizer(model) is not None:
             warnings.warn(f'loading {filepath}: {_KERAS_FORMAT_ADVICE}', OptimizerStateWarning,
-                          stacklevel=4)
+                          stacklevel=5)
         return model
 
-    load_model._crf_lr_fixed = True
-    saving_lib.save_model, saving_lib.load_model = save_model, load_model
+    patch(saving_lib, 'save_model', save_model)
+    patch(saving_lib, 'load_model', load_model)
 
 
 def _fix_keras_format_variable_names():
@@ -256,16 +250,12 @@ def _fix_keras_format_variable_names():
     layer's name scope, so ``'CRF/trans'`` comes back as ``'trans'`` and every name pattern
     (``lr_multipliers``, ``exclude_from_weight_decay``) silently stops matching; build inside
     the scope that ``Layer.__call__`` opens."""
-    original = keras.layers.Layer.build_from_config
-    if getattr(original, '_crf_lr_fixed', False):
-        return
 
-    def build_from_config(self, config):
+    def build_from_config(original, self, config):
         with tf.name_scope(self._name_scope()):
             original(self, config)
 
-    build_from_config._crf_lr_fixed = True
-    keras.layers.Layer.build_from_config = build_from_config
+    patch(keras.layers.Layer, 'build_from_config', build_from_config)
 
 
 _fix_savedmodel_optimizer_state()
