@@ -45,7 +45,7 @@ def batched_attention(enabled=True):
     return _BATCHED.set(enabled)
 
 
-def _heads_first(x):
+def heads_first(x):
     """(batch, n, heads, size) -> (batch, heads, n, size)."""
     return tf.transpose(x, [0, 2, 1, 3])
 
@@ -67,7 +67,7 @@ def batched_pay_attention_to(layer, inputs, mask=None, **kwargs):
     bias = extra.pop(0) if kwargs.get('a_bias') else None
     if kwargs.get('p_bias') == 'rotary':
         qw, kw = apply_rotary_position_embeddings(extra.pop(0), qw, kw)
-    scores = tf.matmul(_heads_first(qw), _heads_first(kw), transpose_b=True)
+    scores = tf.matmul(heads_first(qw), heads_first(kw), transpose_b=True)
     if layer.attention_scale:
         scores = scores / layer.key_size**0.5
     logits = scores
@@ -79,7 +79,7 @@ def batched_pay_attention_to(layer, inputs, mask=None, **kwargs):
     weights = K.softmax(logits)
     if layer.attention_dropout:
         weights = keras.layers.Dropout(layer.attention_dropout)(weights)
-    return _heads_first(tf.matmul(weights, _heads_first(vw))), scores
+    return heads_first(tf.matmul(weights, heads_first(vw))), scores
 
 
 def _handles(layer, inputs, kwargs):

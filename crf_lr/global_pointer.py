@@ -18,6 +18,7 @@ the weight layout equal bert4keras 0.11.5's layers of the same names, so
 """
 import numpy as np
 
+from crf_lr.attention import heads_first
 from crf_lr.checks import PointerRules, rope_size
 from crf_lr.compat import keras, tf
 from crf_lr.numerics import guard_finite
@@ -137,7 +138,7 @@ class GlobalPointer(_PointerBase):
         qk = self._projection(inputs, self.kernel, self.bias)
         qk = tf.reshape(qk, tf.concat([tf.shape(qk)[:2], [self.heads, 2 * self.head_size]], 0))
         q, k = self._rope(qk[..., :self.head_size], qk[..., self.head_size:])
-        q, k = tf.transpose(q, [0, 2, 1, 3]), tf.transpose(k, [0, 2, 1, 3])      # heads first
+        q, k = heads_first(q), heads_first(k)
         return tf.matmul(q, k, transpose_b=True) / self.head_size ** 0.5   # batched: no Einsum
 
 
