@@ -2,7 +2,7 @@
 train on a job's epochs, predict its test batches, time a fixed step; one JSON line out.
 
     $ python benchmarks/e2e_worker.py JOB.pkl '{"side": "torch", "head": "crf",
-          "precision": "float32", "threads": 2, "step_calls": 5}'
+          "precision": "float32", "threads": 2, "step_calls": 5, "predict_passes": 3}'
 
 Sides: ``crf_lr`` (``e2e_keras.KerasSide``: ``examples/task_ner.py``'s model, trained through
 ``crf_lr.runs.train_steps`` or, with ``"step": "train_on_batch"``, Keras's ``train_on_batch``) and
@@ -44,8 +44,18 @@ def timed(iterable):
     return times, items
 
 
-def measure(side, job, step_calls):
-    """Everything the benchmark reports of one side (a JSON-serialisable dict)."""
+def predict_seconds(side, batches):
+    """Seconds ``side`` takes to predict ``batches``, one after another."""
+    started = time.perf_counter()
+    for inputs in batches:
+        side.predict(inputs)
+    return time.perf_counter() - started
+
+
+def measure(side, job, step_calls, predict_passes=3):
+    """Everything the benchmark reports of one side (a JSON-serialisable dict). Prediction is
+    timed over ``predict_passes`` whole passes per batch size after a warm one; the reported rate
+    is their median (every pass's rate is kept)."""
     epochs, losses = [], []
     for batches in job['epochs']:
         times, step_losses = timed(side.train(batches))
@@ -54,18 +64,17 @@ def measure(side, job, step_calls):
         epochs.append(round(sum(times), 3))
         losses.append(round(float(np.mean(step_losses)), 5))
     paths = [side.predict(inputs) for inputs in job['predict'][32]]      # warm-up, and the F1's
-    predicted = {}
+    passes = {}
     for size, batches in job['predict'].items():
         side.predict(batches[0])
-        started = time.perf_counter()
-        for inputs in batches:
-            side.predict(inputs)
-        seconds = time.perf_counter() - started
-        predicted[size] = round(job['predict_sentences'][size] / seconds, 2)
+        sentences = job['predict_sentences'][size]
+        passes[str(size)] = [round(sentences / predict_seconds(side, batches), 2)
+                             for _ in range(predict_passes)]
     step_times, _ = timed(side.train([job['step_batch']] * (step_calls + 1)))
     return dict(epoch_s=epochs, epoch_loss=losses, paths=[[list(map(int, p)) for p in batch]
                                                           for batch in paths],
-                predict_sentences_per_s={str(k): v for k, v in predicted.items()},
+                predict_sentences_per_s={k: float(np.median(v)) for k, v in passes.items()},
+                predict_passes_sentences_per_s=passes,
                 step_ms=[round(t * 1e3, 1) for t in step_times[1:]],
                 peak_rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
                 load_average=[round(x, 2) for x in os.getloadavg()])
@@ -76,7 +85,8 @@ def main():
     with open(job_path, 'rb') as f:
         job = pickle.load(f)
     side = make_side(job, config)
-    print(json.dumps(dict(config, **measure(side, job, config.get('step_calls', 5)))))
+    print(json.dumps(dict(config, **measure(side, job, config.get('step_calls', 5),
+                                             config.get('predict_passes', 3)))))
 
 
 if __name__ == '__main__':

@@ -22,9 +22,10 @@ own), the stacks interleaved in rounds (one round per seed, the order rotated ea
 ``set_num_threads`` / ``set_num_interop_threads``, and ``OMP_NUM_THREADS`` in every worker.
 Reported per stack, as median [min–max] over the rounds: first epoch, steady epoch (the mean of
 epochs 2..E), one training step on a fixed 32 x 128 batch, prediction throughput at batch 32 (all
-test sentences) and batch 1 (the first 100), peak RSS of the process, strict test F1 after the
-same epochs. Results: ``--out`` (JSON, default ``benchmarks/results.end_to_end.json``, or
-``results.end_to_end.quick.json`` with ``--quick``), the Markdown table printed.
+test sentences) and batch 1 (the first 100; each the median of three timed passes after a warm
+one), peak RSS of the process, strict test F1 after the same epochs. Results: ``--out`` (JSON,
+default ``benchmarks/results.end_to_end.json``, or ``results.end_to_end.quick.json`` with
+``--quick``), the Markdown table printed.
 
 Needs the ``bench`` extra for the PyTorch side (``make bench`` installs it: torch's CPU build,
 transformers, pytorch-crf); without it the PyTorch rows are left out and the run says so.
@@ -54,9 +55,11 @@ STACKS = {'crf_lr train_steps': dict(side='crf_lr', step='train_steps'),
           'crf_lr trace_once + train_on_batch': dict(side='crf_lr', step='trace_once'),
           'PyTorch': dict(side='torch')}
 FULL = dict(corpora=('conll2003', 'msra'), heads=('crf', 'softmax'), stacks=tuple(STACKS),
-            seeds=(0, 1, 2), epochs=3, train_sentences=2000, test_sentences=1000, step_calls=5)
+            seeds=(0, 1, 2), epochs=3, train_sentences=2000, test_sentences=1000, step_calls=5,
+            predict_passes=3)
 QUICK = dict(corpora=('conll2003',), heads=('crf',), stacks=('crf_lr train_steps', 'PyTorch'),
-             seeds=(0,), epochs=2, train_sentences=200, test_sentences=200, step_calls=3)
+             seeds=(0,), epochs=2, train_sentences=200, test_sentences=200, step_calls=3,
+             predict_passes=3)
 
 
 def prepare_jobs(plan, data_dir, folder):
@@ -109,7 +112,8 @@ def run(plan, stacks, precisions, threads, data_dir, omp_passive=False, progress
                 names = [s for s in stacks if not (head == 'softmax' and 'train_on_batch' in s)]
                 for stack in names[r % len(names):] + names[:r % len(names)]:
                     config = dict(STACKS[stack], head=head, precision=precision,
-                                  threads=threads, step_calls=plan['step_calls'])
+                                  threads=threads, step_calls=plan['step_calls'],
+                                  predict_passes=plan['predict_passes'])
                     result = run_worker(jobs[corpus, seed], config, threads, omp_passive)
                     result.update(corpus=corpus, seed=seed, stack=stack)
                     if 'error' not in result:

@@ -397,3 +397,30 @@ def test_end_to_end_scoring_of_gold_paths_is_one_and_of_all_o_zero(e2e_job):
     assert test_f1(e2e_job, [[[0] * len(path) for path in batch] for batch in gold]) == 0.0
     gold[0][0] = [0] * len(gold[0][0])                 # one window's entities lost: 2 of 4 found
     assert 0 < test_f1(e2e_job, gold) < 1
+
+
+def test_end_to_end_worker_reports_the_median_of_its_prediction_passes(monkeypatch):
+    import e2e_worker
+
+    class ScriptedSide:
+        """Yields fixed losses and counts its prediction calls."""
+        predictions = 0
+
+        def train(self, batches):
+            yield from (1.0 for _ in batches)
+
+        def predict(self, inputs):
+            self.predictions += 1
+            return [np.zeros(3, int)]
+
+    seconds = iter([4.0, 1.0, 2.0, 10.0, 5.0, 20.0])      # 3 passes at batch 32, then at 1
+    monkeypatch.setattr(e2e_worker, 'predict_seconds', lambda side, batches: next(seconds))
+    job = dict(epochs=[['a'] * 2, ['b'] * 2], predict={32: ['x', 'y'], 1: ['z']},
+               predict_sentences={32: 40, 1: 10}, step_batch='s')
+    side = ScriptedSide()
+    result = e2e_worker.measure(side, job, step_calls=2, predict_passes=3)
+    assert result['predict_passes_sentences_per_s'] == {'32': [10.0, 40.0, 20.0],
+                                                       '1': [1.0, 2.0, 0.5]}
+    assert result['predict_sentences_per_s'] == {'32': 20.0, '1': 1.0}
+    assert side.predictions == 2 + 1 + 1           # the F1's pass, one warm call per size
+    assert len(result['step_ms']) == 2 and result['epoch_loss'] == [1.0, 1.0]
