@@ -1,9 +1,9 @@
-"""First epoch against a steady one: a ~1,000-sentence synthetic set trained batch by batch on
-the scripts' model (bert4keras ALBERT-tiny-shaped random encoder, ``crf_lr.heads`` head, Adam),
-with ``crf_lr.runs.train_steps`` (what ``crf_lr.runs.fit`` runs: Keras's train function traced
-once for batches of every shape, fed from ``tf.data``) or with plain ``model.train_on_batch``
-(traced for the first batch's exact shape, twice: once creating the optimiser's variables, then
-once more with generalised shapes: 3 traces).
+"""First epoch against a steady one: a ~1,000-sentence synthetic set trained batch by batch on the
+scripts' model (bert4keras ALBERT-tiny-shaped random encoder, ``crf_lr.heads`` head,
+``LayerwiseAdam``), with ``crf_lr.runs.train_steps`` (what ``crf_lr.runs.fit`` runs: Keras's train
+function traced once for batches of every shape, fed from ``tf.data``) or with plain
+``model.train_on_batch`` (traced for the first batch's exact shape, twice: once creating the
+optimiser's variables, then once more with generalised shapes: 3 traces).
 
 Epoch 1 pays for tracing Keras's train function and, with ``--crf-xla``, for compiling the CRF's
 XLA program once per (batch, length bucket); epoch 2 (a new shuffled order of the same batches)
@@ -57,6 +57,7 @@ def epoch_times(tf, keras, head_name, length_multiple, epochs=2, layers=4, sente
     from bert4keras.models import build_transformer_model
     from crf_lr.batching import Batches
     from crf_lr.heads import make_head
+    from crf_lr.optimizers import LayerwiseAdam
     from crf_lr.precision import set_precision
     from crf_lr.runs import train_steps
     import crf_lr.crf
@@ -68,7 +69,7 @@ def epoch_times(tf, keras, head_name, length_multiple, epochs=2, layers=4, sente
     encoder = build_transformer_model(model='albert', **dict(ALBERT_TINY, num_hidden_layers=layers))
     head = make_head(head_name, ['A', 'B', 'C'], 'BIO', lr_multiplier=100)
     model = keras.Model(encoder.inputs, head.build(encoder.output))
-    model.compile(keras.optimizers.Adam(1e-4), loss=head.loss, jit_compile=jit_compile)
+    model.compile(LayerwiseAdam(1e-4), loss=head.loss, jit_compile=jit_compile)
     set_precision('float32')
     batches = Batches(synthetic_items(sentences, maxlen), batch, maxlen=maxlen,
                       length_multiple=length_multiple)

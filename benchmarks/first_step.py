@@ -1,10 +1,10 @@
 """Where step 1 of ``crf_lr.runs.train_steps`` spends its time: the scripts' model (bert4keras
-ALBERT-tiny-shaped random encoder, ``crf_lr.heads`` head, Adam) on one synthetic batch of 16,
-profiled with cProfile in a fresh process. Prints one JSON line: the whole first step, the trace
-(``get_concrete_function``) and inside it the forward pass, the gradients and the optimiser's
-update, the first call of the traced graph (graph optimisation and the first run) and a second
-step for comparison. ``TF_CPP_VMODULE=meta_optimizer=1`` in the environment adds grappler's own
-per-pass times to stderr.
+ALBERT-tiny-shaped random encoder, ``crf_lr.heads`` head, ``LayerwiseAdam``) on one synthetic batch
+of 16, profiled with cProfile in a fresh process. Prints one JSON line: the whole first step, the
+trace (``get_concrete_function``) and inside it the forward pass, the gradients and the optimiser's
+update, the first call of the traced graph (graph optimisation and the first run) and a second step
+for comparison. ``TF_CPP_VMODULE=meta_optimizer=1`` in the environment adds grappler's own per-pass
+times to stderr.
 
     $ python benchmarks/first_step.py --head crf --layers 4
 """
@@ -35,12 +35,13 @@ def first_step_seconds(head_name, layers):
     from crf_lr.batching import Batches
     from crf_lr.compat import keras
     from crf_lr.heads import make_head
+    from crf_lr.optimizers import LayerwiseAdam
     from crf_lr.runs import train_steps
     keras.utils.set_random_seed(0)
     encoder = build_transformer_model(model='albert', **dict(ALBERT_TINY, num_hidden_layers=layers))
     head = make_head(head_name, ['A', 'B', 'C'], 'BIO', lr_multiplier=100)
     model = keras.Model(encoder.inputs, head.build(encoder.output))
-    model.compile(keras.optimizers.Adam(1e-4), loss=head.loss)
+    model.compile(LayerwiseAdam(1e-4), loss=head.loss)
     batches = [(b.inputs, b.labels) for b in Batches(synthetic_items(32, 128), 16, maxlen=128)]
     profile, steps = cProfile.Profile(), train_steps(model, batches)
     started = time.perf_counter()

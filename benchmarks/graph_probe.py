@@ -6,6 +6,9 @@ rounds, each precision in its own rounds. ``--change``:
   flattened input: the graph optimiser fuses product, bias and activation into one kernel);
 * ``batched_attention``: bert4keras's attention (``einsum`` products, the mask as a select)
   against :func:`crf_lr.attention.batched_attention` (batched products, the mask as a bias);
+* ``fused_adam`` (``--part step``): :class:`crf_lr.optimizers.Adam`'s dense update as separate
+  ops against :func:`crf_lr.optimizers.fused_adam` (one ``ResourceApplyAdam`` kernel per
+  variable);
 * ``inference_only`` (``--part predict``): the model saved and reloaded by
   :func:`crf_lr.precision.load_model` against the same with ``inference_only=True`` (bf16 encoder
   weights under mixed_bfloat16, as :meth:`crf_lr.tagger.Tagger.load` loads).
@@ -17,11 +20,12 @@ Everything else as the library runs it (prediction under ``flat_dense``, batched
   CoNLL-2003's first test sentences in the end-to-end benchmark's batches of 32): the model's
   scores, as :class:`crf_lr.tagger.Tagger` computes them;
 * ``step``: the whole training step of the CRF head (4-layer ALBERT-tiny shape, batch 32,
-  n = 128; ``models.train_step``).
+  n = 128; ``models.train_step``, with ``LayerwiseAdam``).
 
     $ python benchmarks/graph_probe.py --change flat_dense --part predict   # a JSON line per precision
     $ python benchmarks/graph_probe.py --change batched_attention --part step --out results.json
     $ python benchmarks/graph_probe.py --change batched_attention --part predict --profile 3
+    $ python benchmarks/graph_probe.py --change fused_adam --part step
 """
 import argparse
 import contextlib
@@ -42,8 +46,9 @@ def changes():
     """{name: context manager factory taking on/off} (``inference_only`` is a way of loading)."""
     from crf_lr.attention import batched_attention
     from crf_lr.compat import flat_dense
+    from crf_lr.optimizers import fused_adam
     return {'flat_dense': flat_dense, 'batched_attention': batched_attention,
-            'inference_only': lambda on: contextlib.nullcontext()}
+            'fused_adam': fused_adam, 'inference_only': lambda on: contextlib.nullcontext()}
 
 
 def reloaded(model):
@@ -115,8 +120,8 @@ def profiled(function, calls):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    parser.add_argument('--change', choices=('flat_dense', 'batched_attention', 'inference_only'),
-                        required=True)
+    parser.add_argument('--change', required=True, choices=(
+        'flat_dense', 'batched_attention', 'fused_adam', 'inference_only'))
     parser.add_argument('--part', choices=('predict', 'step'), default='predict')
     parser.add_argument('--rounds', type=int, default=7)
     parser.add_argument('--sentences', type=int, default=200, help='--part predict: test sentences')
@@ -128,6 +133,8 @@ def main():
     if args.change == 'inference_only' and args.part != 'predict':
         parser.error('--change inference_only is a way of loading a model for prediction: '
                      'use it with --part predict')
+    if args.change == 'fused_adam' and args.part != 'step':
+        parser.error('--change fused_adam changes the optimizer\'s update: use it with --part step')
     lines = []
     for precision in ('float32', 'mixed_bfloat16'):
         if args.part == 'predict':

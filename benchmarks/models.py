@@ -13,7 +13,8 @@ Heads (7 tags = BIO over 3 entity types; the pointer heads score the 3 types):
 * ``GlobalPointer`` / ``EfficientGlobalPointer`` (crf_lr.global_pointer, head_size 64) with the
   dense loss (targets (batch, 3, n, n)) or the sparse one (targets (batch, 3, 8, 2)).
 
-One step = forward + loss + backward + Adam update, in a ``tf.function`` traced for its input shape.
+One step = forward + loss + backward + ``LayerwiseAdam`` update, in a ``tf.function`` traced for
+its input shape.
 
     >>> heads = build_heads(tf, keras, layers=4); batch = random_batch(rng, 16, 128)
     >>> train_step(tf, heads['softmax'])(*step_arguments(tf, heads['softmax'], batch))
@@ -38,7 +39,7 @@ HEADS = ('softmax', 'CRF (crf_lr)', 'CRF (bert4keras)', 'GlobalPointer dense',
 class HeadModel:
     """A Keras model (token_ids, segment_ids) -> head output, its loss ``loss(y, output, mask)``
     returning (batch,), the kind of targets it takes (``'tags'``, ``'dense'``, ``'sparse'``),
-    and its own Adam optimizer."""
+    and its own optimizer (crf_lr's ``LayerwiseAdam``, the scripts' optimizer)."""
 
     def __init__(self, model, loss, targets, optimizer):
         self.model, self.loss, self.targets, self.optimizer = model, loss, targets, optimizer
@@ -51,6 +52,7 @@ def build_head(tf, keras, head, layers):
     from crf_lr.crf import ConditionalRandomField
     from crf_lr.global_pointer import EfficientGlobalPointer, GlobalPointer
     from crf_lr.losses import global_pointer_crossentropy, sparse_global_pointer_crossentropy
+    from crf_lr.optimizers import LayerwiseAdam
 
     encoder = build_transformer_model(model='albert',
                                       **dict(ALBERT_TINY, num_hidden_layers=layers))
@@ -77,7 +79,7 @@ def build_head(tf, keras, head, layers):
         def loss(y, out, mask):
             return pointer_loss(y, out)
     model = keras.Model(encoder.inputs, output)
-    return HeadModel(model, loss, targets, keras.optimizers.Adam(1e-4))
+    return HeadModel(model, loss, targets, LayerwiseAdam(1e-4))
 
 
 def build_head_in(tf, keras, head, layers, precision):
@@ -101,8 +103,9 @@ def build_heads(tf, keras, layers, heads=HEADS):
 
 
 def train_step(tf, head_model, jit_compile=False):
-    """A ``tf.function`` (token_ids, segment_ids, targets) -> mean loss that also applies one Adam
-    update to every trainable weight of the model (``jit_compile``: the whole step XLA-compiled)."""
+    """A ``tf.function`` (token_ids, segment_ids, targets) -> mean loss that also applies one
+    optimizer update to every trainable weight of the model (``jit_compile``: the whole step
+    XLA-compiled)."""
     model, loss_fn, optimizer = head_model.model, head_model.loss, head_model.optimizer
 
     @tf.function(jit_compile=jit_compile)

@@ -32,6 +32,12 @@ reloads with ``keras.models.load_model(path)``; an optimizer class made by calli
 yourself must be made again, by the same call, before loading. The state (step count, moments)
 comes back from ``.h5`` files and SavedModels; ``.keras`` files of tf-keras keep none (a warning
 says so).
+
+Each variable is updated, with both its moments, by one TensorFlow kernel (``ResourceApplyAdam``,
+the one Keras's own Adam runs), given the coefficients that make its "epsilon hat" form compute
+the rule above; a sparse gradient (an embedding's) is made dense first, with zero rows where no
+id was looked up, which is the rule's own reading of it. :func:`fused_adam` ``(False)`` traces the
+rule as separate ops instead (to compare).
 """
 import functools
 import inspect
@@ -42,6 +48,9 @@ from crf_lr.checks import (check_adam, check_learning_rate, check_lr_multipliers
 from crf_lr.multipliers import match_multiplier as match_name
 from crf_lr.compat import tf, keras
 from crf_lr.serialization import register, restore_optimizer_state
+from crf_lr.switches import ThreadSwitch
+
+_FUSED = ThreadSwitch(default=True)     # read when an update is traced: fused_adam
 
 _VARIABLE_SUFFIX = re.compile(r'(/replica_\d+)?(:\d+)?$')
 
@@ -124,6 +133,19 @@ def layerwise_decay_multipliers(num_layers, decay, embedding_pattern='Embedding-
     return multipliers
 
 
+def fused_adam(enabled=True):
+    """Within the block, :class:`Adam` updates traced run as one ``ResourceApplyAdam`` kernel
+    per variable (the default) or, with ``enabled=False``, as the separate ops of the module
+    docstring's rule (a sparse gradient's rows scattered into the moments). Both compute the
+    same update up to float rounding. Per thread; a traced step keeps the form it was traced
+    with.
+
+        >>> with fused_adam(False):
+        ...     model.train_on_batch(inputs, labels)     # traced with the separate ops
+    """
+    return _FUSED.set(enabled)
+
+
 def _coefficients(optimizer, var, apply_state):
     """The ``apply_state`` coefficients (``'lr_t'``, ...) of ``var``'s device and dtype."""
     key = (var.device, var.dtype.base_dtype)
@@ -179,15 +201,36 @@ class Adam(keras.optimizers.legacy.Optimizer):
         local_step = tf.cast(self.iterations + 1, var_dtype)
         beta_1_t = tf.identity(self._get_hyper('beta_1', var_dtype))
         beta_2_t = tf.identity(self._get_hyper('beta_2', var_dtype))
+        beta_1_power, beta_2_power = tf.pow(beta_1_t, local_step), tf.pow(beta_2_t, local_step)
+        epsilon = tf.convert_to_tensor(self.epsilon, var_dtype)
+        # ResourceApplyAdam: w -= lr sqrt(1 - p2) / (1 - p1) m / (sqrt(v) + e). With p1, p2 the
+        # beta powers and e = epsilon sqrt(1 - p2) that is lr m_hat / (sqrt(v_hat) + epsilon);
+        # with p1 = p2 = 0 and e = epsilon, the uncorrected rule.
+        corrected = self.bias_correction
         apply_state[(var_device, var_dtype)].update(
-            epsilon=tf.convert_to_tensor(self.epsilon, var_dtype),
+            epsilon=epsilon,
             beta_1_t=beta_1_t,
             beta_2_t=beta_2_t,
-            one_minus_beta_1_power=1 - tf.pow(beta_1_t, local_step),
-            one_minus_beta_2_power=1 - tf.pow(beta_2_t, local_step),
+            one_minus_beta_1_power=1 - beta_1_power,
+            one_minus_beta_2_power=1 - beta_2_power,
+            kernel_beta_1_power=beta_1_power if corrected else tf.zeros([], var_dtype),
+            kernel_beta_2_power=beta_2_power if corrected else tf.zeros([], var_dtype),
+            kernel_epsilon=epsilon * tf.sqrt(1 - beta_2_power) if corrected else epsilon,
         )
 
+    def _fused_update(self, grad, var, apply_state):
+        """The whole update of ``var`` for a dense ``grad``, in one ``ResourceApplyAdam``."""
+        c = _coefficients(self, var, apply_state)
+        m, v = self.get_slot(var, 'm'), self.get_slot(var, 'v')
+        return tf.raw_ops.ResourceApplyAdam(
+            var=var.handle, m=m.handle, v=v.handle, beta1_power=c['kernel_beta_1_power'],
+            beta2_power=c['kernel_beta_2_power'], lr=c['lr_t'], beta1=c['beta_1_t'],
+            beta2=c['beta_2_t'], epsilon=c['kernel_epsilon'], grad=grad,
+            use_locking=self._use_locking)
+
     def _resource_apply_dense(self, grad, var, apply_state=None):
+        if _FUSED.enabled:
+            return self._fused_update(grad, var, apply_state)
         c = _coefficients(self, var, apply_state)
         m, v = self.get_slot(var, 'm'), self.get_slot(var, 'v')
         m_t = tf.compat.v1.assign(m, c['beta_1_t'] * m + (1 - c['beta_1_t']) * grad,
@@ -195,6 +238,15 @@ class Adam(keras.optimizers.legacy.Optimizer):
         v_t = tf.compat.v1.assign(v, c['beta_2_t'] * v + (1 - c['beta_2_t']) * tf.square(grad),
                                   use_locking=self._use_locking)
         return self._apply_moments(var, m_t, v_t, c)
+
+    def _resource_apply_sparse_duplicate_indices(self, grad, handle, indices, **kwargs):
+        if not _FUSED.enabled:
+            return super()._resource_apply_sparse_duplicate_indices(grad, handle, indices,
+                                                                    **kwargs)
+        # the update of the dense gradient with zero rows elsewhere (the moments decay in every
+        # row either way): one pass over the table instead of one per separate op
+        dense = tf.math.unsorted_segment_sum(grad, indices, tf.shape(handle)[0])
+        return self._fused_update(dense, handle, kwargs.get('apply_state'))
 
     def _resource_apply_sparse(self, grad, var, indices, apply_state=None):
         c = _coefficients(self, var, apply_state)
@@ -472,5 +524,5 @@ class LayerwiseAdam(extend_with_layerwise_lr(extend_with_weight_decay(Adam))):
 
 
 __all__ = ['Adam', 'LayerwiseAdam', 'WarmupLinearDecay', 'extend_with_layerwise_lr',
-           'extend_with_weight_decay', 'layerwise_decay_multipliers', 'match_multiplier',
+           'extend_with_weight_decay', 'fused_adam', 'layerwise_decay_multipliers', 'match_multiplier',
            'restore_optimizer_state', 'variable_base_name']

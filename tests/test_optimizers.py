@@ -12,7 +12,7 @@ import pytest
 
 from crf_lr.compat import tf, keras
 from crf_lr.optimizers import (Adam, LayerwiseAdam, WarmupLinearDecay, extend_with_layerwise_lr,
-                               extend_with_weight_decay, layerwise_decay_multipliers,
+                               extend_with_weight_decay, fused_adam, layerwise_decay_multipliers,
                                match_multiplier, restore_optimizer_state)
 
 
@@ -77,9 +77,10 @@ CASES = {
 }
 
 
+@pytest.mark.parametrize('fused', [True, False], ids=['one kernel', 'separate ops'])
 @pytest.mark.parametrize('bias_correction', [True, False])
 @pytest.mark.parametrize('case', sorted(CASES))
-def test_steps_equal_closed_form(case, bias_correction):
+def test_steps_equal_closed_form(case, bias_correction, fused):
     options = CASES[case]
     rng = np.random.default_rng(0)
     initial = {name: rng.normal(size=shape) for name, shape in SHAPES.items()}
@@ -98,8 +99,11 @@ def test_steps_equal_closed_form(case, bias_correction):
         opt.apply_gradients(zip(tape.gradient(loss, variables), variables))
 
     steps = 7
-    for _ in range(steps):
-        step()
+    with fused_adam(fused):                          # read when step() is traced
+        for _ in range(steps):
+            step()
+    kernels = {op.type for op in step.get_concrete_function().graph.get_operations()}
+    assert ('ResourceApplyAdam' in kernels) == fused
     if 'lr_multipliers' in options:
         multipliers, decayed = EXPECTED_MULTIPLIERS, EXPECTED_DECAYED
     else:
@@ -132,21 +136,31 @@ def test_plain_case_equals_bert4keras_adam(bias_correction):
     np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-6, atol=1e-7)
 
 
-def test_sparse_gradient_equals_closed_form():
+@pytest.mark.parametrize('fused', [True, False], ids=['one kernel', 'separate ops'])
+@pytest.mark.parametrize('bias_correction', [True, False])
+def test_sparse_gradient_equals_closed_form(bias_correction, fused):
     rng = np.random.default_rng(2)
     initial, linear = rng.normal(size=(6, 4)), rng.normal(size=(6, 4))
     table = tf.Variable(initial, name='Embedding-Token/embeddings')
     ids = np.array([1, 3, 3, 5])  # a repeated id, and rows 0, 2, 4 never looked up
     opt = LayerwiseAdam(1e-2, lr_multipliers={'Embedding-': 2.0}, weight_decay_rate=0.1,
-                        bias_correction=False)
-    steps = 4
-    for _ in range(steps):
+                        bias_correction=bias_correction)
+
+    @tf.function
+    def step():
         with tf.GradientTape() as tape:
             rows = tf.gather(table, ids)
             loss = tf.reduce_sum(tf.gather(linear, ids) * rows + rows ** 2)
         grad = tape.gradient(loss, table)
         assert isinstance(grad, tf.IndexedSlices)
         opt.apply_gradients([(grad, table)])
+
+    steps = 4
+    with fused_adam(fused):                          # read when step() is traced
+        for _ in range(steps):
+            step()
+    kernels = {op.type for op in step.get_concrete_function().graph.get_operations()}
+    assert ('ResourceApplyAdam' in kernels) == fused
 
     def dense_gradient(name, w):
         g = np.zeros_like(w)
@@ -155,7 +169,7 @@ def test_sparse_gradient_equals_closed_form():
 
     expected = reference_adam({'t': initial}, dense_gradient, steps, f32(1e-2), {'t': 2.0},
                               {'t': True}, beta_1=f32(0.9), beta_2=f32(0.999),
-                              bias_correction=False, weight_decay_rate=0.1)['t']
+                              bias_correction=bias_correction, weight_decay_rate=0.1)['t']
     np.testing.assert_allclose(table.numpy(), expected, rtol=1e-7, atol=1e-9)
 
 
