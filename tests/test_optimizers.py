@@ -55,6 +55,16 @@ def reference_adam(weights, gradient, steps, lr, multipliers, decayed, beta_1=0.
     return w
 
 
+def run_steps(step, steps, fused):
+    """Call the ``tf.function`` ``step`` ``steps`` times, traced under ``fused_adam(fused)``;
+    check that its graph holds the one-kernel update exactly when ``fused``."""
+    with fused_adam(fused):                          # read when step() is traced
+        for _ in range(steps):
+            step()
+    kernels = {op.type for op in step.get_concrete_function().graph.get_operations()}
+    assert ('ResourceApplyAdam' in kernels) == fused
+
+
 # Variables named as bert4keras names them, the gradient of sum(C*w) + sum(D*w**2)/2 on each.
 SHAPES = {'Transformer-0-FeedForward/dense/kernel': (3, 2),
           'Transformer-0-FeedForward-Norm/gamma': (2,),
@@ -99,11 +109,7 @@ def test_steps_equal_closed_form(case, bias_correction, fused):
         opt.apply_gradients(zip(tape.gradient(loss, variables), variables))
 
     steps = 7
-    with fused_adam(fused):                          # read when step() is traced
-        for _ in range(steps):
-            step()
-    kernels = {op.type for op in step.get_concrete_function().graph.get_operations()}
-    assert ('ResourceApplyAdam' in kernels) == fused
+    run_steps(step, steps, fused)
     if 'lr_multipliers' in options:
         multipliers, decayed = EXPECTED_MULTIPLIERS, EXPECTED_DECAYED
     else:
@@ -156,11 +162,7 @@ def test_sparse_gradient_equals_closed_form(bias_correction, fused):
         opt.apply_gradients([(grad, table)])
 
     steps = 4
-    with fused_adam(fused):                          # read when step() is traced
-        for _ in range(steps):
-            step()
-    kernels = {op.type for op in step.get_concrete_function().graph.get_operations()}
-    assert ('ResourceApplyAdam' in kernels) == fused
+    run_steps(step, steps, fused)
 
     def dense_gradient(name, w):
         g = np.zeros_like(w)
