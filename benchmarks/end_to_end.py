@@ -156,8 +156,40 @@ def cell(values, digits):
             + fmt.format(values.max()) + ']')
 
 
+# (name, index of the metric in METRICS): crf_lr / PyTorch per round
+RATIOS = (('step', 2), ('steady epoch', 1), ('first epoch', 0), ('predict, batch 32', 3),
+          ('predict, batch 1', 4))
+
+
+def ratio_table(ok):
+    """Markdown lines: each crf_lr stack over PyTorch in the same round (seed), median [min–max]
+    of the per-round ratios; [] without PyTorch rows."""
+    torch = {(r['corpus'], r['head'], r['precision'], r['seed']): r for r in ok
+             if r['stack'] == 'PyTorch'}
+    keys = sorted({(r['corpus'], r['head'], r['precision'], r['stack']) for r in ok
+                   if r['stack'] != 'PyTorch'},
+                  key=lambda k: (k[0], k[1], k[2], list(STACKS).index(k[3])))
+    lines = []
+    for key in keys:
+        pairs = [(r, torch[key[:3] + (r['seed'],)]) for r in ok
+                 if (r['corpus'], r['head'], r['precision'], r['stack']) == key
+                 and key[:3] + (r['seed'],) in torch]
+        if not pairs:
+            continue
+        cells = [cell([METRICS[index][1](ours) / METRICS[index][1](theirs)
+                       for ours, theirs in pairs], 2) for _, index in RATIOS]
+        lines.append('| ' + ' | '.join(key) + ' | ' + ' | '.join(cells) + ' |')
+    if not lines:
+        return []
+    return ['', 'crf_lr over PyTorch in the same round, median [min–max] of the per-round ratios '
+            '(time: < 1 is faster; prediction: throughput, > 1 is faster):', '',
+            '| corpus | head | precision | stack | ' + ' | '.join(name for name, _ in RATIOS) + ' |',
+            '|---' * (4 + len(RATIOS)) + '|'] + lines
+
+
 def report(saved):
-    """The Markdown tables of a saved run (one row per corpus, head, precision and stack)."""
+    """The Markdown tables of a saved run (one row per corpus, head, precision and stack), then
+    crf_lr over PyTorch per round."""
     ok = [r for r in saved['results'] if 'error' not in r]
     lines = [f'{saved["machine"]["cpu_model"]}, {saved["machine"]["nproc"]} cores, bf16 flags: '
              f'{", ".join(saved["bf16_flags"]) or "none"}; threads {saved["threads"]} per side '
@@ -173,6 +205,7 @@ def report(saved):
         rows = [r for r in ok if (r['corpus'], r['head'], r['precision'], r['stack']) == key]
         lines.append('| ' + ' | '.join(key) + ' | ' + ' | '.join(
             cell([get(r) for r in rows], digits) for _, get, digits in METRICS) + ' |')
+    lines += ratio_table(ok)
     failed = [r for r in saved['results'] if 'error' in r]
     lines += [f'FAILED: {r["corpus"]} {r["head"]} {r["precision"]} {r["stack"]}: {r["error"]}'
               for r in failed]

@@ -20,12 +20,16 @@ Everything else as the library runs it (prediction under ``flat_dense``, batched
   CoNLL-2003's first test sentences in the end-to-end benchmark's batches of 32): the model's
   scores, as :class:`crf_lr.tagger.Tagger` computes them;
 * ``step``: the whole training step of the CRF head (4-layer ALBERT-tiny shape, batch 32,
-  n = 128; ``models.train_step``, with ``LayerwiseAdam``).
+  n = 128; ``models.train_step``, with ``LayerwiseAdam``);
+* ``update`` (``--change fused_adam``): ``LayerwiseAdam``'s update alone of the packaged MiniLM's
+  weights (22.7 M) on fixed gradients, the word embedding's sparse as in training (the rows of
+  32 x 128 looked-up ids).
 
     $ python benchmarks/graph_probe.py --change flat_dense --part predict   # a JSON line per precision
     $ python benchmarks/graph_probe.py --change batched_attention --part step --out results.json
     $ python benchmarks/graph_probe.py --change batched_attention --part predict --profile 3
     $ python benchmarks/graph_probe.py --change fused_adam --part step
+    $ python benchmarks/graph_probe.py --change fused_adam --part update
 """
 import argparse
 import contextlib
@@ -107,6 +111,44 @@ def step_functions(change, precision):
     return functions, abs(losses[False] - losses[True])
 
 
+def update_functions(change, precision):
+    """The same for ``LayerwiseAdam``'s update of MiniLM's weights alone; the largest difference
+    between the two forms' changes of the weights by one update from the same values."""
+    from crf_lr.compat import keras, tf
+    from crf_lr.encoders import load_encoder
+    from crf_lr.optimizers import LayerwiseAdam
+    from crf_lr.precision import set_precision
+    set_precision('mixed_bfloat16' if precision != 'float32' else 'float32')
+    encoder, _, _ = load_encoder('minilm-en')
+    set_precision('float32')
+    variables = encoder.trainable_variables
+    rng = np.random.default_rng(0)
+
+    def gradient(variable):
+        if 'Embedding-Token' not in variable.name:       # dense: every weight but the word table
+            return tf.constant(rng.normal(0, 1e-3, variable.shape), variable.dtype)
+        ids = np.unique(rng.integers(0, variable.shape[0], 32 * 128))
+        return tf.IndexedSlices(tf.constant(rng.normal(0, 1e-3, (ids.size, variable.shape[1])),
+                                            variable.dtype), tf.constant(ids))
+    gradients = [gradient(v) for v in variables]
+    start = [v.numpy() for v in variables]
+    functions, moved = {}, {}
+    for on in (False, True):
+        optimizer = LayerwiseAdam(1e-4, lr_multipliers={'Embedding-': 0.5})
+        def apply(o=optimizer):
+            o.apply_gradients(zip(gradients, variables))
+            return tf.constant(0)
+        update = tf.function(apply)
+        with changes()[change](on):
+            update()                                              # traced here
+        moved[on] = [v.numpy() - w for v, w in zip(variables, start)]
+        for v, w in zip(variables, start):
+            v.assign(w)
+        functions[on] = (lambda u: lambda: u().numpy())(update)
+    keras.backend.clear_session()
+    return functions, max(float(np.abs(a - b).max()) for a, b in zip(moved[False], moved[True]))
+
+
 def profiled(function, calls):
     """{'on_profile': {wall_ms, ms_by_kind, ms_by_op_type}} of ``calls`` calls of ``function``,
     or {} when ``calls`` is 0."""
@@ -122,7 +164,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--change', required=True, choices=(
         'flat_dense', 'batched_attention', 'fused_adam', 'inference_only'))
-    parser.add_argument('--part', choices=('predict', 'step'), default='predict')
+    parser.add_argument('--part', choices=('predict', 'step', 'update'), default='predict')
     parser.add_argument('--rounds', type=int, default=7)
     parser.add_argument('--sentences', type=int, default=200, help='--part predict: test sentences')
     parser.add_argument('--out', default=None, help='also write the JSON lines to this file')
@@ -133,13 +175,18 @@ def main():
     if args.change == 'inference_only' and args.part != 'predict':
         parser.error('--change inference_only is a way of loading a model for prediction: '
                      'use it with --part predict')
-    if args.change == 'fused_adam' and args.part != 'step':
-        parser.error('--change fused_adam changes the optimizer\'s update: use it with --part step')
+    if args.change == 'fused_adam' and args.part == 'predict':
+        parser.error('--change fused_adam changes the optimizer\'s update: use it with --part '
+                     'step or --part update')
+    if args.part == 'update' and args.change != 'fused_adam':
+        parser.error('--part update times the optimizer alone: use it with --change fused_adam')
     lines = []
     for precision in ('float32', 'mixed_bfloat16'):
         if args.part == 'predict':
             functions, difference = predict_functions(
                 args.change, 'bfloat16' if precision != 'float32' else precision, args.sentences)
+        elif args.part == 'update':
+            functions, difference = update_functions(args.change, precision)
         else:
             functions, difference = step_functions(args.change, precision)
         load = load_average()

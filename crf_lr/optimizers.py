@@ -524,5 +524,5 @@ class LayerwiseAdam(extend_with_layerwise_lr(extend_with_weight_decay(Adam))):
 
 
 __all__ = ['Adam', 'LayerwiseAdam', 'WarmupLinearDecay', 'extend_with_layerwise_lr',
-           'extend_with_weight_decay', 'fused_adam', 'layerwise_decay_multipliers', 'match_multiplier',
-           'restore_optimizer_state', 'variable_base_name']
+           'extend_with_weight_decay', 'fused_adam', 'layerwise_decay_multipliers',
+           'match_multiplier', 'restore_optimizer_state', 'variable_base_name']

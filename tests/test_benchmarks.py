@@ -424,3 +424,21 @@ def test_end_to_end_worker_reports_the_median_of_its_prediction_passes(monkeypat
     assert result['predict_sentences_per_s'] == {'32': 20.0, '1': 1.0}
     assert side.predictions == 2 + 1 + 1           # the F1's pass, one warm call per size
     assert len(result['step_ms']) == 2 and result['epoch_loss'] == [1.0, 1.0]
+
+
+def test_end_to_end_ratios_pair_each_stack_with_pytorch_in_the_same_round():
+    import end_to_end
+
+    def result(stack, seed, step_ms, predict):
+        return dict(corpus='conll2003', head='crf', precision='float32', stack=stack, seed=seed,
+                    epoch_s=[10.0, 4.0], step_ms=[step_ms], peak_rss_mb=1.0, test_f1=0.5,
+                    predict_sentences_per_s={'32': predict, '1': 1.0})
+    ok = [result('PyTorch', 0, 100.0, 50.0), result('PyTorch', 1, 200.0, 100.0),
+          result('crf_lr train_steps', 1, 100.0, 150.0),       # round 1: 0.5x the time, 1.5x
+          result('crf_lr train_steps', 0, 90.0, 60.0)]         # round 0: 0.9x, 1.2x
+    lines = end_to_end.ratio_table(ok)
+    assert lines[-1].startswith('| conll2003 | crf | float32 | crf_lr train_steps | ')
+    cells = lines[-1].strip('| ').split(' | ')[4:]
+    assert cells[0] == '0.70 [0.50–0.90]'              # step: median of 0.5 and 0.9
+    assert cells[3] == '1.35 [1.20–1.50]'              # prediction at batch 32: throughputs
+    assert end_to_end.ratio_table([r for r in ok if r['stack'] != 'PyTorch']) == []
