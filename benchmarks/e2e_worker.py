@@ -52,7 +52,7 @@ def predict_seconds(side, batches):
     return time.perf_counter() - started
 
 
-def measure(side, job, step_calls, predict_passes=3):
+def measure(side, job, step_calls, predict_passes):
     """Everything the benchmark reports of one side (a JSON-serialisable dict). Prediction is
     timed over ``predict_passes`` whole passes per batch size after a warm one; the reported rate
     is their median (every pass's rate is kept)."""

@@ -6,9 +6,9 @@ rounds, each precision in its own rounds. ``--change``:
   flattened input: the graph optimiser fuses product, bias and activation into one kernel);
 * ``batched_attention``: bert4keras's attention (``einsum`` products, the mask as a select)
   against :func:`crf_lr.attention.batched_attention` (batched products, the mask as a bias);
-* ``fused_adam`` (``--part step``): :class:`crf_lr.optimizers.Adam`'s dense update as separate
-  ops against :func:`crf_lr.optimizers.fused_adam` (one ``ResourceApplyAdam`` kernel per
-  variable);
+* ``fused_adam`` (``--part step`` or ``update``): :class:`crf_lr.optimizers.Adam`'s update as
+  separate ops against :func:`crf_lr.optimizers.fused_adam` (one ``ResourceApplyAdam`` kernel
+  per variable);
 * ``inference_only`` (``--part predict``): the model saved and reloaded by
   :func:`crf_lr.precision.load_model` against the same with ``inference_only=True`` (bf16 encoder
   weights under mixed_bfloat16, as :meth:`crf_lr.tagger.Tagger.load` loads).
