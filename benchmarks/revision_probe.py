@@ -1,0 +1,94 @@
+"""Probe: the pointer heads' training step with ``crf_lr/global_pointer.py`` as it was at a git
+revision against the working tree's, in interleaved rounds, each head and precision in its own.
+
+The old module is read with ``git show REV:crf_lr/global_pointer.py`` and loaded beside the
+current one (its layers not registered with Keras); each side builds the benchmark's model
+(``models.build_head_in``: 4-layer ALBERT-tiny-shaped random encoder, seed 0, batch 32, n = 128,
+``LayerwiseAdam``) with its own layer classes, so the two start from the same weights and their
+first losses are compared. Prints a JSON line per (head, precision): each side's step ms and
+before / now per round, median [min-max].
+
+    $ python benchmarks/revision_probe.py --before e406173^    # before the strided copies went
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import types
+from unittest import mock
+
+import numpy as np
+
+import crf_lr  # noqa: F401  (environment before TensorFlow)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from timing import interleaved, load_average, ratio_summary  # noqa: E402
+
+MODULE = 'crf_lr/global_pointer.py'
+HEADS = ('GlobalPointer sparse', 'EfficientGlobalPointer sparse')
+
+
+def module_at(revision):
+    """``crf_lr.global_pointer`` as it was at ``revision`` (a new module object)."""
+    import crf_lr.serialization
+    source = subprocess.run(['git', 'show', f'{revision}:{MODULE}'], cwd=os.path.dirname(HERE),
+                            check=True, capture_output=True, text=True).stdout
+    module = types.ModuleType(f'global_pointer_at_{revision}')
+    with mock.patch.object(crf_lr.serialization, 'register', lambda cls: cls):
+        exec(compile(source, f'{revision}:{MODULE}', 'exec'), module.__dict__)
+    return module
+
+
+def step_functions(old, head, precision):
+    """{'before': step, 'now': step} of ``head`` under ``precision``, and the difference of the
+    two sides' first losses."""
+    import crf_lr.global_pointer as current
+    import models
+    from crf_lr.compat import keras, tf
+    data = models.random_batch(np.random.default_rng(128), 32, 128)
+    functions, losses = {}, {}
+    for side, module in (('before', old), ('now', current)):
+        with mock.patch.multiple(current, GlobalPointer=module.GlobalPointer,
+                                 EfficientGlobalPointer=module.EfficientGlobalPointer):
+            head_model = models.build_head_in(tf, keras, head, 4, precision)
+        step = models.train_step(tf, head_model)
+        arguments = models.step_arguments(tf, head_model, data)
+        losses[side] = float(step(*arguments).numpy())
+        functions[side] = (lambda s, a: lambda: s(*a).numpy())(step, arguments)
+    return functions, abs(losses['before'] - losses['now'])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('--before', required=True, help='git revision of the old module')
+    parser.add_argument('--heads', nargs='+', default=list(HEADS), choices=HEADS)
+    parser.add_argument('--precisions', nargs='+', default=['float32', 'mixed_bfloat16'],
+                        choices=('float32', 'mixed_bfloat16'))
+    parser.add_argument('--rounds', type=int, default=9)
+    parser.add_argument('--out', default=None, help='also write the JSON lines to this file')
+    args = parser.parse_args()
+    old = module_at(args.before)
+    lines = []
+    for head in args.heads:
+        for precision in args.precisions:
+            functions, difference = step_functions(old, head, precision)
+            load = load_average()
+            timings = interleaved(functions, rounds=args.rounds)
+            lines.append(json.dumps(dict(
+                before=args.before, head=head, precision=precision, rounds=args.rounds,
+                first_loss_difference=difference,
+                **{f'{k} ms': [v['median_ms'], v['min_ms'], v['max_ms']]
+                   for k, v in timings.items()},
+                before_over_now=ratio_summary(timings, 'before', 'now'),
+                load_average=[load, load_average()])))
+            print(lines[-1], flush=True)
+    if args.out:
+        from crf_lr.atomic import atomic_write
+        with atomic_write(args.out) as f:
+            f.write('\n'.join(lines) + '\n')
+
+
+if __name__ == '__main__':
+    main()
