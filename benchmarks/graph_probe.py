@@ -43,7 +43,7 @@ import numpy as np
 import crf_lr  # noqa: F401  (environment before TensorFlow)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from timing import interleaved, load_average, ratio_summary  # noqa: E402
+from timing import interleaved, load_average, probe_fields, write_lines  # noqa: E402
 
 
 def changes():
@@ -194,16 +194,12 @@ def main():
                               rounds=args.rounds)
         lines.append(json.dumps(dict(change=args.change, part=args.part, precision=precision,
                                      rounds=args.rounds, max_difference=difference,
-                                     **{f'{k} ms': [v['median_ms'], v['min_ms'], v['max_ms']]
-                                        for k, v in timings.items()},
-                                     off_over_on=ratio_summary(timings, 'off', 'on'),
+                                     **probe_fields(timings, 'off', 'on'),
                                      load_average=[load, load_average()],
                                      **profiled(functions[True], args.profile))))
         print(lines[-1], flush=True)
     if args.out:
-        from crf_lr.atomic import atomic_write
-        with atomic_write(args.out) as f:
-            f.write('\n'.join(lines) + '\n')
+        write_lines(args.out, lines)
 
 
 if __name__ == '__main__':

@@ -20,7 +20,7 @@ import crf_lr  # noqa: F401  (environment before TensorFlow)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import models  # noqa: E402
-from timing import gflops, interleaved, load_average, machine  # noqa: E402
+from timing import gflops, interleaved, load_average, machine, write_lines  # noqa: E402
 
 SHAPE = dict(layers=4, batch=32, n=128)
 
@@ -105,9 +105,7 @@ def main():
     line = json.dumps(result)
     print(line)
     if args.out:
-        from crf_lr.atomic import atomic_write
-        with atomic_write(args.out) as f:
-            f.write(line + '\n')
+        write_lines(args.out, [line])
     print('| precision | 2048^3 GFLOP/s | limit ms | products alone ms | products / limit |')
     print('|---|---|---|---|---|')
     for dtype, row in rows.items():

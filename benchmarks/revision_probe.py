@@ -24,7 +24,7 @@ import crf_lr  # noqa: F401  (environment before TensorFlow)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from timing import interleaved, load_average, ratio_summary  # noqa: E402
+from timing import interleaved, load_average, probe_fields, write_lines  # noqa: E402
 
 MODULE = 'crf_lr/global_pointer.py'
 HEADS = ('GlobalPointer sparse', 'EfficientGlobalPointer sparse')
@@ -36,7 +36,9 @@ def module_at(revision):
     source = subprocess.run(['git', 'show', f'{revision}:{MODULE}'], cwd=os.path.dirname(HERE),
                             check=True, capture_output=True, text=True).stdout
     module = types.ModuleType(f'global_pointer_at_{revision}')
-    with mock.patch.object(crf_lr.serialization, 'register', lambda cls: cls):
+    def unregistered(obj=None, **_):                 # @register and @register(name=...)
+        return obj if obj is not None else (lambda o: o)
+    with mock.patch.object(crf_lr.serialization, 'register', unregistered):
         exec(compile(source, f'{revision}:{MODULE}', 'exec'), module.__dict__)
     return module
 
@@ -78,16 +80,11 @@ def main():
             timings = interleaved(functions, rounds=args.rounds)
             lines.append(json.dumps(dict(
                 before=args.before, head=head, precision=precision, rounds=args.rounds,
-                first_loss_difference=difference,
-                **{f'{k} ms': [v['median_ms'], v['min_ms'], v['max_ms']]
-                   for k, v in timings.items()},
-                before_over_now=ratio_summary(timings, 'before', 'now'),
+                first_loss_difference=difference, **probe_fields(timings, 'before', 'now'),
                 load_average=[load, load_average()])))
             print(lines[-1], flush=True)
     if args.out:
-        from crf_lr.atomic import atomic_write
-        with atomic_write(args.out) as f:
-            f.write('\n'.join(lines) + '\n')
+        write_lines(args.out, lines)
 
 
 if __name__ == '__main__':

@@ -88,6 +88,29 @@ def ratio_summary(timings, numerator, denominator):
              ('q3', q3))}
 
 
+def probe_fields(timings, before, after):
+    """The JSON fields of an off / on probe's ``interleaved`` results: each side's
+    ``'<name> ms'``: [median, min, max], and ``'<before>_over_<after>'``: :func:`ratio_summary`.
+
+        >>> line = dict(change='x', **probe_fields(timings, 'off', 'on'))
+    """
+    fields = {f'{name} ms': [stats['median_ms'], stats['min_ms'], stats['max_ms']]
+              for name, stats in timings.items()}
+    fields[f'{before}_over_{after}'] = ratio_summary(timings, before, after)
+    return fields
+
+
+def write_lines(path, lines):
+    """Write ``lines`` (str), one per line, to ``path`` atomically (nothing there is half
+    written if the run is killed).
+
+        >>> write_lines('benchmarks/results.probe.json', [json.dumps(row) for row in rows])
+    """
+    from crf_lr.atomic import atomic_write
+    with atomic_write(path) as f:
+        f.write('\n'.join(lines) + '\n')
+
+
 def paired_ratios(timings, reference):
     """:func:`ratio_summary` of every other entry of ``interleaved`` results to ``reference``.
 

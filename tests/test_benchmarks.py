@@ -164,6 +164,28 @@ def test_paired_ratios_are_per_round_median_min_max_and_quartiles():
         'x': {'median': 1.25, 'min': 0.5, 'max': 2.0, 'q1': 0.875, 'q3': 1.625}}
 
 
+def test_probe_fields_quote_each_side_and_the_per_round_ratio(tmp_path):
+    from timing import interleaved, probe_fields, write_lines
+    timings = {'before': dict(median_ms=4.0, min_ms=3.0, max_ms=10.0, times_ms=[3.0, 4.0, 10.0]),
+               'now': dict(median_ms=4.0, min_ms=2.0, max_ms=5.0, times_ms=[2.0, 4.0, 5.0])}
+    fields = probe_fields(timings, 'before', 'now')
+    assert fields['before ms'] == [4.0, 3.0, 10.0] and fields['now ms'] == [4.0, 2.0, 5.0]
+    assert fields['before_over_now']['median'] == 1.5        # rounds: 1.5, 1.0, 2.0
+    assert set(probe_fields(interleaved({'a': lambda: 0, 'b': lambda: 0}, 3), 'a', 'b')) == {
+        'a ms', 'b ms', 'a_over_b'}
+    write_lines(tmp_path / 'probe.json', ['{"a": 1}', '{"a": 2}'])
+    assert (tmp_path / 'probe.json').read_text() == '{"a": 1}\n{"a": 2}\n'
+
+
+def test_revision_probe_loads_the_pointer_layers_of_a_revision_beside_the_current_ones():
+    import crf_lr.global_pointer as current
+    from revision_probe import module_at
+    old = module_at('HEAD')
+    assert old.GlobalPointer is not current.GlobalPointer
+    assert old.GlobalPointer.__name__ == 'GlobalPointer'
+    assert keras.utils.get_registered_object('crf_lr>GlobalPointer') is current.GlobalPointer
+
+
 def test_cells_quote_median_min_max():
     import run
     assert run.ranged(dict(median_ms=0.8051, min_ms=0.7, max_ms=123.4)) == '0.805 [0.7–123]'
