@@ -11,12 +11,15 @@ A stall shows as a deletion of tenths of a second or more where it should take a
 import argparse
 import json
 import os
+import sys
 import time
 
 import numpy as np
 
 import crf_lr  # noqa: F401  (environment before TensorFlow)
-from crf_lr.atomic import atomic_write
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from timing import write_lines  # noqa: E402
 
 STALL_S = 0.1          # a deletion longer than this counts as a stall
 
@@ -76,8 +79,7 @@ def main():
                            load_average=[round(x, 2) for x in os.getloadavg()], **summary))
     print(line)
     if args.out:
-        with atomic_write(args.out) as f:
-            f.write(line + '\n')
+        write_lines(args.out, [line])
     print('; '.join(f'{name}: {s["stalls"]} of {s["deletions"]} deletions over '
                     f'{STALL_S * 1e3:.0f} ms, median {s["median_ms"]} ms '
                     f'[{s["min_ms"]}-{s["max_ms"]}]' for name, s in summary.items()))

@@ -12,6 +12,7 @@ before / now per round, median [min-max].
 """
 import argparse
 import json
+import linecache
 import os
 import subprocess
 import sys
@@ -31,15 +32,23 @@ HEADS = ('GlobalPointer sparse', 'EfficientGlobalPointer sparse')
 
 
 def module_at(revision):
-    """``crf_lr.global_pointer`` as it was at ``revision`` (a new module object)."""
+    """``crf_lr.global_pointer`` as it was at ``revision`` (a new module object, its layers not
+    registered with Keras).
+
+        >>> old = module_at('e406173^'); old.GlobalPointer(heads=3, head_size=64)
+    """
+    import crf_lr.global_pointer  # noqa: F401  (every module it imports registers first)
     import crf_lr.serialization
     source = subprocess.run(['git', 'show', f'{revision}:{MODULE}'], cwd=os.path.dirname(HERE),
                             check=True, capture_output=True, text=True).stdout
+    filename = f'{revision}:{MODULE}'
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     module = types.ModuleType(f'global_pointer_at_{revision}')
+
     def unregistered(obj=None, **_):                 # @register and @register(name=...)
         return obj if obj is not None else (lambda o: o)
     with mock.patch.object(crf_lr.serialization, 'register', unregistered):
-        exec(compile(source, f'{revision}:{MODULE}', 'exec'), module.__dict__)
+        exec(compile(source, filename, 'exec'), module.__dict__)
     return module
 
 

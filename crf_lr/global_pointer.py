@@ -41,6 +41,9 @@ def rotary_position_embedding(x, base=10000, position_axis=1):
         >>> scores = tf.einsum('bmhd,bnhd->bhmn', q, rotary_position_embedding(k))
     """
     d = rope_size(x.shape)
+    if position_axis % x.shape.rank == x.shape.rank - 1:
+        raise ValueError(f'rotary_position_embedding: position_axis {position_axis} is the '
+                         f'feature axis; positions must run along another axis of {x.shape}')
     positions = tf.range(tf.shape(x)[position_axis], dtype='float32')
     frequencies = tf.pow(float(base), -2 * tf.range(d // 2, dtype='float32') / d)
     angles = positions[:, None] * frequencies[None]                       # (n, d/2)
@@ -48,17 +51,12 @@ def rotary_position_embedding(x, base=10000, position_axis=1):
     broadcast[position_axis], broadcast[-1] = -1, d
     cos, sin = (tf.cast(tf.reshape(tf.repeat(f(angles), 2, axis=-1), broadcast), x.dtype)
                 for f in (tf.cos, tf.sin))
-    return x * cos + tf.tensordot(x, _pair_rotation(d, x.dtype), axes=1) * sin
-
-
-def _pair_rotation(d, dtype):
-    """The (d, d) matrix ``R`` with ``x @ R`` = ``(-x1, x0, -x3, x2, ...)``: each pair turned a
-    quarter. A product with it is exact (one nonzero term per output) and, unlike the strided
-    slices it replaces, costs next to nothing forwards and backwards."""
-    rotation = np.zeros((d, d), 'float32')
-    rotation[1::2, 0::2] = -np.eye(d // 2)
-    rotation[0::2, 1::2] = np.eye(d // 2)
-    return tf.constant(rotation, dtype)
+    # (x0, x1) -> (-x1, x0) for every pair, so that x*cos + rotated*sin is the rotation: the pairs
+    # reversed in place and the sign put on sin. Strided slices of x (x[..., 1::2]) would copy it
+    # element by element, forwards and backwards (docs/performance.md, "Pointer heads").
+    pairs = tf.reshape(x, tf.concat([tf.shape(x)[:-1], [d // 2, 2]], 0))
+    swapped = tf.reshape(tf.reverse(pairs, [-1]), tf.shape(x))
+    return x * cos + swapped * (sin * tf.constant(np.tile([-1, 1], d // 2), x.dtype))
 
 
 class _PointerBase(PointerRules, keras.layers.Layer):
@@ -112,7 +110,6 @@ class _PointerBase(PointerRules, keras.layers.Layer):
         if keep is None:
             return scores
         return tf.where(keep, scores, tf.cast(-np.inf, scores.dtype))
-
 
 
 @register

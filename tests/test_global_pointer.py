@@ -86,8 +86,8 @@ def test_rotary_embedding_along_another_axis_equals_it_along_axis_1():
 @pytest.mark.parametrize('ours, theirs', PAIRS, ids=['GP', 'EGP'])
 def test_gradients_equal_bert4keras_and_no_strided_copies(ours, theirs):
     """Inputs' and weights' gradients equal bert4keras's, and neither the forward nor the
-    backward graph slices an activation with strides (queries, keys and the RoPE pair swap are
-    whole-block splits and a product: strided copies cost a GlobalPointer step 7 %)."""
+    backward graph slices an activation with strides (queries and keys are whole-block splits,
+    RoPE's pair swap a reversal: strided copies cost a GlobalPointer step 3-6 %)."""
     rng, x, mask = random_inputs(seed=4)
     reference, layer = theirs(heads=3, head_size=4), ours(heads=3, head_size=4)
     reference(x, mask=tf.constant(mask))
@@ -104,14 +104,20 @@ def test_gradients_equal_bert4keras_and_no_strided_copies(ours, theirs):
         return tape.gradient(loss, [inputs] + pointer.trainable_weights)
 
     inputs = tf.constant(x)
-    for got, expected in zip(gradients(layer, inputs), gradients(reference, inputs)):
+    for got, expected in zip(gradients(layer, inputs), gradients(reference, inputs), strict=True):
         np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-4, atol=1e-4)
     graph = tf.function(gradients).get_concrete_function(
         layer, tf.TensorSpec([None, None, x.shape[-1]], 'float32')).graph
+    assert any(op.type == 'BatchMatMulV2' for op in graph.get_operations())   # the layer is here
     strided = [op.name for op in graph.get_operations()
                if op.type in ('StridedSlice', 'StridedSliceGrad')
                and op.outputs[0].dtype.is_floating and op.outputs[0].shape.rank >= 3]
     assert strided == [], strided
+
+
+def test_rotary_embedding_refuses_positions_along_the_feature_axis():
+    with pytest.raises(ValueError, match='position_axis -1 is the feature axis'):
+        rotary_position_embedding(tf.zeros((2, 5, 8)), position_axis=-1)
 
 
 def test_efficient_score_is_shared_dot_product_plus_per_type_linear_term():
