@@ -40,6 +40,24 @@ def synthetic_items(sentences, maxlen, seed=0):
                     labels=[0] + rng.integers(0, 7, n - 2).tolist() + [0]) for n in lengths]
 
 
+def scripts_model(keras, head_name, layers, jit_compile=False):
+    """The scripts' model, compiled as they compile it: a random bert4keras ALBERT-tiny-shaped
+    encoder of ``layers`` layers (seed 0), a ``crf_lr.heads`` head over 3 BIO types (the CRF's
+    rate x100) and ``LayerwiseAdam(1e-4)``; ``jit_compile``: the whole step XLA-compiled.
+
+        >>> model = scripts_model(keras, 'crf', layers=4)
+    """
+    from bert4keras.models import build_transformer_model
+    from crf_lr.heads import make_head
+    from crf_lr.optimizers import LayerwiseAdam
+    keras.utils.set_random_seed(0)
+    encoder = build_transformer_model(model='albert', **dict(ALBERT_TINY, num_hidden_layers=layers))
+    head = make_head(head_name, ['A', 'B', 'C'], 'BIO', lr_multiplier=100)
+    model = keras.Model(encoder.inputs, head.build(encoder.output))
+    model.compile(LayerwiseAdam(1e-4), loss=head.loss, jit_compile=jit_compile)
+    return model
+
+
 def epoch_times(tf, keras, head_name, length_multiple, epochs=2, layers=4, sentences=1000,
                 batch=16, maxlen=128, precision='float32', step='train_steps', crf_xla=False,
                 unused_generator=False, jit_compile=False):
@@ -54,10 +72,7 @@ def epoch_times(tf, keras, head_name, length_multiple, epochs=2, layers=4, sente
     XLA-compiled (``model.compile(jit_compile=True)``; one program per batch shape). Run it in
     a fresh process (``main``): XLA's cache of the CRF op is process-wide, so a second model would
     find its programs compiled."""
-    from bert4keras.models import build_transformer_model
     from crf_lr.batching import Batches
-    from crf_lr.heads import make_head
-    from crf_lr.optimizers import LayerwiseAdam
     from crf_lr.precision import set_precision
     from crf_lr.runs import train_steps
     import crf_lr.crf
@@ -65,11 +80,7 @@ def epoch_times(tf, keras, head_name, length_multiple, epochs=2, layers=4, sente
     if unused_generator:
         iter(tf.data.Dataset.from_generator(lambda: iter(()), output_signature=tf.TensorSpec([])))
     set_precision(precision)
-    keras.utils.set_random_seed(0)
-    encoder = build_transformer_model(model='albert', **dict(ALBERT_TINY, num_hidden_layers=layers))
-    head = make_head(head_name, ['A', 'B', 'C'], 'BIO', lr_multiplier=100)
-    model = keras.Model(encoder.inputs, head.build(encoder.output))
-    model.compile(LayerwiseAdam(1e-4), loss=head.loss, jit_compile=jit_compile)
+    model = scripts_model(keras, head_name, layers, jit_compile)
     set_precision('float32')
     batches = Batches(synthetic_items(sentences, maxlen), batch, maxlen=maxlen,
                       length_multiple=length_multiple)

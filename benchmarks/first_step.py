@@ -19,8 +19,7 @@ import time
 import crf_lr  # noqa: F401  (environment before TensorFlow)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from epochs import synthetic_items  # noqa: E402
-from models import ALBERT_TINY  # noqa: E402
+from epochs import scripts_model, synthetic_items  # noqa: E402
 
 # cProfile entries (file suffix, function name) -> what they are in a Keras train step
 PARTS = {'trace': (('polymorphic_function.py',), 'get_concrete_function'),
@@ -31,17 +30,10 @@ PARTS = {'trace': (('polymorphic_function.py',), 'get_concrete_function'),
 
 
 def first_step_seconds(head_name, layers):
-    from bert4keras.models import build_transformer_model
     from crf_lr.batching import Batches
     from crf_lr.compat import keras
-    from crf_lr.heads import make_head
-    from crf_lr.optimizers import LayerwiseAdam
     from crf_lr.runs import train_steps
-    keras.utils.set_random_seed(0)
-    encoder = build_transformer_model(model='albert', **dict(ALBERT_TINY, num_hidden_layers=layers))
-    head = make_head(head_name, ['A', 'B', 'C'], 'BIO', lr_multiplier=100)
-    model = keras.Model(encoder.inputs, head.build(encoder.output))
-    model.compile(LayerwiseAdam(1e-4), loss=head.loss)
+    model = scripts_model(keras, head_name, layers)
     batches = [(b.inputs, b.labels) for b in Batches(synthetic_items(32, 128), 16, maxlen=128)]
     profile, steps = cProfile.Profile(), train_steps(model, batches)
     started = time.perf_counter()

@@ -98,16 +98,11 @@ def predict_functions(change, precision, sentences):
 def step_functions(change, precision):
     """The same for the training step of the CRF head; the difference of the first losses."""
     from crf_lr.compat import keras, tf
-    import models
-    data = models.random_batch(np.random.default_rng(128), 32, 128)
+    from models import probe_step
     functions, losses = {}, {}
     for on in (False, True):
-        head_model = models.build_head_in(tf, keras, 'CRF (crf_lr)', 4, precision)
-        step = models.train_step(tf, head_model)
-        arguments = models.step_arguments(tf, head_model, data)
-        with changes()[change](on):
-            losses[on] = float(step(*arguments).numpy())         # traced here
-        functions[on] = (lambda s, a: lambda: s(*a).numpy())(step, arguments)
+        losses[on], functions[on] = probe_step(tf, keras, 'CRF (crf_lr)', precision,
+                                               tracing=lambda: changes()[change](on))
     return functions, abs(losses[False] - losses[True])
 
 
@@ -118,7 +113,7 @@ def update_functions(change, precision):
     from crf_lr.encoders import load_encoder
     from crf_lr.optimizers import LayerwiseAdam
     from crf_lr.precision import set_precision
-    set_precision('mixed_bfloat16' if precision != 'float32' else 'float32')
+    set_precision(precision)
     encoder, _, _ = load_encoder('minilm-en')
     set_precision('float32')
     variables = encoder.trainable_variables

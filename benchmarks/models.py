@@ -19,6 +19,8 @@ its input shape.
     >>> heads = build_heads(tf, keras, layers=4); batch = random_batch(rng, 16, 128)
     >>> train_step(tf, heads['softmax'])(*step_arguments(tf, heads['softmax'], batch))
 """
+import contextlib
+
 import numpy as np
 
 import peers
@@ -147,6 +149,26 @@ def step_arguments(tf, head_model, batch):
     """The tensors (token_ids, segment_ids, targets) of ``batch`` for this head."""
     return (tf.constant(batch['token_ids']), tf.constant(batch['segment_ids']),
             tf.constant(batch[head_model.targets]))
+
+
+def probe_step(tf, keras, head, precision, building=contextlib.nullcontext,
+               tracing=contextlib.nullcontext):
+    """The probes' step: ``head`` at 4 layers (seed 0) under ``precision``, built inside
+    ``building()`` and traced inside ``tracing()`` (context manager factories), on the batch
+    ``random_batch(default_rng(128), 32, 128)``. Returns (the first step's loss, a zero-argument
+    callable running one more step and waiting for it).
+
+        >>> loss, step = probe_step(tf, keras, 'CRF (crf_lr)', 'float32',
+        ...                         tracing=lambda: fused_adam(False))
+    """
+    data = random_batch(np.random.default_rng(128), 32, 128)
+    with building():
+        head_model = build_head_in(tf, keras, head, 4, precision)
+    step = train_step(tf, head_model)
+    arguments = step_arguments(tf, head_model, data)
+    with tracing():
+        loss = float(step(*arguments).numpy())                  # traced here
+    return loss, lambda: step(*arguments).numpy()
 
 
 def encoder_flops(layers, batch, n, hidden=ALBERT_TINY['hidden_size'],

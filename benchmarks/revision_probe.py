@@ -19,8 +19,6 @@ import sys
 import types
 from unittest import mock
 
-import numpy as np
-
 import crf_lr  # noqa: F401  (environment before TensorFlow)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -56,18 +54,14 @@ def step_functions(old, head, precision):
     """{'before': step, 'now': step} of ``head`` under ``precision``, and the difference of the
     two sides' first losses."""
     import crf_lr.global_pointer as current
-    import models
     from crf_lr.compat import keras, tf
-    data = models.random_batch(np.random.default_rng(128), 32, 128)
+    from models import probe_step
     functions, losses = {}, {}
     for side, module in (('before', old), ('now', current)):
-        with mock.patch.multiple(current, GlobalPointer=module.GlobalPointer,
-                                 EfficientGlobalPointer=module.EfficientGlobalPointer):
-            head_model = models.build_head_in(tf, keras, head, 4, precision)
-        step = models.train_step(tf, head_model)
-        arguments = models.step_arguments(tf, head_model, data)
-        losses[side] = float(step(*arguments).numpy())
-        functions[side] = (lambda s, a: lambda: s(*a).numpy())(step, arguments)
+        losses[side], functions[side] = probe_step(
+            tf, keras, head, precision, building=lambda m=module: mock.patch.multiple(
+                current, GlobalPointer=m.GlobalPointer,
+                EfficientGlobalPointer=m.EfficientGlobalPointer))
     return functions, abs(losses['before'] - losses['now'])
 
 
