@@ -10,7 +10,8 @@ Each ``_fix_*`` function repairs one thing and is idempotent. Two of them patch 
 every model of the process: ``single_batch_iterator`` (``train_on_batch`` & co.) builds its
 one-batch dataset without tf.data's autotuning, and ``Dense.call`` takes the flattened form of
 :func:`flat_dense`, off unless in that block. bert4keras's attention computes with batched
-matrix products (:mod:`crf_lr.attention`, the same values).
+matrix products (:mod:`crf_lr.attention`, the same values), and its layer norms with their gradient
+in closed form (:mod:`crf_lr.layer_norm`, the same forward values).
 """
 import importlib.util
 
@@ -42,6 +43,7 @@ import tensorflow as tf  # noqa: E402
 import bert4keras.backend  # noqa: F401,E402  (points sys.modules['keras'] at tf.keras)
 from bert4keras.backend import K, keras  # noqa: E402
 from crf_lr.attention import install as _install_batched_attention  # noqa: E402
+from crf_lr.layer_norm import install as _install_closed_form_layer_norm  # noqa: E402
 from crf_lr.patching import patch  # noqa: E402
 from crf_lr.switches import ThreadSwitch  # noqa: E402
 
@@ -190,5 +192,6 @@ _fix_feed_forward_config()
 _fix_iterator_deletion_stall()
 _fix_dense_fusion()
 _install_batched_attention()
+_install_closed_form_layer_norm()
 
 __all__ = ['tf', 'keras', 'K', 'np', 'without_autotune', 'flat_dense']
