@@ -6,6 +6,9 @@ rounds, each precision in its own rounds. ``--change``:
   flattened input: the graph optimiser fuses product, bias and activation into one kernel);
 * ``batched_attention``: bert4keras's attention (``einsum`` products, the mask as a select)
   against :func:`crf_lr.attention.batched_attention` (batched products, the mask as a bias);
+* ``closed_form_layer_norm``: bert4keras's layer norm with TensorFlow's gradient of each op
+  against :func:`crf_lr.layer_norm.closed_form_layer_norm` (the same forward ops, the gradient
+  in closed form);
 * ``fused_adam`` (``--part step`` or ``update``): :class:`crf_lr.optimizers.Adam`'s update as
   separate ops against :func:`crf_lr.optimizers.fused_adam` (one ``ResourceApplyAdam`` kernel
   per variable);
@@ -29,6 +32,7 @@ Everything else as the library runs it (prediction under ``flat_dense``, batched
     $ python benchmarks/graph_probe.py --change batched_attention --part step --out results.json
     $ python benchmarks/graph_probe.py --change batched_attention --part predict --profile 3
     $ python benchmarks/graph_probe.py --change fused_adam --part step
+    $ python benchmarks/graph_probe.py --change closed_form_layer_norm --part step
     $ python benchmarks/graph_probe.py --change fused_adam --part update
 """
 import argparse
@@ -50,9 +54,10 @@ def changes():
     """{name: context manager factory taking on/off} (``inference_only`` is a way of loading)."""
     from crf_lr.attention import batched_attention
     from crf_lr.compat import flat_dense
+    from crf_lr.layer_norm import closed_form_layer_norm
     from crf_lr.optimizers import fused_adam
     return {'flat_dense': flat_dense, 'batched_attention': batched_attention,
-            'fused_adam': fused_adam, 'inference_only': lambda on: contextlib.nullcontext()}
+            'closed_form_layer_norm': closed_form_layer_norm, 'fused_adam': fused_adam, 'inference_only': lambda on: contextlib.nullcontext()}
 
 
 def reloaded(model):
@@ -158,7 +163,8 @@ def profiled(function, calls):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--change', required=True, choices=(
-        'flat_dense', 'batched_attention', 'fused_adam', 'inference_only'))
+        'flat_dense', 'batched_attention', 'closed_form_layer_norm', 'fused_adam',
+        'inference_only'))
     parser.add_argument('--part', choices=('predict', 'step', 'update'), default='predict')
     parser.add_argument('--rounds', type=int, default=7)
     parser.add_argument('--sentences', type=int, default=200, help='--part predict: test sentences')

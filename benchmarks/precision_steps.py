@@ -6,15 +6,30 @@ arithmetic limit of the same run's float32 and bfloat16 matmul rates (2048^3).
 Each (head, variant) gets its own model (same architecture, same seed), and all of them are
 timed in interleaved rounds per (layers, batch, n). ``limit`` = encoder FLOPs / matmul rate of
 the variant's precision: no step can beat it; ``step / limit`` says how far a step is from it.
+The 2048^3 products of both precisions run in the same rounds as the steps, so each round also
+gives a step / limit of its own (``step / limit, same rounds``: the VM's speed drifts between
+the rate measured before the rounds and the rounds themselves).
 
     >>> rows = precision_step_cases(tf, keras, [(4, 16, 128, 10)], ['softmax', 'CRF (crf_lr)'])
 """
 import numpy as np
 
 import models
-from timing import interleaved
+from timing import interleaved, matmul_call, ratio_summary
 
 VARIANTS = ('float32', 'XLA', 'bf16', 'bf16 XLA')
+MATMUL_SIZE = 2048
+
+
+def _over_limit_per_round(timings, step, matmul, gflop):
+    """Median [min-max] over the rounds of ``step``'s time / the limit at that round's matmul
+    rate (``gflop`` encoder GFLOP at the rate of the ``matmul`` entry, a 2048^3 product).
+
+        >>> _over_limit_per_round(timings, 'softmax | float32', 'matmul | float32', 123.7)
+        {'median': 1.46, 'min': 1.41, 'max': 1.52, 'q1': ..., 'q3': ...}
+    """
+    flop_ratio = 2 * MATMUL_SIZE ** 3 / 1e9 / gflop          # step time / matmul time -> / limit
+    return {k: round(v * flop_ratio, 3) for k, v in ratio_summary(timings, step, matmul).items()}
 
 
 def _build(tf, keras, head, layers, variant):
@@ -39,6 +54,9 @@ def precision_step_cases(tf, keras, plan, heads, variants=VARIANTS, rates=None,
             for (head, variant), (head_model, step) in built.items():
                 arguments = models.step_arguments(tf, head_model, data)
                 calls[f'{head} | {variant}'] = lambda s=step, a=arguments: s(*a).numpy()
+            if rates:
+                calls.update({f'matmul | {dtype}': matmul_call(tf, MATMUL_SIZE, dtype)
+                              for dtype in rates})
             timings = interleaved(calls, rounds=rounds, warmup=2)
             gflop = models.encoder_flops(layers, batch, n) / 1e9
             row = {'name': 'precision_step', 'shape': {'layers': layers, 'batch': batch, 'n': n},
@@ -49,8 +67,11 @@ def precision_step_cases(tf, keras, plan, heads, variants=VARIANTS, rates=None,
                            for v in variants if v != 'bf16' and 'bf16' in variants}
                 if rates:
                     for v in variants:
-                        rate = rates['bfloat16' if v.startswith('bf16') else 'float32']
+                        dtype = 'bfloat16' if v.startswith('bf16') else 'float32'
+                        rate = rates[dtype]
                         summary[f'{v} step / limit'] = round(median[v] / (gflop / rate * 1e3), 2)
+                        summary[f'{v} step / limit, same rounds'] = _over_limit_per_round(
+                            timings, f'{head} | {v}', f'matmul | {dtype}', gflop)
                 row['heads'][head] = summary
             results.append(row)
             progress(f'precision steps, {layers} layers, batch {batch}, n={n}: {row["heads"]}')

@@ -489,7 +489,8 @@ def precision_report(results):
            f"GFLOP/s (best of {results['matmul_bf16']['calls']}). Step: median ms [min–max] of "
            f"the interleaved rounds; `× fp32`: float32 / variant time, median [min–max] of the "
            f"per-round ratios; `/ limit`: the step over encoder FLOPs / that precision's matmul "
-           f"rate.", '']
+           f"rate; `same rounds`: the same with the 2048³ product timed in each round, median "
+           f"[min–max] of the per-round ratios.", '']
     rows = []
     for case in results['precision_step']:
         shape = case['shape']
@@ -502,8 +503,11 @@ def precision_report(results):
                     continue
                 speed = ('reference' if variant == 'float32' else ratio_cell(ratio_summary(
                     case['timings'], f'{head} | float32', f'{head} | {variant}')) + '× fp32')
+                same_rounds = summary.get(f'{variant} step / limit, same rounds')
                 cells.append(f"{ranged(timing)} ({speed}, "
-                             f"{summary.get(f'{variant} step / limit', float('nan')):.1f}× limit)")
+                             f"{summary.get(f'{variant} step / limit', float('nan')):.1f}× limit"
+                             + (f"; same rounds {ratio_cell(same_rounds)}×" if same_rounds
+                                else '') + ')')
             rows.append(cells)
     out += [markdown_table(['layers', 'batch', 'n', 'head', 'float32', 'XLA (whole step)',
                             'mixed_bfloat16', 'mixed_bfloat16, XLA (whole step)'], rows), '']

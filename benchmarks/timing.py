@@ -129,17 +129,25 @@ def gflops(size, ms):
     return float(f'{2 * size ** 3 / (ms * 1e-3) / 1e9:.4g}')
 
 
-def matmul_gflops(tf, size=2048, rounds=10, dtype='float32'):
-    """The machine's matmul rate in TensorFlow: a ``size x size`` by ``size x size`` product of
-    ``dtype`` in a ``tf.function`` (2 size^3 flops per call), timed ``rounds`` times.
+def matmul_call(tf, size=2048, dtype='float32'):
+    """A zero-argument callable doing one ``size x size`` by ``size x size`` product of ``dtype``
+    in a ``tf.function`` (2 size^3 flops) and waiting for it: what the matmul rate times.
 
-    Returns dict: ``gflops`` (the best rate seen: the machine's capability, least disturbed by
-    other load), ``gflops_median``, ``size``, and the timing summary.
+        >>> timings = interleaved({'step': step, 'matmul': matmul_call(tf)}, rounds=5)
     """
     a = tf.cast(tf.random.normal([size, size], seed=1), dtype)
     b = tf.cast(tf.random.normal([size, size], seed=2), dtype)
     product = tf.function(lambda x, y: tf.reduce_sum(tf.cast(tf.matmul(x, y), 'float32')))
-    stats = interleaved({'matmul': lambda: product(a, b).numpy()}, rounds=rounds)['matmul']
+    return lambda: product(a, b).numpy()
+
+
+def matmul_gflops(tf, size=2048, rounds=10, dtype='float32'):
+    """The machine's matmul rate in TensorFlow: :func:`matmul_call`, timed ``rounds`` times.
+
+    Returns dict: ``gflops`` (the best rate seen: the machine's capability, least disturbed by
+    other load), ``gflops_median``, ``size``, and the timing summary.
+    """
+    stats = interleaved({'matmul': matmul_call(tf, size, dtype)}, rounds=rounds)['matmul']
     return dict(stats, size=size, dtype=dtype, gflops=gflops(size, stats['min_ms']),
                 gflops_median=gflops(size, stats['median_ms']))
 

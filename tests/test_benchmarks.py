@@ -141,6 +141,8 @@ def test_precision_report_quotes_median_min_max_and_ratios():
                    matmul_bf16=dict(gflops=200.0, calls=5),
                    precision_step=[dict(shape=dict(layers=4, batch=16, n=128), heads={
                        'softmax': {'float32 / bf16': 2.0, 'float32 step / limit': 1.5,
+                                   'float32 step / limit, same rounds': dict(
+                                       median=1.45, min=1.4, max=1.52),
                                    'bf16 step / limit': 1.2}},
                        timings={'softmax | float32': timing,
                                 'softmax | bf16': dict(timing, median_ms=100.0,
@@ -150,10 +152,19 @@ def test_precision_report_quotes_median_min_max_and_ratios():
                                      ratio=1.283, first_steps_s=[6.1, 4.0, 0.3])])
     text = run.report(results)
     # per-round float32 / bf16 ratios: 200/100, 180/120, 260/90 = 2.0, 1.5, 2.89
-    assert '| 4 | 16 | 128 | softmax | 200 [180–260] (reference, 1.5× limit) |  | ' \
-           '100 [180–260] (2.00 [1.50–2.89]× fp32, 1.2× limit) |' in text
+    assert '| 4 | 16 | 128 | softmax | 200 [180–260] (reference, 1.5× limit; same rounds ' \
+           '1.45 [1.40–1.52]×) |  | 100 [180–260] (2.00 [1.50–2.89]× fp32, 1.2× limit) |' in text
     assert ('| crf | train_on_batch | 4 | 1000 | 16 | 128 | 32 | 5 |  | 38.5 / 30.0 | 1.283 | '
             '6.1, 4.0, 0.3 |') in text
+
+
+def test_step_over_limit_in_the_same_rounds_scales_each_round_by_its_matmul():
+    from precision_steps import _over_limit_per_round
+    # a 2048^3 product is 17.18 GFLOP; at 10 ms per product a 171.8 GFLOP step's limit is 100 ms
+    timings = {'step': {'times_ms': [150.0, 300.0, 140.0]},
+               'matmul': {'times_ms': [10.0, 20.0, 10.0]}}
+    summary = _over_limit_per_round(timings, 'step', 'matmul', 2 * 2048 ** 3 / 1e9 * 10)
+    assert (summary['median'], summary['min'], summary['max']) == (1.5, 1.4, 1.5)
 
 
 def test_paired_ratios_are_per_round_median_min_max_and_quartiles():
