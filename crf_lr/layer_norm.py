@@ -1,18 +1,22 @@
 """bert4keras's layer normalisation with its gradient in closed form.
 
 bert4keras normalises with ``divide_no_nan(x - mean, sqrt(variance + epsilon))`` and leaves the
-gradient to TensorFlow, which differentiates each of those ops in turn: about 70 ops per layer
-norm in a training step's graph (broadcast gradients, tiles, sums, two ``AddN``), a fifth of
-the graph of a 4-layer ALBERT step, each created in Python when the step is traced. This module
-gives ``bert4keras.layers.LayerNormalization.call`` the same forward ops (the same values to the
-last bit) with the textbook gradient, ``(dy - mean(dy) - x̂ · mean(dy · x̂)) / std``: seven ops.
-The step's graph loses 17 % of its ops and its trace a quarter (docs/performance.md, "A shorter
-trace"); the step itself runs as fast. Gradients equal TensorFlow's to float rounding
-(``tests/test_layer_norm.py``).
+gradient to TensorFlow, which differentiates each of those ops in turn (broadcast gradients,
+tiles, sums, two ``AddN`` per norm): a quarter of the 3,072 ops of the scripts' 4-layer ALBERT
+step with the CRF head were its layer norms', each created in Python when the step is traced.
+This module gives ``bert4keras.layers.LayerNormalization.call`` the same forward ops (less
+``K.sqrt``'s clip at 0, which its argument never needs: the same values to the last bit) with the
+textbook gradient, ``(dy - mean(dy) - x̂ · mean(dy · x̂)) / std``: seven ops, computed in float32
+under mixed precision. That step loses 351 ops; with its dense layers flattened too
+(:mod:`crf_lr.runs`) it has 2,539, step 1 of a run is 0.4 s shorter on 2 CPU cores, and the
+step itself 1.02-1.03x faster
+(docs/performance.md, "A shorter trace"). Gradients equal TensorFlow's to float rounding, and
+under bf16 come nearer float32's than bert4keras's bf16 ops (``tests/test_layer_norm.py``).
 
 :mod:`crf_lr.compat` installs it for every model of the process (so does importing this
 module). Conditional layer norms, ``zero_mean`` or ``unit_variance`` off, and bert4keras's
-``RECOMPUTE`` mode keep bert4keras's own code.
+``RECOMPUTE`` mode keep bert4keras's own code. The switch is per thread: replicas of a
+``MirroredStrategy``, which trace in threads of their own, take the default (the closed form).
 
     >>> import crf_lr.compat                       # installed; nothing to call
     >>> with closed_form_layer_norm(False):        # bert4keras's form, e.g. to compare
@@ -41,7 +45,8 @@ def closed_form_layer_norm(enabled=True):
 
 def normalized(x, epsilon):
     """``x`` centred and scaled to unit variance along its last axis, as bert4keras computes it
-    (``divide_no_nan`` by ``sqrt(variance + epsilon)``), with the gradient in closed form.
+    (``divide_no_nan`` by ``sqrt(variance + epsilon)``), with the gradient in closed form,
+    computed in float32 for 16-bit ``x`` (its three terms nearly cancel).
 
         >>> normalized(tf.constant([[1., 2., 3.]]), 1e-12)     # [[-1.2247, 0., 1.2247]]
     """
@@ -52,9 +57,12 @@ def normalized(x, epsilon):
         x_hat = tf.math.divide_no_nan(centred, std)
 
         def gradient(dy):
-            mean_dy = tf.reduce_mean(dy, -1, keepdims=True)
-            mean_dy_x_hat = tf.reduce_mean(dy * x_hat, -1, keepdims=True)
-            return tf.math.divide_no_nan(dy - mean_dy - x_hat * mean_dy_x_hat, std)
+            wide = tf.float32 if dy.dtype in (tf.bfloat16, tf.float16) else dy.dtype
+            dy_, x_hat_, std_ = (tf.cast(t, wide) for t in (dy, x_hat, std))
+            mean_dy = tf.reduce_mean(dy_, -1, keepdims=True)
+            mean_dy_x_hat = tf.reduce_mean(dy_ * x_hat_, -1, keepdims=True)
+            return tf.cast(tf.math.divide_no_nan(dy_ - mean_dy - x_hat_ * mean_dy_x_hat, std_),
+                           dy.dtype)
         return x_hat, gradient
     return forward(x)
 
@@ -71,10 +79,10 @@ def install():
     applies (idempotent); the scale and offset stay bert4keras's (``ScaleOffset.call``)."""
     from bert4keras.layers import LayerNormalization, ScaleOffset
 
-    def call(original, self, inputs):
+    def call(original, self, inputs, **kwargs):     # kwargs: what RECOMPUTE's wrapper takes
         if _handles(self):
             return ScaleOffset.call(self, normalized(inputs, self.epsilon))
-        return original(self, inputs)
+        return original(self, inputs, **kwargs)
 
     patch(LayerNormalization, 'call', call)
 

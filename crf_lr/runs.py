@@ -474,8 +474,10 @@ def trace_once(model, batch, crf_xla=False, iterator=None):
 def _tracing(model, crf_xla):
     """Where ``model``'s train step is traced: its strategy's scope, the CRF's forward-backward
     in XLA only if ``crf_xla`` (:func:`crf_lr.crf.use_xla`), and dense layers on flattened
-    inputs (:func:`crf_lr.compat.flat_dense`: 182 fewer ops to trace in a 4-layer ALBERT step
-    with the CRF head, and the same step time; docs/performance.md, "A shorter trace")."""
+    inputs (:func:`crf_lr.compat.flat_dense`: 182 fewer ops to trace in the scripts' 4-layer
+    ALBERT step with the CRF head, "A shorter trace", and the same step time, "Fused dense layers
+    in prediction", in docs/performance.md). Per thread: replicas of a ``MirroredStrategy``,
+    which trace in threads of their own, keep Keras's dense layers."""
     from crf_lr.compat import flat_dense
     from crf_lr.crf import use_xla
     with model.distribute_strategy.scope(), use_xla(crf_xla), flat_dense():
