@@ -57,7 +57,8 @@ def changes():
     from crf_lr.layer_norm import closed_form_layer_norm
     from crf_lr.optimizers import fused_adam
     return {'flat_dense': flat_dense, 'batched_attention': batched_attention,
-            'closed_form_layer_norm': closed_form_layer_norm, 'fused_adam': fused_adam, 'inference_only': lambda on: contextlib.nullcontext()}
+            'closed_form_layer_norm': closed_form_layer_norm, 'fused_adam': fused_adam,
+            'inference_only': lambda on: contextlib.nullcontext()}
 
 
 def reloaded(model):

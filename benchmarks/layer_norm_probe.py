@@ -1,5 +1,6 @@
 """Probe: bert4keras's ``LayerNormalization`` (statistics in the compute dtype, five separate ops)
-against a layer norm with float32 statistics in one ``fused_batch_norm`` (the trick tf-keras's own
+(with TensorFlow's gradient of each op, not :mod:`crf_lr.layer_norm`'s closed form) against a
+layer norm with float32 statistics in one ``fused_batch_norm`` (the trick tf-keras's own
 ``LayerNormalization`` uses), in the whole training step of the CRF head (4-layer ALBERT-tiny
 shape, batch 32, n = 128), float32 and mixed_bfloat16, timed in interleaved rounds. Not used by
 the library: the switch is a per-layer flag set here only (docs/performance.md, issue 29).
@@ -46,6 +47,7 @@ def main():
     args = parser.parse_args()
     import bert4keras.layers as layers
     from crf_lr.compat import keras, tf
+    from crf_lr.layer_norm import closed_form_layer_norm
     fused_layer_norm(layers.LayerNormalization, layers.ScaleOffset)
     data = models.random_batch(np.random.default_rng(0), 32, 128)
     calls, first_loss = {}, {}
@@ -58,7 +60,8 @@ def main():
             step = models.train_step(tf, head_model)
             arguments = models.step_arguments(tf, head_model, data)
             name = f'{precision} {"fused" if fused else "bert4keras"}'
-            first_loss[name] = float(step(*arguments).numpy())
+            with closed_form_layer_norm(False):       # traced here: bert4keras's own gradient
+                first_loss[name] = float(step(*arguments).numpy())
             calls[name] = lambda s=step, a=arguments: s(*a).numpy()
     timings = interleaved(calls, rounds=args.rounds, warmup=1)
     ratios = {p: ratio_summary(timings, f'{p} bert4keras', f'{p} fused')

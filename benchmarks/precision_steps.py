@@ -21,6 +21,11 @@ VARIANTS = ('float32', 'XLA', 'bf16', 'bf16 XLA')
 MATMUL_SIZE = 2048
 
 
+def _dtype(variant):
+    """The matmul dtype of a variant (``'bf16 XLA'`` -> ``'bfloat16'``)."""
+    return 'bfloat16' if variant.startswith('bf16') else 'float32'
+
+
 def _over_limit_per_round(timings, step, matmul, gflop):
     """Median [min-max] over the rounds of ``step``'s time / the limit at that round's matmul
     rate (``gflop`` encoder GFLOP at the rate of the ``matmul`` entry, a 2048^3 product).
@@ -34,7 +39,7 @@ def _over_limit_per_round(timings, step, matmul, gflop):
 
 def _build(tf, keras, head, layers, variant):
     head_model = models.build_head_in(
-        tf, keras, head, layers, 'mixed_bfloat16' if variant.startswith('bf16') else 'float32')
+        tf, keras, head, layers, 'mixed_bfloat16' if _dtype(variant) == 'bfloat16' else 'float32')
     return head_model, models.train_step(tf, head_model, jit_compile=variant.endswith('XLA'))
 
 
@@ -56,7 +61,7 @@ def precision_step_cases(tf, keras, plan, heads, variants=VARIANTS, rates=None,
                 calls[f'{head} | {variant}'] = lambda s=step, a=arguments: s(*a).numpy()
             if rates:
                 calls.update({f'matmul | {dtype}': matmul_call(tf, MATMUL_SIZE, dtype)
-                              for dtype in rates})
+                              for dtype in {_dtype(v) for v in variants}})
             timings = interleaved(calls, rounds=rounds, warmup=2)
             gflop = models.encoder_flops(layers, batch, n) / 1e9
             row = {'name': 'precision_step', 'shape': {'layers': layers, 'batch': batch, 'n': n},
@@ -67,7 +72,7 @@ def precision_step_cases(tf, keras, plan, heads, variants=VARIANTS, rates=None,
                            for v in variants if v != 'bf16' and 'bf16' in variants}
                 if rates:
                     for v in variants:
-                        dtype = 'bfloat16' if v.startswith('bf16') else 'float32'
+                        dtype = _dtype(v)
                         rate = rates[dtype]
                         summary[f'{v} step / limit'] = round(median[v] / (gflop / rate * 1e3), 2)
                         summary[f'{v} step / limit, same rounds'] = _over_limit_per_round(
