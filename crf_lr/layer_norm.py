@@ -7,8 +7,8 @@ step with the CRF head were its layer norms', each created in Python when the st
 This module gives ``bert4keras.layers.LayerNormalization.call`` the same forward ops (less
 ``K.sqrt``'s clip at 0, which its argument never needs: the same values to the last bit) with the
 textbook gradient, ``(dy - mean(dy) - x̂ · mean(dy · x̂)) / std``: seven ops, computed in float32
-under mixed precision. That step loses 351 ops; with its dense layers flattened too
-(:mod:`crf_lr.runs`) it has 2,539, step 1 of a run is 0.4 s shorter on 2 CPU cores, and the
+under mixed precision. That step loses 441 ops; with its dense layers flattened too
+(:mod:`crf_lr.runs`) it has 2,449, step 1 of a run is 0.4 s shorter on 2 CPU cores, and the
 step itself 1.02-1.03x faster
 (docs/performance.md, "A shorter trace"). Gradients equal TensorFlow's to float rounding, and
 under bf16 come nearer float32's than bert4keras's bf16 ops (``tests/test_layer_norm.py``).
