@@ -5,13 +5,13 @@ gradient to TensorFlow, which differentiates each of those ops in turn (broadcas
 tiles, sums, two ``AddN`` per norm): a quarter of the 3,072 ops of the scripts' 4-layer ALBERT
 step with the CRF head were its layer norms', each created in Python when the step is traced.
 This module gives ``bert4keras.layers.LayerNormalization.call`` the same forward ops (less
-``K.sqrt``'s clip at 0, which its argument never needs: the same values to the last bit) with the
-textbook gradient, ``(dy - mean(dy) - x̂ · mean(dy · x̂)) / std``: seven ops, computed in float32
-under mixed precision. That step loses 441 ops; with its dense layers flattened too
+``K.sqrt``'s clip at 0, which its argument never needs: the same values to the last bit) with
+the textbook gradient, ``(dy - mean(dy) - x̂ · mean(dy · x̂)) / std``: seven ops, computed in
+float32 under mixed precision. That step loses 441 ops; with its dense layers flattened too
 (:mod:`crf_lr.runs`) it has 2,449, step 1 of a run is 0.4 s shorter on 2 CPU cores, and the
-step itself 1.02-1.03x faster
-(docs/performance.md, "A shorter trace"). Gradients equal TensorFlow's to float rounding, and
-under bf16 come nearer float32's than bert4keras's bf16 ops (``tests/test_layer_norm.py``).
+step itself 1.02-1.03x faster (docs/performance.md, "A shorter trace"). Gradients equal
+TensorFlow's to float rounding, and under bf16 come nearer float32's than bert4keras's bf16 ops
+(``tests/test_layer_norm.py``).
 
 :mod:`crf_lr.compat` installs it for every model of the process (so does importing this
 module). Conditional layer norms, ``zero_mean`` or ``unit_variance`` off, and bert4keras's

@@ -152,8 +152,9 @@ def test_precision_report_quotes_median_min_max_and_ratios():
                                      ratio=1.283, first_steps_s=[6.1, 4.0, 0.3])])
     text = run.report(results)
     # per-round float32 / bf16 ratios: 200/100, 180/120, 260/90 = 2.0, 1.5, 2.89
-    assert '| 4 | 16 | 128 | softmax | 200 [180–260] (reference, 1.5× limit; same rounds ' \
-           '1.45 [1.40–1.52]×) |  | 100 [180–260] (2.00 [1.50–2.89]× fp32, 1.2× limit) |' in text
+    assert ('| 4 | 16 | 128 | softmax | 200 [180–260] (reference, 1.5× limit; same rounds '
+            '1.45 [1.40–1.52]×) |  | '
+            '100 [180–260] (2.00 [1.50–2.89]× fp32, 1.2× limit) |') in text
     assert ('| crf | train_on_batch | 4 | 1000 | 16 | 128 | 32 | 5 |  | 38.5 / 30.0 | 1.283 | '
             '6.1, 4.0, 0.3 |') in text
 
