@@ -2,11 +2,13 @@
 ALBERT-tiny-shaped random encoder, ``crf_lr.heads`` head, ``LayerwiseAdam``) on one synthetic batch
 of 16, profiled with cProfile in a fresh process. Prints one JSON line: the whole first step, the
 trace (``get_concrete_function``) and inside it the forward pass, the gradients and the optimiser's
-update, the first call of the traced graph (graph optimisation and the first run) and a second step
-for comparison. ``TF_CPP_VMODULE=meta_optimizer=1`` in the environment adds grappler's own per-pass
-times to stderr.
+update, the first call of the traced graph (graph optimisation and the first run), a second step
+for comparison, and how many ops the traced graph holds (and how many under layer-norm scopes).
+``TF_CPP_VMODULE=meta_optimizer=1`` in the environment adds grappler's own per-pass times to
+stderr.
 
     $ python benchmarks/first_step.py --head crf --layers 4
+    $ python benchmarks/first_step.py --head crf --layers 4 --bert4keras-layer-norm
 """
 import argparse
 import cProfile
@@ -29,7 +31,15 @@ PARTS = {'trace': (('polymorphic_function.py',), 'get_concrete_function'),
          'first_graph_call': (('atomic_function.py',), 'call_flat')}
 
 
-def first_step_seconds(head_name, layers):
+def graph_ops(function):
+    """(ops, of them under a layer norm's scope) of the graph ``function`` (a ``tf.function``
+    traced once) holds, its gradient's and optimiser update's included."""
+    graph, = [f.graph for f in function._list_all_concrete_functions_for_serialization()]
+    names = [op.name for op in graph.get_operations()]
+    return len(names), sum('-Norm/' in name for name in names)
+
+
+def first_step_seconds(head_name, layers, bert4keras_layer_norm=False):
     from crf_lr.batching import Batches
     from crf_lr.compat import keras
     from crf_lr.runs import train_steps
@@ -37,7 +47,12 @@ def first_step_seconds(head_name, layers):
     batches = [(b.inputs, b.labels) for b in Batches(synthetic_items(32, 128), 16, maxlen=128)]
     profile, steps = cProfile.Profile(), train_steps(model, batches)
     started = time.perf_counter()
-    profile.runcall(next, steps)
+    if bert4keras_layer_norm:
+        from crf_lr.layer_norm import closed_form_layer_norm
+        with closed_form_layer_norm(False):
+            profile.runcall(next, steps)               # traced here
+    else:
+        profile.runcall(next, steps)
     first = time.perf_counter() - started
     started = time.perf_counter()
     next(steps)
@@ -46,17 +61,20 @@ def first_step_seconds(head_name, layers):
     parts = {part: max((v[3] for (f, _, name), v in stats.items()
                         if f.endswith(suffixes) and name == function), default=0.0)
              for part, (suffixes, function) in PARTS.items()}
+    ops, layer_norm_ops = graph_ops(model.train_function)
     return dict(head=head_name, layers=layers, first_step=round(first, 2),
                 **{k: round(v, 2) for k, v in parts.items()}, second_step=round(second, 2),
-                load_average=round(os.getloadavg()[0], 2))
+                ops=ops, layer_norm_ops=layer_norm_ops, load_average=round(os.getloadavg()[0], 2))
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--head', default='crf')
     parser.add_argument('--layers', type=int, default=4)
+    parser.add_argument('--bert4keras-layer-norm', action='store_true',
+                        help="trace bert4keras's layer-norm gradient, not crf_lr.layer_norm's")
     args = parser.parse_args()
-    print(json.dumps(first_step_seconds(args.head, args.layers)))
+    print(json.dumps(first_step_seconds(args.head, args.layers, args.bert4keras_layer_norm)))
 
 
 if __name__ == '__main__':
