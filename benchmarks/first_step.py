@@ -9,6 +9,7 @@ stderr.
 
     $ python benchmarks/first_step.py --head crf --layers 4
     $ python benchmarks/first_step.py --head crf --layers 4 --bert4keras-layer-norm
+    $ python benchmarks/first_step.py --head crf --layers 4 --tensorflow-graph-optimisation
 """
 import argparse
 import cProfile
@@ -39,24 +40,27 @@ def graph_ops(function):
     return len(names), sum('-Norm/' in name for name in names)
 
 
-def first_step_seconds(head_name, layers, bert4keras_layer_norm=False):
+def first_step_seconds(head_name, layers, bert4keras_layer_norm=False,
+                       tensorflow_graph_optimisation=False):
+    """Step 1's parts (see the module's docstring); ``bert4keras_layer_norm``: traced with
+    bert4keras's layer-norm gradient; ``tensorflow_graph_optimisation``: first called with
+    grappler's default options, not :func:`crf_lr.graph_optimisation.optimised_lightly`'s."""
     from crf_lr.batching import Batches
     from crf_lr.compat import keras
+    from crf_lr.graph_optimisation import light_graph_optimisation
+    from crf_lr.layer_norm import closed_form_layer_norm
     from crf_lr.runs import train_steps
     model = scripts_model(keras, head_name, layers)
     batches = [(b.inputs, b.labels) for b in Batches(synthetic_items(32, 128), 16, maxlen=128)]
     profile, steps = cProfile.Profile(), train_steps(model, batches)
-    started = time.perf_counter()
-    if bert4keras_layer_norm:
-        from crf_lr.layer_norm import closed_form_layer_norm
-        with closed_form_layer_norm(False):
-            profile.runcall(next, steps)               # traced here
-    else:
-        profile.runcall(next, steps)
-    first = time.perf_counter() - started
-    started = time.perf_counter()
-    next(steps)
-    second = time.perf_counter() - started
+    with closed_form_layer_norm(not bert4keras_layer_norm), \
+            light_graph_optimisation(not tensorflow_graph_optimisation):
+        started = time.perf_counter()
+        profile.runcall(next, steps)                   # traced and first called here
+        first = time.perf_counter() - started
+        started = time.perf_counter()
+        next(steps)                                    # the same options: not optimised again
+        second = time.perf_counter() - started
     stats = pstats.Stats(profile).stats       # (file, line, name) -> (..., cumulative, callers)
     parts = {part: max((v[3] for (f, _, name), v in stats.items()
                         if f.endswith(suffixes) and name == function), default=0.0)
@@ -73,8 +77,12 @@ def main():
     parser.add_argument('--layers', type=int, default=4)
     parser.add_argument('--bert4keras-layer-norm', action='store_true',
                         help="trace bert4keras's layer-norm gradient, not crf_lr.layer_norm's")
+    parser.add_argument('--tensorflow-graph-optimisation', action='store_true',
+                        help="first call the step with grappler's default options, not "
+                             "crf_lr.graph_optimisation's lighter ones")
     args = parser.parse_args()
-    print(json.dumps(first_step_seconds(args.head, args.layers, args.bert4keras_layer_norm)))
+    print(json.dumps(first_step_seconds(args.head, args.layers, args.bert4keras_layer_norm,
+                                        args.tensorflow_graph_optimisation)))
 
 
 if __name__ == '__main__':

