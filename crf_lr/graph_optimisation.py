@@ -9,9 +9,8 @@ host memory, recomputation hints) and the layout optimiser (NHWC / NCHW for GPU 
 no node. Within :func:`optimised_lightly` (where crf_lr's training loop calls its step) the
 functions called for the first time get one round and neither of those two: 11 passes in
 0.25 s, step 1 0.3 s shorter, the same step after it (docs/performance.md, "A lighter graph
-optimisation"). A pass
-the process's settings name explicitly (``tf.config.optimizer.set_experimental_options``)
-keeps its setting.
+optimisation"). A pass the process's settings name explicitly
+(``tf.config.optimizer.set_experimental_options``) keeps its setting.
 
 TensorFlow reads these options from its per-thread function-call options when a function is
 called, and optimises it again at a call with other options: call a step within the block every
@@ -35,7 +34,9 @@ _LIGHT = ThreadSwitch(default=True)     # read where a step is first called: opt
 def _eager_context():
     """TensorFlow's eager context module, or None where it lacks per-thread call options."""
     from tensorflow.python.eager import context
-    return context if hasattr(context, 'FunctionCallOptions') else None
+    has_options = (hasattr(context, 'FunctionCallOptions')
+                   and hasattr(type(context.context()), 'function_call_options'))
+    return context if has_options else None
 
 
 def available():
@@ -62,9 +63,8 @@ def lighter(config):
 
 def light_graph_optimisation(enabled=True):
     """Within the block, in this thread, steps first called inside :func:`optimised_lightly`
-    (crf_lr's training loop: :func:`crf_lr.runs.train_steps`, :func:`crf_lr.runs.trace_once`)
-    get the :func:`lighter` optimisation (the default) or, with ``enabled=False``,
-    TensorFlow's own.
+    (crf_lr's training loop, :func:`crf_lr.runs.train_steps`) get the :func:`lighter`
+    optimisation (the default) or, with ``enabled=False``, TensorFlow's own.
 
         >>> with light_graph_optimisation(False):      # grappler's defaults, e.g. to compare
         ...     losses = list(train_steps(model, batches))
