@@ -220,7 +220,8 @@ def main():
                                      rounds=args.rounds, max_difference=difference,
                                      **probe_fields(timings, 'off', 'on'),
                                      load_average=[load, load_average()],
-                                     **profiled(functions[True], args.profile))))
+                                     **profiled(within(args.change, True, functions[True]),
+                                                args.profile))))
         print(lines[-1], flush=True)
     if args.out:
         write_lines(args.out, lines)

@@ -1,21 +1,23 @@
-"""A lighter graph optimisation for a function's first call: one round of grappler's passes,
-without the two that change nothing in a graph run on CPU.
+"""A lighter graph optimisation for a training step's first call on CPU: one round of
+grappler's passes, without the two that change nothing in a graph run on CPU.
 
 TensorFlow optimises a ``tf.function``'s graph when it is first called (grappler), and by
 default runs every pass twice. In the scripts' 4-layer ALBERT training step with the CRF head
 (2,449 ops) its 23 passes take 0.46 s of step 1's 2.1 s on 2 CPU cores: the second round
 removes 45 of the 1,697 nodes left after the first (1,652); the memory optimiser (swapping to
 host memory, recomputation hints) and the layout optimiser (NHWC / NCHW for GPU kernels) change
-no node. Within :func:`optimised_lightly` (where crf_lr's training loop calls its step) the
-functions called for the first time get one round and neither of those two: 11 passes in
-0.25 s, step 1 0.3 s shorter, the same step after it (docs/performance.md, "A lighter graph
-optimisation"). A pass the process's settings name explicitly
-(``tf.config.optimizer.set_experimental_options``) keeps its setting.
+no node. Functions called for the first time within :func:`optimised_lightly` (where crf_lr's
+training loop calls its step) get one round and neither of those two: 11 passes in 0.25 s,
+step 1 0.3 s shorter, the same step after it (docs/performance.md, "A lighter graph
+optimisation"). Only where TensorFlow sees no GPU: that is where it was measured, and on a GPU
+those two passes can matter. ``tf.config.optimizer.set_experimental_options(dict(
+layout_optimizer=...))`` keeps its setting.
 
 TensorFlow reads these options from its per-thread function-call options when a function is
 called, and optimises it again at a call with other options: call a step within the block every
 time, as crf_lr's loop does (a ``model.fit`` after :func:`crf_lr.runs.train_steps` optimises
-the step once more, with TensorFlow's options). No public call sets them for one function:
+the step once more, with TensorFlow's options). Trace outside the block: a graph traced within
+it keeps these options for the functions it calls. No public call sets them for one function:
 :func:`available` says whether this TensorFlow has them (``tests/test_graph_optimisation.py``
 asserts it for the pinned version, and reads grappler's log to check that they are honoured);
 where it does not, the block changes nothing. :func:`light_graph_optimisation` switches it off.
@@ -40,8 +42,13 @@ def _eager_context():
 
 
 def available():
-    """True where this TensorFlow lets :func:`light_graph_optimisation` set the options."""
+    """True where this TensorFlow has the per-thread options :func:`optimised_lightly` sets."""
     return _eager_context() is not None
+
+
+def _sees_gpu():
+    from crf_lr.compat import tf
+    return bool(tf.config.list_logical_devices('GPU'))
 
 
 def lighter(config):
@@ -74,11 +81,12 @@ def light_graph_optimisation(enabled=True):
 
 @contextlib.contextmanager
 def optimised_lightly():
-    """Within the block, in this thread, functions called for the first time are optimised
-    with :func:`lighter` options, unless :func:`light_graph_optimisation` is off or this
-    TensorFlow lacks the options (:func:`available`). A function called with these options
-    before is not optimised again; one called with others is."""
-    context = _eager_context() if _LIGHT.enabled else None
+    """Within the block, in this thread, functions called for the first time with these options
+    are optimised with :func:`lighter` ones, unless :func:`light_graph_optimisation` is off,
+    TensorFlow sees a GPU or lacks the options (:func:`available`). A function called with these
+    options before is not optimised again; one called with others is. A ``tf.config`` setting
+    changed within the block stays after it."""
+    context = _eager_context() if _LIGHT.enabled and not _sees_gpu() else None
     if context is None:
         yield
         return
@@ -86,9 +94,10 @@ def optimised_lightly():
     eager = context.context()
     previous = eager.function_call_options
     config = config_pb2.ConfigProto.FromString(previous.config_proto_serialized)
-    eager.function_call_options = context.FunctionCallOptions(previous.executor_type,
-                                                              lighter(config))
+    light = context.FunctionCallOptions(previous.executor_type, lighter(config))
+    eager.function_call_options = light
     try:
         yield
     finally:
-        eager.function_call_options = previous
+        if eager.function_call_options is light:     # else tf.config reset them within the block
+            eager.function_call_options = previous

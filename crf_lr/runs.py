@@ -18,6 +18,7 @@ import numpy as np
 
 from crf_lr.atomic import atomic_write, recover_folder, replace_folder
 from crf_lr.console import show_progress
+from crf_lr.graph_optimisation import optimised_lightly
 from crf_lr.tracing import as_arrays, free_signature, traced_without_autograph
 
 
@@ -401,9 +402,11 @@ def train_steps(model, batches, crf_xla=False):
 
     The step is Keras's own train function (``model.make_train_function()``, the one ``fit`` and
     ``train_on_batch`` run, under the model's distribution strategy), fed from a ``tf.data``
-    dataset whose signature is the first batch's with every dimension None, and traced once per
+    dataset whose signature is the first batch's with every dimension None, traced once per
     model by :func:`trace_once` (for batches of every size and length, without AutoGraph where
-    the model allows, the CRF's forward-backward compiled by XLA only if ``crf_xla``).
+    the model allows, the CRF's forward-backward compiled by XLA only if ``crf_xla``) and called
+    within :func:`crf_lr.graph_optimisation.optimised_lightly` (on CPU, grappler's passes in one
+    round at the first call: step 1 0.3 s shorter, docs/performance.md).
 
     Args:
         model: a compiled keras.Model; built inside ``strategy.scope()``
@@ -427,7 +430,8 @@ def train_steps(model, batches, crf_xla=False):
     for _ in batches:
         with _tracing(model, crf_xla):                   # where a Keras-traced function traces
             model.reset_metrics()                            # the loss of this step alone
-            logs = train_function(iterator)
+            with optimised_lightly():                    # grappler in one round at the first call
+                logs = train_function(iterator)
         yield float(logs['loss'])
 
 
@@ -476,14 +480,11 @@ def _tracing(model, crf_xla):
     in XLA only if ``crf_xla`` (:func:`crf_lr.crf.use_xla`), and dense layers on flattened
     inputs (:func:`crf_lr.compat.flat_dense`: 182 fewer ops to trace in the scripts' 4-layer
     ALBERT step with the CRF head, "A shorter trace", and the same step time, "Fused dense layers
-    in prediction", in docs/performance.md), and where the step is first called, one round of
-    grappler's passes (:func:`crf_lr.graph_optimisation.optimised_lightly`: step 1 0.3 s
-    shorter). Per thread: replicas of a ``MirroredStrategy``, which trace in threads of
-    their own, keep Keras's dense layers."""
+    in prediction", in docs/performance.md). Per thread: replicas of a ``MirroredStrategy``,
+    which trace in threads of their own, keep Keras's dense layers."""
     from crf_lr.compat import flat_dense
     from crf_lr.crf import use_xla
-    from crf_lr.graph_optimisation import optimised_lightly
-    with model.distribute_strategy.scope(), use_xla(crf_xla), flat_dense(), optimised_lightly():
+    with model.distribute_strategy.scope(), use_xla(crf_xla), flat_dense():
         yield
 
 

@@ -1,7 +1,8 @@
 """crf_lr.graph_optimisation: the lighter options (one round of grappler's passes, no memory or
 layout optimiser, explicit settings kept), set for this thread within the block and restored
-after it, switched off by light_graph_optimisation(False), applied where runs.fit's loop calls
-its step, and honoured by TensorFlow itself (grappler's own log, in a fresh process). That the
+after it (an exception, the executor type and tf.config changes within it included), off with a
+GPU or light_graph_optimisation(False), where runs.fit's loop calls its step (and not where it
+traces it), and honoured by TensorFlow itself (grappler's own log, in a fresh process). That the
 lightly optimised step computes the same losses: tests/test_runs.py (train_steps against
 train_on_batch, every head)."""
 import os
@@ -9,6 +10,9 @@ import subprocess
 import sys
 import threading
 import textwrap
+
+import numpy as np
+import pytest
 
 import crf_lr  # noqa: F401  (environment before TensorFlow)
 from crf_lr.graph_optimisation import (available, light_graph_optimisation, lighter,
@@ -54,6 +58,7 @@ def test_lighter_takes_one_round_without_memory_and_layout_and_keeps_explicit_se
 
 
 def test_the_block_sets_this_threads_options_and_restores_them():
+    from tensorflow.python.eager import context
     before = _call_options()
     assert not _is_light(before)
     seen = []
@@ -66,16 +71,60 @@ def test_the_block_sets_this_threads_options_and_restores_them():
     assert _call_options() == before
     with light_graph_optimisation(False), optimised_lightly():
         assert _call_options() == before
-
-
-def test_runs_fit_calls_its_step_lightly_optimised():
-    from crf_lr.compat import keras
-    from crf_lr.runs import _tracing
-    model = keras.Sequential([keras.layers.Dense(1, input_shape=(3,))])
-    with _tracing(model, crf_xla=False):
+    with pytest.raises(RuntimeError), optimised_lightly():
+        raise RuntimeError('restored all the same')
+    assert _call_options() == before
+    with context.function_executor_type('SINGLE_THREADED_EXECUTOR'), optimised_lightly():
+        assert context.context().function_call_options.executor_type == 'SINGLE_THREADED_EXECUTOR'
         assert _is_light(_call_options())
-    with light_graph_optimisation(False), _tracing(model, crf_xla=False):
-        assert not _is_light(_call_options())
+
+
+def test_a_tf_config_change_within_the_block_stays_after_it():
+    from tensorflow.core.protobuf import rewriter_config_pb2
+    from crf_lr.compat import tf
+    folding = tf.config.optimizer.get_experimental_options().get('constant_folding')
+    try:
+        with optimised_lightly():
+            tf.config.optimizer.set_experimental_options({'constant_folding': False})
+        assert _call_options().constant_folding == rewriter_config_pb2.RewriterConfig.OFF
+    finally:                                        # None: TensorFlow's default again
+        tf.config.optimizer.set_experimental_options({'constant_folding': folding})
+
+
+def test_with_a_gpu_tensorflows_options_stay(monkeypatch):
+    import crf_lr.graph_optimisation as graph_optimisation
+    monkeypatch.setattr(graph_optimisation, '_sees_gpu', lambda: True)
+    before = _call_options()
+    with optimised_lightly():
+        assert _call_options() == before
+
+
+def test_train_steps_trace_the_step_outside_the_block_and_call_it_within(monkeypatch):
+    """The trace sees TensorFlow's options (a graph traced within the lighter ones would keep
+    them for the functions it calls); every call of the step sees the lighter ones."""
+    import crf_lr.runs as runs
+    from crf_lr.compat import keras
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.layers.Dense(1, input_shape=(3,))])
+    model.compile(keras.optimizers.legacy.SGD(0.1), loss='mse')
+    x = np.random.default_rng(0).normal(size=(8, 3)).astype('float32')
+    batches = [(x, x.sum(1, keepdims=True))] * 3
+    seen = []
+    trace = runs._traced_without_autograph
+
+    def traced(function, iterator):
+        seen.append(('trace', _is_light(_call_options())))
+        return trace(function, iterator)
+    monkeypatch.setattr(runs, '_traced_without_autograph', traced)
+    step = runs.trace_once(model, batches[0])
+
+    def called(iterator):
+        seen.append(('call', _is_light(_call_options())))
+        return step(iterator)
+    called._crf_lr_crf_xla = False                  # trace_once: traced already, keep it
+    model.train_function = called
+    assert np.isfinite(list(runs.train_steps(model, batches))).all()
+    assert seen == [('trace', False)] + [('call', True)] * 3
 
 
 GRAPPLER_LOG = textwrap.dedent('''
@@ -105,13 +154,15 @@ def test_tensorflow_optimises_the_first_call_in_one_round_without_memory_and_lay
     run = subprocess.run([sys.executable, '-c', GRAPPLER_LOG], capture_output=True, text=True,
                          timeout=300, env=environment)
     assert run.returncode == 0, run.stderr[-2000:]
-    items, passes = [], {}
+    items, passes, current = [], {}, None
     for line in run.stderr.splitlines():
-        if 'Starting optimization for grappler item: __inference_compute' in line:
-            items.append(line.rsplit(' ', 1)[-1])
-            passes[items[-1]] = []
-        elif items and 'Graph size after' in line:
-            passes[items[-1]].append(line.split('] ', 1)[1].split(':', 1)[0])
+        if 'Starting optimization for grappler item:' in line:
+            current = line.rsplit(' ', 1)[-1]
+            if current.startswith('__inference_compute'):
+                items.append(current)
+                passes[current] = []
+        elif current in passes and 'Graph size after' in line:
+            passes[current].append(line.split('] ', 1)[1].split(':', 1)[0])
     assert len(items) == 2, run.stderr[-2000:]           # each function optimised once
     light, default = (passes[item] for item in items)
     assert light.count('arithmetic_optimizer') == 1 and default.count('arithmetic_optimizer') == 2
