@@ -58,6 +58,24 @@ def scripts_model(keras, head_name, layers, jit_compile=False):
     return model
 
 
+def first_shapes_excess(timed):
+    """Seconds epoch 1's steps after step 1 took beyond the same batch shapes' median step in
+    later epochs (``timed``: per epoch, a (shape, seconds) pair per step), over the shapes a
+    later epoch ran; None with one epoch. Per-shape costs (each shape's first run) and a
+    slower phase of the machine both show here; step 1 is ``first_steps_s[0]``.
+
+        >>> first_shapes_excess([[((2, 5), 3.0), ((2, 7), 0.5)], [((2, 7), 0.25)]])   # 0.25
+    """
+    later = {}
+    for epoch in timed[1:]:
+        for shape, seconds in epoch:
+            later.setdefault(shape, []).append(seconds)
+    if not later:
+        return None
+    return round(sum(seconds - float(np.median(later[shape]))
+                     for shape, seconds in timed[0][1:] if shape in later), 2)
+
+
 def epoch_times(tf, keras, head_name, length_multiple, epochs=2, layers=4, sentences=1000,
                 batch=16, maxlen=128, precision='float32', step='train_steps', crf_xla=False,
                 unused_generator=False, jit_compile=False):
@@ -71,7 +89,7 @@ def epoch_times(tf, keras, head_name, length_multiple, epochs=2, layers=4, sente
     ``precision``: ``crf_lr.precision.set_precision``'s; ``jit_compile``: the whole step
     XLA-compiled (``model.compile(jit_compile=True)``; one program per batch shape). Run it in
     a fresh process (``main``): XLA's cache of the CRF op is process-wide, so a second model would
-    find its programs compiled."""
+    find its programs compiled. ``later_first_shapes_excess_s``: :func:`first_shapes_excess`."""
     from crf_lr.batching import Batches
     from crf_lr.precision import set_precision
     from crf_lr.runs import train_steps
@@ -84,7 +102,7 @@ def epoch_times(tf, keras, head_name, length_multiple, epochs=2, layers=4, sente
     set_precision('float32')
     batches = Batches(synthetic_items(sentences, maxlen), batch, maxlen=maxlen,
                       length_multiple=length_multiple)
-    seconds, shapes, first_steps = [], set(), None
+    seconds, shapes, first_steps, timed = [], set(), None, []
     for _ in range(epochs):
         epoch = [(b.inputs, b.labels) for b in batches]
         shapes |= {inputs[0].shape for inputs, _ in epoch}
@@ -96,12 +114,13 @@ def epoch_times(tf, keras, head_name, length_multiple, epochs=2, layers=4, sente
             started = time.perf_counter()
         seconds.append(round(sum(times), 2))
         first_steps = first_steps or [round(t, 2) for t in times[:3]]
+        timed.append([(inputs[0].shape, t) for (inputs, _), t in zip(epoch, times)])
     return dict(head=head_name, step=step, crf_xla=crf_xla, unused_generator=unused_generator,
                 jit_compile=jit_compile,
                 length_multiple=length_multiple,
                 layers=layers, batch=batch, sentences=sentences, maxlen=maxlen, precision=precision,
                 epoch_s=seconds, ratio=round(seconds[0] / seconds[-1], 3), shapes=len(shapes),
-                first_steps_s=first_steps,
+                first_steps_s=first_steps, later_first_shapes_excess_s=first_shapes_excess(timed),
                 traces=model.train_function.experimental_get_tracing_count(),
                 load_average=[round(x, 2) for x in os.getloadavg()])
 

@@ -8,7 +8,7 @@ removes 45 of the 1,697 nodes left after the first (1,652); the memory optimiser
 host memory, recomputation hints) and the layout optimiser (NHWC / NCHW for GPU kernels) change
 no node. Functions called for the first time within :func:`optimised_lightly` (where crf_lr's
 training loop calls its step) get one round and neither of those two: 11 passes in 0.25 s,
-step 1 0.3 s shorter, the same step after it (docs/performance.md, "A lighter graph
+step 1 about 0.3 s shorter, the same step after it (docs/performance.md, "A lighter graph
 optimisation"). Only where TensorFlow sees no GPU: that is where it was measured, and on a GPU
 those two passes can matter. ``tf.config.optimizer.set_experimental_options(dict(
 layout_optimizer=...))`` keeps its setting.

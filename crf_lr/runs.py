@@ -406,7 +406,7 @@ def train_steps(model, batches, crf_xla=False):
     model by :func:`trace_once` (for batches of every size and length, without AutoGraph where
     the model allows, the CRF's forward-backward compiled by XLA only if ``crf_xla``) and called
     within :func:`crf_lr.graph_optimisation.optimised_lightly` (on CPU, grappler's passes in one
-    round at the first call: step 1 0.3 s shorter, docs/performance.md).
+    round at the first call: step 1 about 0.3 s shorter, docs/performance.md).
 
     Args:
         model: a compiled keras.Model; built inside ``strategy.scope()``

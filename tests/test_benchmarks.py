@@ -479,3 +479,15 @@ def test_end_to_end_ratios_pair_each_stack_with_pytorch_in_the_same_round():
     assert cells[0] == '0.70 [0.50–0.90]'              # step: median of 0.5 and 0.9
     assert cells[3] == '1.35 [1.20–1.50]'              # prediction at batch 32: throughputs
     assert end_to_end.ratio_table([r for r in ok if r['stack'] != 'PyTorch']) == []
+
+
+def test_first_shapes_excess_compares_each_epoch_1_step_with_its_shapes_later_median():
+    """epochs.py's later_first_shapes_excess_s: step 1 left out, shapes no later epoch ran left
+    out, the median of the later steps of a shape as its steady time."""
+    from epochs import first_shapes_excess
+    timed = [[((4, 9), 5.0), ((4, 7), 0.9), ((3, 8), 0.4), ((4, 9), 0.2)],   # step 1: the trace
+             [((4, 7), 0.5), ((4, 9), 0.3), ((4, 7), 0.7)],
+             [((4, 9), 0.1), ((4, 7), 0.6)]]
+    # (4, 7): 0.9 - median(0.5, 0.7, 0.6); (3, 8) never again; (4, 9): 0.2 - median(0.3, 0.1)
+    assert first_shapes_excess(timed) == pytest.approx(0.3 + 0.0)
+    assert first_shapes_excess(timed[:1]) is None
