@@ -102,19 +102,19 @@ def epoch_times(tf, keras, head_name, length_multiple, epochs=2, layers=4, sente
     set_precision('float32')
     batches = Batches(synthetic_items(sentences, maxlen), batch, maxlen=maxlen,
                       length_multiple=length_multiple)
-    seconds, shapes, first_steps, timed = [], set(), None, []
+    timed = []                                  # per epoch, (batch shape, seconds) per step
     for _ in range(epochs):
         epoch = [(b.inputs, b.labels) for b in batches]
-        shapes |= {inputs[0].shape for inputs, _ in epoch}
         steps = (train_steps(model, epoch, crf_xla) if step == 'train_steps' else
                  (model.train_on_batch(*b) for b in epoch))
         times, started = [], time.perf_counter()
         for _ in steps:
             times.append(time.perf_counter() - started)
             started = time.perf_counter()
-        seconds.append(round(sum(times), 2))
-        first_steps = first_steps or [round(t, 2) for t in times[:3]]
         timed.append([(inputs[0].shape, t) for (inputs, _), t in zip(epoch, times)])
+    seconds = [round(sum(t for _, t in epoch), 2) for epoch in timed]
+    shapes = {shape for epoch in timed for shape, _ in epoch}
+    first_steps = [round(t, 2) for _, t in timed[0][:3]]
     return dict(head=head_name, step=step, crf_xla=crf_xla, unused_generator=unused_generator,
                 jit_compile=jit_compile,
                 length_multiple=length_multiple,

@@ -76,8 +76,10 @@ def within(change, on, function):
     """``function`` called inside the change's block every time: a change read at a call
     (``light_graph_optimisation``: TensorFlow optimises a function again when it is called with
     other options) as much as one read when traced."""
+    block = changes()[change]
+
     def called():
-        with changes()[change](on):
+        with block(on):
             return function()
     return called
 
