@@ -23,6 +23,7 @@ import datetime
 import json
 import operator
 import os
+import shlex
 import subprocess
 import sys
 import warnings
@@ -168,8 +169,8 @@ def precision_part(tf, keras, plan, results, progress):
     rates = {'float32': max(m['gflops'] for m in results['matmul']),
              'bfloat16': results['matmul_bf16']['gflops']}
     results['precision_step'] = precision_step_cases(
-        tf, keras, plan['precision_steps'], plan['precision_heads'], rates=rates,
-        progress=progress)
+        tf, keras, plan['precision_steps'], plan['precision_heads'],
+        variants=plan['precision_variants'], rates=rates, progress=progress)
     results['first_epoch'] = []
     if plan['first_epoch'] is None:
         return
@@ -185,19 +186,25 @@ def precision_part(tf, keras, plan, results, progress):
         progress(f'first epoch, {head}: {results["first_epoch"][-1]}')
 
 
-def run(quick, out, part='all'):
+def run(quick, out, part='all', heads=None, variants=None):
     """Every comparison of the plan (``part='precision'``: the matmul rates and
     :func:`precision_part` only; ``part='confidence'``: the matmul rate and
-    :func:`confidence_part` only); returns the results dict. After each comparison, the
-    results so far are written to ``out`` (JSON), so a failure late in a run keeps the rest."""
-    plan = (QUICK_STEP if quick else STEP) if part == 'step' else QUICK if quick else FULL
+    :func:`confidence_part` only); returns the results dict. ``heads`` / ``variants`` narrow
+    the precision step table (default: the plan's heads, every variant). After each
+    comparison, the results so far are written to ``out`` (JSON), so a failure late in a run
+    keeps the rest."""
+    plan = dict((QUICK_STEP if quick else STEP) if part == 'step' else QUICK if quick else FULL)
+    plan['precision_heads'] = heads or plan['precision_heads']
+    plan['precision_variants'] = variants or VARIANTS
     started = datetime.datetime.now(datetime.timezone.utc)
     tf, tfa = cases.load_tensorflow()
     tf.get_logger().setLevel('ERROR')
     from crf_lr.compat import keras
     command = (['python', 'benchmarks/run.py'] + (['--quick'] if quick else [])
-               + (['--part', part] if part != 'all' else []))
-    results = {'command': ' '.join(command),
+               + (['--part', part] if part != 'all' else [])
+               + (['--heads', *heads] if heads else [])
+               + (['--variants', *variants] if variants else []))
+    results = {'command': shlex.join(command),
                'date_utc': started.strftime('%Y-%m-%d %H:%M'), 'machine': machine(),
                'versions': versions(tf, tfa), 'load_average_start': list(os.getloadavg())}
 
@@ -605,7 +612,16 @@ def main():
                         'entity probabilities and predictions with confidences '
                         '(results.confidence.json); step: only the step table at batch 32, '
                         'n = 128 (results.step.json)')
+    parser.add_argument('--heads', nargs='+', choices=models.HEADS, metavar='HEAD',
+                        help='only these heads in the precision step table (default: its four)')
+    parser.add_argument('--variants', nargs='+', choices=VARIANTS, metavar='VARIANT',
+                        help=f"only these of {', '.join(VARIANTS)} in the precision step table "
+                        "(default: all)")
     args = parser.parse_args()
+    if (args.heads or args.variants) and args.part not in ('precision', 'step'):
+        parser.error('--heads and --variants narrow --part precision or --part step')
+    if args.variants and 'float32' not in args.variants:
+        parser.error('--variants needs float32: the other variants are timed against it')
     if args.report:
         with open(args.report, encoding='utf-8') as f:
             print(report(json.load(f)))
@@ -613,7 +629,7 @@ def main():
     name = 'results' + ('.' + args.part if args.part != 'all' else '') + (
         '.quick' if args.quick else '') + '.json'
     out = args.out or os.path.join(HERE, name)
-    results = run(args.quick, out, args.part)
+    results = run(args.quick, out, args.part, args.heads, args.variants)
     print(report(results))
     plots = args.plots or (None if args.quick or args.part != 'all'
                            else os.path.join(HERE, '..', 'docs'))

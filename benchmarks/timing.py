@@ -153,8 +153,9 @@ def matmul_gflops(tf, size=2048, rounds=10, dtype='float32'):
 
 
 def machine():
-    """Facts about this machine for the results file: cores, CPU model / family / MHz (from
-    /proc/cpuinfo), whether it runs under a hypervisor, OS and Python."""
+    """Facts about this machine for the results file: cores (and those this process may run
+    on), CPU model / family / MHz and native bf16 units (from /proc/cpuinfo), whether it runs
+    under a hypervisor, OS and Python."""
     info = {}
     try:
         with open('/proc/cpuinfo', encoding='utf-8') as f:
@@ -163,8 +164,11 @@ def machine():
                 info.setdefault(key.strip(), value.strip())
     except OSError:
         pass
-    return {'nproc': os.cpu_count(), 'cpu_model': info.get('model name', 'unknown'),
+    flags = info.get('flags', '').split()
+    return {'nproc': os.cpu_count(), 'cpus_allowed': len(os.sched_getaffinity(0)),
+            'cpu_model': info.get('model name', 'unknown'),
             'cpu_family': info.get('cpu family'), 'cpu_mhz': info.get('cpu MHz'),
-            'avx512': 'avx512f' in info.get('flags', '').split(),
-            'hypervisor': 'hypervisor' in info.get('flags', '').split(),
+            'avx512': 'avx512f' in flags,
+            'bf16_units': [f for f in ('avx512_bf16', 'amx_bf16') if f in flags],
+            'hypervisor': 'hypervisor' in flags,
             'platform': platform.platform(), 'python': platform.python_version()}
