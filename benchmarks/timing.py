@@ -132,8 +132,8 @@ def gflops(size, ms):
 def matmul_call(tf, size=2048, dtype='float32'):
     """A zero-argument callable doing one ``size x size`` by ``size x size`` product of ``dtype``
     in a ``tf.function`` (2 size^3 flops) and waiting for it: what the matmul rate times. Only
-    one element of the product comes back: a cast and sum of the whole product (before
-    2026-11-26) added 7-9 % to a bf16 product's time on a CPU with AMX, so the rate came out
+    one element of the product comes back: before 2026-11-26 a cast and a sum of the whole
+    product followed it, and their time, largest beside a fast bf16 product (AMX), made the rate
     lower and every ``/ limit`` kinder than the product alone gives.
 
         >>> timings = interleaved({'step': step, 'matmul': matmul_call(tf)}, rounds=5)

@@ -133,6 +133,34 @@ def test_matmul_rate_of_each_dtype():
         assert rate['dtype'] == dtype and rate['gflops'] >= rate['gflops_median'] > 0
 
 
+def test_matmul_call_times_the_whole_product_and_returns_one_element_of_it():
+    from timing import matmul_call
+    tf.random.set_seed(0)                   # the same inputs as matmul_call draws after it
+    a = tf.random.normal([64, 64], seed=1).numpy()
+    b = tf.random.normal([64, 64], seed=2).numpy()
+    tf.random.set_seed(0)
+    assert np.isclose(matmul_call(tf, size=64)(), (a @ b)[0, 0], rtol=1e-4)
+
+
+def test_machine_names_the_native_bf16_units_and_the_cpus_allowed():
+    from timing import machine
+    facts = machine()
+    assert set(facts['bf16_units']) <= {'avx512_bf16', 'amx_bf16'}
+    assert 1 <= facts['cpus_allowed'] <= facts['nproc']
+
+
+@pytest.mark.parametrize('arguments, message', [
+    (['--heads', 'softmax'], '--heads and --variants narrow --part precision or --part step'),
+    (['--part', 'step', '--variants', 'bf16'], '--variants needs float32'),
+])
+def test_run_rejects_a_narrowing_it_cannot_honour(monkeypatch, capsys, arguments, message):
+    import run
+    monkeypatch.setattr(sys, 'argv', ['run.py', *arguments])
+    with pytest.raises(SystemExit):
+        run.main()
+    assert message in capsys.readouterr().err
+
+
 def test_precision_report_quotes_median_min_max_and_ratios():
     import run
     timing = dict(median_ms=200.0, min_ms=180.0, max_ms=260.0, times_ms=[200.0, 180.0, 260.0])
