@@ -612,8 +612,9 @@ def main():
                         'entity probabilities and predictions with confidences '
                         '(results.confidence.json); step: only the step table at batch 32, '
                         'n = 128 (results.step.json)')
-    parser.add_argument('--heads', nargs='+', choices=models.HEADS, metavar='HEAD',
-                        help='only these heads in the precision step table (default: its four)')
+    parser.add_argument('--heads', nargs='+', choices=FULL['precision_heads'], metavar='HEAD',
+                        help="only these of the precision step table's heads "
+                        f"({', '.join(FULL['precision_heads'])}; default: all)")
     parser.add_argument('--variants', nargs='+', choices=VARIANTS, metavar='VARIANT',
                         help=f"only these of {', '.join(VARIANTS)} in the precision step table "
                         "(default: all)")

@@ -168,7 +168,8 @@ def machine():
     except OSError:
         pass
     flags = info.get('flags', '').split()
-    return {'nproc': os.cpu_count(), 'cpus_allowed': len(os.sched_getaffinity(0)),
+    allowed = os.sched_getaffinity(0) if hasattr(os, 'sched_getaffinity') else None  # Linux only
+    return {'nproc': os.cpu_count(), 'cpus_allowed': len(allowed) if allowed else os.cpu_count(),
             'cpu_model': info.get('model name', 'unknown'),
             'cpu_family': info.get('cpu family'), 'cpu_mhz': info.get('cpu MHz'),
             'avx512': 'avx512f' in flags,
