@@ -180,7 +180,7 @@ def profiled(function, calls):
         return {}
     from crf_lr.compat import tf
     from step_profile import profile_step
-    wall, kinds, types = profile_step(tf, function, [], calls)
+    wall, kinds, types, _ = profile_step(tf, function, [], calls)
     return {'on_profile': dict(wall_ms=wall, ms_by_kind=kinds, ms_by_op_type=types)}
 
 

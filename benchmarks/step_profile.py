@@ -5,7 +5,10 @@ precision, parsed from its ``.xplane.pb`` (the XSpace protobuf TensorFlow ships)
 Each TensorFlow op the executor ran is one event ``name:type`` on a ``tf_Compute`` thread of the
 host plane; its duration is summed by kind (:func:`op_kind`), per step. Two executor threads run
 ops side by side, so the kinds add up to more than the step's wall time (the ``op ms / wall ms``
-column says by how much). An XLA cluster is one op (kind ``xla``).
+column says by how much). An XLA cluster is one op (kind ``xla``). Each row also names its 15
+costliest op types and its 15 costliest ``place: type`` pairs (:func:`op_place`: the encoder
+block and sub-layer, forward or gradient), which tell, say, the feed-forward layer's GELU from
+the attention's softmax gradient.
 
     $ python benchmarks/step_profile.py                       # CRF head, batch 32, n = 128
     $ python benchmarks/step_profile.py --heads softmax 'CRF (crf_lr)' --steps 3
@@ -18,6 +21,7 @@ import datetime
 import glob
 import json
 import os
+import re
 import shlex
 import sys
 import tempfile
@@ -70,6 +74,28 @@ def op_kind(name, op_type):
     return 'element-wise'
 
 
+def op_place(name):
+    """Where in the model the op ``name`` (its graph name) sits: the encoder block without its
+    layer number and the sub-layer inside it, else the first scope below the model's, with
+    ``(gradient)`` for the backward pass's ops; numeric suffixes are dropped, so the layers and
+    repeated ops of one place add up.
+
+        >>> op_place('gradient_tape/model_1/Transformer-3-FeedForward/dense_1/mul_2')
+        'Transformer-FeedForward/dense (gradient)'
+        >>> op_place('LayerwiseAdam/update_4/ResourceApplyAdam')
+        'LayerwiseAdam'
+    """
+    parts = [re.sub(r'_\d+$', '', part) for part in name.split('/')]
+    gradient = parts[0] == 'gradient_tape'
+    inner = [part for part in parts[:-1] if part not in ('gradient_tape', 'model')] or parts[-1:]
+    encoder = next((i for i, part in enumerate(inner) if part.startswith(ENCODER_SCOPES)), None)
+    if encoder is None:
+        place = inner[0]
+    else:
+        place = '/'.join([re.sub(r'-\d+-', '-', inner[encoder])] + inner[encoder + 1:encoder + 2])
+    return place + (' (gradient)' if gradient else '')
+
+
 def profiled_ops(logdir):
     """op (name, type) -> summed microseconds, from the host plane of the trace in ``logdir``."""
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
@@ -91,8 +117,8 @@ def profiled_ops(logdir):
 
 def profile_step(tf, step, arguments, steps):
     """Profile ``steps`` calls of ``step(*arguments)`` (already warm; a tensor or NumPy values);
-    returns (wall ms per step,
-    kind -> op ms per step, the 15 costliest op types with their ms per step)."""
+    returns (wall ms per step, kind -> op ms per step, the 15 costliest op types with their ms
+    per step, the 15 costliest ``place: type`` pairs (:func:`op_place`) with theirs)."""
     with tempfile.TemporaryDirectory() as logdir:
         tf.profiler.experimental.start(logdir)
         started = time.perf_counter()
@@ -104,11 +130,14 @@ def profile_step(tf, step, arguments, steps):
         ops = profiled_ops(logdir)
     kinds = collections.Counter()
     types = collections.Counter()
+    places = collections.Counter()
     for (name, op_type), us in ops.items():
         kinds[op_kind(name, op_type)] += us / 1e3 / steps
         types[op_type] += us / 1e3 / steps
+        places[f'{op_place(name)}: {op_type}'] += us / 1e3 / steps
     return (round(wall, 1), {k: round(kinds[k], 3) for k in KINDS},
-            {t: round(ms, 3) for t, ms in types.most_common(15)})
+            {t: round(ms, 3) for t, ms in types.most_common(15)},
+            {p: round(ms, 3) for p, ms in places.most_common(15)})
 
 
 def profile(heads, precisions, batch, n, layers, steps, xla=False):
@@ -125,9 +154,10 @@ def profile(heads, precisions, batch, n, layers, steps, xla=False):
             for _ in range(2):
                 step(*arguments).numpy()
             load = load_average()
-            wall, kinds, types = profile_step(tf, step, arguments, steps)
+            wall, kinds, types, places = profile_step(tf, step, arguments, steps)
             rows.append(dict(head=head, precision=precision, xla=xla, wall_ms=wall,
-                             op_ms=kinds, top_op_types=types, load_before=load,
+                             op_ms=kinds, top_op_types=types, top_op_places=places,
+                             load_before=load,
                              load_after=load_average()))
             print(json.dumps(rows[-1]), flush=True)
     return rows

@@ -316,11 +316,29 @@ def test_step_profile_sorts_a_profiled_step_into_op_kinds():
 
     x = tf.ones([64, 64])
     step(x).numpy()
-    wall, kinds, types = step_profile.profile_step(tf, step, (x,), steps=2)
+    wall, kinds, types, places = step_profile.profile_step(tf, step, (x,), steps=2)
     assert wall > 0 and set(kinds) == set(step_profile.KINDS)
     for kind in ('matmul', 'cast', 'element-wise', 'layer norm', 'head + loss', 'optimizer'):
         assert kinds[kind] > 0, (kind, kinds, types)
     assert kinds['softmax'] == kinds['embedding'] == kinds['xla'] == 0
+    assert {'Transformer-FeedForward: _MklMatMul', 'Transformer-FeedForward-Norm: Sub'} <= set(
+        places), sorted(places)
+    assert any(place.startswith('conditional_random_field: ') for place in places), sorted(places)
+
+
+@pytest.mark.parametrize('name, place', [
+    ('gradient_tape/model_1/Transformer-3-FeedForward/dense_1/mul_2',
+     'Transformer-FeedForward/dense (gradient)'),
+    ('model/Transformer-FeedForward/dense/Erf', 'Transformer-FeedForward/dense'),
+    ('model/Transformer-MultiHeadSelfAttention-Norm/mul/Mul',
+     'Transformer-MultiHeadSelfAttention-Norm/mul'),
+    ('model/conditional_random_field/Sum', 'conditional_random_field'),
+    ('LayerwiseAdam/update_4/ResourceApplyAdam', 'LayerwiseAdam'),
+    ('AddN_3', 'AddN'),
+])
+def test_op_place_names_the_block_and_sublayer_without_layer_numbers(name, place):
+    from step_profile import op_place
+    assert op_place(name) == place
 
 
 def test_op_kind_of_the_encoder_head_and_optimizer_ops():
