@@ -174,14 +174,15 @@ def update_functions(change, precision):
 
 
 def profiled(function, calls):
-    """{'on_profile': {wall_ms, ms_by_kind, ms_by_op_type}} of ``calls`` calls of ``function``,
-    or {} when ``calls`` is 0."""
+    """{'on_profile': {wall_ms, ms_by_kind, ms_by_op_type, ms_by_place}} of ``calls`` calls of
+    ``function``, or {} when ``calls`` is 0."""
     if not calls:
         return {}
     from crf_lr.compat import tf
     from step_profile import profile_step
-    wall, kinds, types, _ = profile_step(tf, function, [], calls)
-    return {'on_profile': dict(wall_ms=wall, ms_by_kind=kinds, ms_by_op_type=types)}
+    wall, kinds, types, places = profile_step(tf, function, [], calls)
+    return {'on_profile': dict(wall_ms=wall, ms_by_kind=kinds, ms_by_op_type=types,
+                               ms_by_place=places)}
 
 
 def main():
