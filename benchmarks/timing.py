@@ -159,6 +159,7 @@ def machine():
     """Facts about this machine for the results file: cores (and those this process may run
     on), CPU model / family / MHz and native bf16 units (from /proc/cpuinfo), whether it runs
     under a hypervisor, OS and Python."""
+    from crf_lr.precision import native_bf16         # what --precision auto reads
     info = {}
     try:
         with open('/proc/cpuinfo', encoding='utf-8') as f:
@@ -173,6 +174,6 @@ def machine():
             'cpu_model': info.get('model name', 'unknown'),
             'cpu_family': info.get('cpu family'), 'cpu_mhz': info.get('cpu MHz'),
             'avx512': 'avx512f' in flags,
-            'bf16_units': [f for f in ('avx512_bf16', 'amx_bf16') if f in flags],
+            'bf16_units': list(native_bf16()),
             'hypervisor': 'hypervisor' in flags,
             'platform': platform.platform(), 'python': platform.python_version()}
