@@ -8,12 +8,15 @@ import contextlib
 import os
 
 from crf_lr.console import filter_native_log
+from crf_lr.datasets import FORMATS
 from crf_lr.distribute import STRATEGIES
 from crf_lr.vocabulary import UNKNOWN_LIMIT
 
 FORMATS_HELP = ("conll (word per line, tag in the last column), char-bio, char-bmes, char-bioes "
-                "(character and tag per line), segmented (words separated by spaces), jsonl (text "
-                "and character spans, CLUENER-like); default: detected from the file")
+                "(character and tag per line), segmented (words separated by spaces), char-seg "
+                "(character and B/M/E/S word-position tag per line), jsonl (JSON records, one a "
+                "line or in one array: text and CLUENER label, spans or CMeEE entities); default: "
+                "detected from the file")
 ENCODER_HELP = ("'albert-tiny-zh' (the packaged envpos ALBERT-tiny, converted once into a cache), "
                 "'minilm-en' (the packaged English all-MiniLM-L6-v2), a converted checkpoint "
                 "folder (config JSON + TF checkpoint + vocab.txt), a bert_config.json (random init), "
@@ -49,8 +52,7 @@ def add_common_arguments(parser, default_output='runs/run', default_maxlen=128):
     data.add_argument('--dev-file', help='your development file: selects the epoch (default: a '
                                          'seeded hold-out of the training file)')
     data.add_argument('--test-file', help='your test file, scored once with the selected model')
-    data.add_argument('--format', choices=('conll', 'char-bio', 'char-bmes', 'char-bioes',
-                                           'segmented', 'jsonl'), help=FORMATS_HELP)
+    data.add_argument('--format', choices=FORMATS, help=FORMATS_HELP)
     data.add_argument('--strict', action='store_true',
                       help="refuse messy tags, naming the file, line and fault; default: read them "
                            "by the conlleval rule, as conlleval and seqeval do (a stray I-X starts "
@@ -156,7 +158,9 @@ def parse_checked(parser, argv=None):
     for name in ('train_file', 'dev_file', 'test_file'):
         path = getattr(args, name)
         if path is not None and not os.path.isfile(path):
-            parser.error(f'--{name.replace("_", "-")} {path}: no such file')
+            parser.error(f'--{name.replace("_", "-")} {path}: '
+                         + ('a folder: name the file inside it' if os.path.isdir(path)
+                            else 'no such file'))
     if (args.dev_file or args.test_file) and not args.train_file:
         parser.error('--dev-file and --test-file need --train-file')
     quiet_tensorflow(args.verbose, native=argv is None)

@@ -16,8 +16,8 @@ of :data:`FORMATS` into a :class:`Dataset`. Conventions shared by all readers:
   every format, and a BOM opening any line is dropped.
 - Malformed input raises :class:`DataFormatError` (a ``ValueError``) whose message starts with
   ``path:line:`` (``path:`` for a fault of the whole file) and echoes at most ~80 characters of the
-  file; undecodable bytes raise ``UnicodeDecodeError`` whose reason names ``path:line``. Files are
-  UTF-8 with or without a BOM, with LF or CRLF line endings.
+  file; so do undecodable bytes (naming GB18030 text, which ``iconv`` converts). Files are
+  UTF-8 with or without a BOM (or UTF-16 with its BOM), with LF or CRLF line endings.
 - Tags that break their scheme (a stray ``I-X``, an entity never closed) are fixed by the conlleval rule
   (``tagging.Scheme.repair``), as conlleval and seqeval read them: :func:`read_corpus`,
   :func:`load_dataset` and the task scripts repair by default (``repair=True``), and each repaired tag's
@@ -147,15 +147,38 @@ class Dataset:
 # Files: decoding with line numbers, the data folder, the packaged fallback
 
 def _read_text(path):
-    """Text of ``path`` (UTF-8, a BOM dropped); bad bytes re-raised naming the line."""
+    """Text of ``path``: UTF-8 (a BOM dropped), or UTF-16 opening with its BOM; other bytes a
+    DataFormatError naming the line, and GB18030 (GBK) text named as such."""
+    if os.path.isdir(path):
+        raise DataFormatError(path, None, 'a folder, not a file: name the corpus file inside it')
     with open(path, 'rb') as f:
         data = f.read()
+    if data[:2] in (b'\xff\xfe', b'\xfe\xff'):
+        try:
+            return data.decode('utf-16')
+        except UnicodeDecodeError:
+            raise DataFormatError(path, None, 'opens with a UTF-16 byte-order mark but is not '
+                                              'UTF-16: save it as UTF-8') from None
     try:
         return data.decode('utf-8-sig')
     except UnicodeDecodeError as error:
         line = data.count(b'\n', 0, error.start) + 1
-        raise UnicodeDecodeError(error.encoding, error.object, error.start, error.end,
-                                 f'{error.reason} in {path}:{line} (expected UTF-8)') from None
+        raise DataFormatError(path, line, f'not UTF-8: {data[error.start:error.start + 2]!r} '
+                                          f'cannot be decoded{_encoding_hint(path, data)}') from None
+
+
+def _encoding_hint(path, data):
+    """What a file that is not UTF-8 seems to be, for the error: GB18030 (GBK) text, binary."""
+    if b'\x00' in data:
+        return ' (it holds NUL bytes: a binary file, or UTF-16 without its byte-order mark)'
+    try:
+        text = data.decode('gb18030')
+    except UnicodeDecodeError:
+        return ''
+    if 2 * sum(bool(CJK.match(c)) for c in text) > sum(not c.isascii() for c in text):
+        return (f'; it reads as GB18030 (GBK) Chinese text: convert it, e.g. iconv -f GB18030 '
+                f'-t UTF-8 {os.path.basename(path)} > utf8.txt')
+    return ''
 
 
 def _lines(path):
@@ -173,6 +196,8 @@ def _lines(path):
     lines = text.split('\n')
     if BOM in text:
         lines = [_without_bom(line) for line in lines]
+    else:
+        lines = [line if line.strip() else '' for line in lines]
     return enumerate(lines, 1)
 
 
@@ -182,6 +207,11 @@ BOM = '\ufeff'
 def _without_bom(line):
     """``line`` without a leading BOM; '' when it holds only whitespace and BOMs."""
     return '' if not line.replace(BOM, '').strip() else line.lstrip(BOM)
+
+
+def _document_start(line):
+    """True for a CoNLL ``-DOCSTART-`` line: a document boundary, not a sentence."""
+    return line.startswith('-DOCSTART-') and line.split()[0] == '-DOCSTART-'
 
 
 def _no_sentence(path):
@@ -404,16 +434,20 @@ def _checked(tags, first_line, path, scheme, repair, notes=()):
     return tags, scheme.decode(tags), notes, repaired_at
 
 
-def _char_and_tag(line, sep, marks=False):
-    """``(character, tag)`` of a ``char<sep>tag`` line, or None when the line is not one; with
-    ``marks`` the character carries a word-position number (``科0<sep>O``), which is dropped."""
-    char, found, tag = line.partition(sep)
-    if marks:
-        marked = _POSITION_MARKED.fullmatch(char)
-        char = marked.group(1) if marked else ''
-    return (char, tag) if found and len(char) == 1 and tag and sep not in tag else None
+def _char_and_tag(line, sep=None, marks=False):
+    """``(character, tag)`` of a ``char<sep>tag`` line, or None when the line is not one. ``sep``:
+    the separator (a run of it), or None for any run of spaces and tabs; whitespace after the tag
+    is ignored. The character may itself be a space (``'  O'``). With ``marks`` the character
+    carries a word-position number (``科0<sep>O``), which is dropped."""
+    pattern = _MARKED_LINE if marks else _CHAR_LINE
+    found = pattern[sep].fullmatch(line.rstrip())
+    return found.groups() if found else None
 
 
+_SEPARATORS = {None: '[ \t]+', ' ': ' +', '\t': '\t+'}
+_SEPARATOR_NAMES = {None: 'spaces or tabs', ' ': 'spaces', '\t': 'tabs'}
+_CHAR_LINE = {sep: re.compile(f'(.){run}(\\S+)') for sep, run in _SEPARATORS.items()}
+_MARKED_LINE = {sep: re.compile(f'(\\S)\\d+{run}(\\S+)') for sep, run in _SEPARATORS.items()}
 # A character followed by its position in its word (0 = first), as some Chinese NER corpora write
 # their tokens ('科0', '技1'): Weibo NER and the corpora built the same way.
 _POSITION_MARKED = re.compile(r'(\S)(\d+)')
@@ -433,8 +467,8 @@ def read_bio(path, sep=None, types=None, scheme='BIO', repair=False, chunked=Tru
 
     Args:
         path: str.
-        sep: the separator between character and tag: '\\t', ' ', or None to take it from the first
-            line (a tab if it has one, else a space).
+        sep: the separator between character and tag (a run of it): '\\t', ' ', or None for
+            any run of spaces and tabs.
         types: iterable of entity types the tags may use, or None to accept any.
         scheme: 'BIO' (IOB2; both real files), 'BIOES' or 'BMES' (a name or a ``tagging.Scheme``).
         repair: fix tags that break their entity by the conlleval rule (``Scheme.repair``) and note
@@ -477,21 +511,19 @@ def read_bio(path, sep=None, types=None, scheme='BIO', repair=False, chunked=Tru
         lines = list(lines)
         marks = _position_marked(line.split(None, 1)[0] for _, line in lines if line)
     for number, line in lines:
-        if not line:
+        if not line or _document_start(line):
             if chars:
                 finish()
                 chars, tags = [], []
             continue
-        if sep is None:
-            sep = '\t' if '\t' in line else ' '
         pair = _char_and_tag(line, sep, marks)
         if pair is None:
-            raise DataFormatError(path, number, f'expected one character, {sep!r} and a tag, got '
-                                                f'{echo(line)}')
+            raise DataFormatError(path, number, f'expected one character, {_SEPARATOR_NAMES[sep]} '
+                                                f'and a tag, got {echo(line)}')
         if not chars:
             first_line = number
         chars.append(pair[0])
-        tags.append(check(pair[1], number))
+        tags.append(check(_normal_tag(pair[1]), number))
     if chars:
         finish()
     return examples
@@ -534,12 +566,18 @@ def _record_text(record, path, number):
     return record['text']
 
 
+_LABEL_KEYS = ('label', 'spans', 'entities')
+
+
 def _record_spans(record, path, number):
-    """``(spans, mentions)`` of a JSON-lines record: CLUENER's ``label`` (end inclusive, each with its
-    mention) or ``spans`` (``[start, end, type]``, end exclusive; mentions None)."""
+    """``(spans, mentions)`` of a JSON record: CLUENER's ``label`` (end inclusive, each with its
+    mention), ``spans`` (``[start, end, type]``, end exclusive; mentions None) or CMeEE's
+    ``entities`` (``start_idx`` / ``end_idx`` inclusive, ``type``, ``entity``)."""
+    keys = [key for key in _LABEL_KEYS if key in record]
+    if len(keys) > 1:
+        raise DataFormatError(path, number, f'a record holds {" and ".join(keys)}: one of '
+                                            f'"label" (CLUENER), "spans" or "entities" (CMeEE)')
     if 'spans' in record:
-        if 'label' in record:
-            raise DataFormatError(path, number, 'a record holds "label" (CLUENER) or "spans", not both')
         spans = record['spans']
         for span in spans if isinstance(spans, list) else [spans]:
             if not (isinstance(span, list) and len(span) == 3 and _integers(span[:2])
@@ -547,10 +585,21 @@ def _record_spans(record, path, number):
                 raise DataFormatError(path, number, 'expected "spans": [[start, end, type], ...] (end '
                                                     f'exclusive), got {echo(span)}')
         return [tuple(span) for span in spans], None
+    spans, mentions = [], []
+    if 'entities' in record:
+        entities = record['entities']
+        for entity in entities if isinstance(entities, list) else [entities]:
+            try:
+                pair = [entity['start_idx'], entity['end_idx']]
+                spans.append(_inclusive_pair(pair, path, number) + (entity['type'],))
+                mentions.append(entity['entity'])
+            except (KeyError, TypeError):
+                raise DataFormatError(path, number, 'expected entities with start_idx, end_idx, '
+                                      f'type and entity, got {echo(entity)}') from None
+        return spans, mentions
     labels = record.get('label') or {}
     if not isinstance(labels, dict) or not all(isinstance(m, dict) for m in labels.values()):
         raise DataFormatError(path, number, 'expected "label": {type: {mention: [[start, end]]}}')
-    spans, mentions = [], []
     for kind, by_mention in labels.items():
         for mention, pairs in by_mention.items():
             for pair in pairs if isinstance(pairs, list) else [pairs]:
@@ -559,48 +608,79 @@ def _record_spans(record, path, number):
     return spans, mentions
 
 
-def read_cluener(path, types=None):
-    """JSON lines: CLUENER2020's ``{"text": ..., "label": {type: {mention: [[start, end], ...]}}}``, or
-    ``{"text": ..., "spans": [[start, end, type], ...]}``.
+def _json_records(path):
+    """``(line_number, record)`` of a JSON-lines file, or of a file holding one JSON array (the
+    line where each record's ``{`` stands)."""
+    text = _read_text(path)
+    if text.lstrip(' \t\r\n' + BOM).startswith('['):
+        yield from _json_array(path, text)
+        return
+    for number, line in _lines(path):
+        if not line.strip():
+            continue
+        try:
+            yield number, json.loads(line)
+        except json.JSONDecodeError as error:
+            raise DataFormatError(path, number, f'invalid JSON: {error}{_comma_hint(line)}') from None
 
-    CLUENER's ends are inclusive in the file and exclusive in the spans; each span must cover its
-    mention, and a mention may occur at several spans. ``spans`` ends are exclusive. Records without
-    ``label``/``spans`` (the test file) get no spans and ``tags=None``. Spans may nest (CLUENER train
-    line 1507 nests a company in a book title): all stay in ``spans``, the tags keep the outermost.
+
+def _comma_hint(line):
+    """For a JSON line that parses without its trailing comma: say that the comma is the fault."""
+    if line.rstrip().endswith(','):
+        try:
+            json.loads(line.rstrip()[:-1])
+        except json.JSONDecodeError:
+            return ''
+        return ' (a comma ends the line: JSON lines hold one object a line, with nothing after it)'
+    return ''
+
+
+def read_json_records(path, types=None):
+    """JSON records, one a line (JSON lines) or in one JSON array: ``{"text": ..., and one of
+    "label": {type: {mention: [[start, end], ...]}}`` (CLUENER2020), ``"spans": [[start, end,
+    type], ...]``, ``"entities": [{"start_idx", "end_idx", "type", "entity"}, ...]`` (CMeEE)}.
+
+    CLUENER's and CMeEE's ends are inclusive in the file and exclusive in the spans; each span
+    must cover its mention, and a mention may occur at several spans. ``spans`` ends are
+    exclusive. Records without any of the three keys (the unlabelled test files) get no spans and
+    ``tags=None``; records with empty text are skipped. Spans may nest (CLUENER train line 1507
+    nests a company in a book title; CMeEE nests often): all stay in ``spans``, the tags keep the
+    outermost and each left-out span is noted.
 
     Args:
         path: str.
         types: iterable of entity types, or None to accept any.
     Returns:
-        list of Example with spans and BIO tags (outermost spans).
+        list of Example with spans and BIO tags (outermost spans); ``source`` gives the line of
+        the record (of its ``{`` in an array).
 
-        >>> read_cluener('cluener2020/train.json')[0].spans
+        >>> read_json_records('cluener2020/train.json')[0].spans
         [(0, 4, 'company'), (9, 12, 'name'), (32, 35, 'name')]
+        >>> read_json_records('cmeee/CMeEE_dev.json')[0].spans
+        [(3, 10, 'bod'), (19, 25, 'dis')]
     """
     examples = []
-    for number, line in _lines(path):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise DataFormatError(path, number, f'invalid JSON: {error}') from None
+    for number, record in _json_records(path):
         text = _record_text(record, path, number)
         spans, mentions = _record_spans(record, path, number)
         if text:
             examples.append(_span_example(text, spans, mentions, path, number,
-                                          'label' in record or 'spans' in record, types))
+                                          any(key in record for key in _LABEL_KEYS), types))
         elif spans:
             raise DataFormatError(path, number, 'entities in a record with empty text')
     return examples
 
 
+read_cluener = read_cmeee = read_json_records      # the benchmarks' names for it
+
+
 _JSON_SPACE = re.compile(r'[ \t\n\r]*')
 
 
-def _json_array(path):
-    """``(line_number, element)`` for each element of the JSON array in ``path``."""
-    text, decoder = _read_text(path), json.JSONDecoder()
+def _json_array(path, text):
+    """``(line_number, element)`` for each element of the JSON array that is ``text``, the
+    content of ``path``."""
+    decoder = json.JSONDecoder()
     line, counted = 1, 0
 
     def line_of(position):
@@ -628,43 +708,31 @@ def _json_array(path):
             return
 
 
-def read_cmeee(path, types=None):
-    """CMeEE JSON array: ``[{"text", "entities": [{"start_idx", "end_idx", "type", "entity"}]}]``.
+def _fields(line):
+    """The columns of a line split at runs of spaces and tabs (a no-break space stays in its
+    word)."""
+    return _COLUMN_SEPARATOR.split(line.strip(' \t'))
 
-    Ends are inclusive in the file and exclusive in the spans; each span must cover ``entity``.
-    Entities nest: all stay in ``spans`` (for GlobalPointer); the tags hold the outermost ones and each
-    left-out span is noted. Records without ``entities`` (the unlabeled test file) get no spans and
-    ``tags=None``. ``types``: iterable of entity types, or None to accept any.
 
-    Returns:
-        list of Example; ``source`` gives the line where the record's ``{`` stands.
+_COLUMN_SEPARATOR = re.compile('[ \t]+')
 
-        >>> read_cmeee('cmeee/CMeEE_dev.json')[0].spans
-        [(3, 10, 'bod'), (19, 25, 'dis')]
-    """
-    examples = []
-    for number, record in _json_array(path):
-        text = _record_text(record, path, number)
-        spans, mentions = [], []
-        for entity in record.get('entities') or []:
-            try:
-                pair = [entity['start_idx'], entity['end_idx']]
-                spans.append(_inclusive_pair(pair, path, number) + (entity['type'],))
-                mentions.append(entity['entity'])
-            except (KeyError, TypeError):
-                raise DataFormatError(path, number, 'expected entities with start_idx, end_idx, '
-                                      f'type and entity, got {echo(entity)}') from None
-        if text:
-            examples.append(_span_example(text, spans, mentions, path, number, 'entities' in record,
-                                          types))
-    return examples
 
+def _columns(line, columns):
+    """The fields of a CoNLL line: split at spaces and tabs, or at tabs alone where only that
+    gives ``columns`` fields (a tab-separated word holding a space: ``New York<TAB>B-LOC``)."""
+    fields = _fields(line)
+    if len(fields) != columns and '\t' in line:
+        tabbed = [field.strip() for field in line.split('\t') if field.strip()]
+        if len(tabbed) == columns:
+            return tabbed
+    return fields
 
 
 def read_conll(path, types=None, repair=False):
     """CoNLL columns: a word and its tag a line, the tag in the LAST column (the columns between are
-    ignored), columns separated by spaces or tabs, a blank line between sentences, ``-DOCSTART-`` lines
-    skipped (CoNLL-2003: ``word POS chunk NER``).
+    ignored), columns separated by spaces or tabs (a word may hold a space where tabs separate the
+    columns), a blank line between sentences, ``-DOCSTART-`` lines skipped, each ending a sentence
+    (CoNLL-2003: ``word POS chunk NER``).
 
     The tag scheme comes from the tags: E-/S- tags make BIOES (M- BMES), else BIO; a file whose B-/I-
     tags are well formed in IOB1 but not in BIO (entities opening with ``I-X``, as in the first
@@ -679,30 +747,30 @@ def read_conll(path, types=None, repair=False):
     Returns:
         list of Example with ``words``/``tokens``, BIO ``tags`` and word-index spans.
     Raises:
-        DataFormatError naming the line for a line whose column count differs from the file's first
-        line, an unknown tag, or a tag that breaks an entity.
+        DataFormatError naming the line for a line whose column count differs from most lines',
+        an unknown tag, or a tag that breaks an entity.
 
         >>> read_conll('conll2003/train.txt')[0].tags
         ['B-ORG', 'O', 'B-MISC', 'O', 'O', 'O', 'B-MISC', 'O', 'O']
     """
-    sentences, words, tags, first_line, columns = [], [], [], 0, None
-    for number, line in _lines(path):
-        fields = line.split()
-        if fields and fields[0] == '-DOCSTART-':
-            continue
-        if not fields:
+    lines = list(_lines(path))
+    counts = Counter(len(_fields(line)) for _, line in lines if line and not _document_start(line))
+    columns = counts.most_common(1)[0][0] if counts else 2
+    sentences, words, tags, first_line = [], [], [], 0
+    for number, line in lines:
+        if not line or _document_start(line):
             if words:
                 sentences.append((words, tags, first_line))
                 words, tags = [], []
             continue
-        columns = columns or len(fields)
+        fields = _columns(line, columns)
         if len(fields) != columns or columns < 2:
             raise DataFormatError(path, number, f'expected {max(columns, 2)} columns (word ... tag) '
-                                                f'like the first line, got {len(fields)}: {echo(line)}')
+                                                f'like most lines, got {len(fields)}: {echo(line)}')
         if not words:
             first_line = number
         words.append(fields[0])
-        tags.append(fields[-1])
+        tags.append(_normal_tag(fields[-1]))
     if words:
         sentences.append((words, tags, first_line))
     first_lines = {}
@@ -753,17 +821,80 @@ def _read_chars(scheme):
                                                 marks=None)
 
 
+def _read_words(path):
+    """Segmented text; People's Daily 1998's ``word/TAG`` tokens (:func:`read_pfr`) where every
+    token of the file is one."""
+    return read_pfr(path) if _pos_tagged(path) else read_segmented(path)
+
+
+def _pos_tagged(path):
+    """True when every token of the file is ``word/TAG`` (People's Daily 1998 style)."""
+    tokens = [token for _, line in _lines(path) for token in line.split()]
+    return bool(tokens) and all(_POS_TOKEN.fullmatch(token) for token in tokens)
+
+
+_POS_TOKEN = re.compile(r'\[?\S+/[A-Za-z]{1,4}(\][A-Za-z]{1,4})?')
+
 # format -> (units, reader(path, types, repair))
 _FORMAT_READERS = {
     'conll': ('words', read_conll),
     'char-bio': ('chars', _read_chars(BIO)),
     'char-bmes': ('chars', _read_chars(BMES)),
     'char-bioes': ('chars', _read_chars(BIOES)),
-    'segmented': ('chars', lambda path, types, repair: read_segmented(path)),
-    'jsonl': ('chars', lambda path, types, repair: read_cluener(path, types)),
+    'segmented': ('chars', lambda path, types, repair: _read_words(path)),
+    'char-seg': ('chars', lambda path, types, repair: read_char_segmentation(path)),
+    'jsonl': ('chars', lambda path, types, repair: read_json_records(path, types)),
 }
 FORMATS = tuple(_FORMAT_READERS)
+SEGMENTATION_FORMATS = ('segmented', 'char-seg')
 _TAG_FIELD = re.compile(r'O|[BIMES]-\S+')
+_WORD_POSITION_TAG = re.compile('[BMIES]', re.IGNORECASE)
+_JSON_OBJECT_LINE = re.compile(r'\s*\{\s*"')
+
+
+def read_char_segmentation(path):
+    """Word segmentation as a character and its word-position tag a line (B begins a word, M or I
+    continues it, E ends it, S is a word of one character; either case), a blank line between
+    sentences: ``中 B``, ``国 E``. A word begins at B or S, and after E or S.
+
+    Returns:
+        list of Example with ``words`` and ``tags`` (SEG), as :func:`read_segmented` gives.
+
+        >>> read_char_segmentation('data/char-seg/train.txt')[0].words[:4]
+        ['李', '明', '昨天', '从']
+    """
+    examples, words, first_line, closed = [], [], 0, True
+    for number, line in list(_lines(path)) + [(None, '')]:
+        if not line or _document_start(line):
+            if words:
+                examples.append(_segmentation_example(words, f'{path}:{first_line}'))
+                words, closed = [], True
+            continue
+        pair = _char_and_tag(line)
+        if pair is None or not _WORD_POSITION_TAG.fullmatch(pair[1]):
+            raise DataFormatError(path, number, 'expected one character, spaces or tabs and its '
+                                                f'word-position tag (B, M, I, E or S), got {echo(line)}')
+        char, tag = pair[0], pair[1].upper()
+        if not words:
+            first_line = number
+        if closed or tag in 'BS':
+            words.append(char)
+        else:
+            words[-1] += char
+        closed = tag in 'ES'
+    return examples
+
+
+def _normal_tag(tag):
+    """``tag`` with a lower-case prefix or ``o`` upper-cased and BILOU's L- / U- read as E- / S-;
+    others unchanged."""
+    if tag == 'o':
+        return 'O'
+    prefix = _BILOU_PREFIXES.get(tag[:1].upper()) if tag[1:2] == '-' else None
+    return prefix + tag[1:] if prefix and tag[2:] else tag
+
+
+_BILOU_PREFIXES = {'B': 'B', 'I': 'I', 'M': 'M', 'E': 'E', 'S': 'S', 'L': 'E', 'U': 'S'}
 
 
 def _json_object(line):
@@ -776,13 +907,17 @@ def _json_object(line):
 def detect_format(path, reason=False):
     """The format of a user's corpus file, one of :data:`FORMATS`, or an error saying why it is unclear.
 
-    Rules, in order (``-DOCSTART-`` and blank lines aside): a first line holding a JSON object ->
-    'jsonl'; every line ending with a tag (``O`` or ``B-``/``I-``/``M-``/``E-``/``S-`` + type) and
-    holding one character, a space or tab, and the tag -> 'char-bio', 'char-bmes' or 'char-bioes'
-    by the tag prefixes (M- -> bmes, else E-/S- -> bioes, else bio; where two fit they read the same
-    entities); every line ending with a tag otherwise -> 'conll'; no line ending with a tag and some
-    line holding several words -> 'segmented'. Some lines ending with a tag and others not, I- mixed
-    with M-, or one-word lines only, raise DataFormatError asking for ``format=`` (``--format``).
+    Rules, in order (``-DOCSTART-`` and blank lines aside): a JSON array, or a first line opening a
+    JSON object -> 'jsonl'; every line ending with a tag (``O`` or ``B-``/``I-``/``M-``/``E-``/
+    ``S-`` + type; BILOU's ``L-``/``U-`` and lower-case prefixes read alike) and holding one
+    character, spaces or tabs, and the tag -> 'char-bio', 'char-bmes' or 'char-bioes' by the tag
+    prefixes (M- -> bmes, else E-/S- -> bioes, else bio; where two fit they read the same
+    entities); every line ending with a tag otherwise -> 'conll'; every line one character and a
+    word-position tag (B, M, I, E, S) -> 'char-seg'; no line ending with a tag and some line
+    holding several words -> 'segmented'. Some lines ending with a tag and others not (a tag
+    that is none: the line and the tag are named), a file of one-character lines where a few
+    hold more, I- mixed with M-, tags first on the line, or one-word lines only, raise
+    DataFormatError.
 
     Args:
         path: str.
@@ -793,44 +928,99 @@ def detect_format(path, reason=False):
         >>> detect_format('data/char-bmes/train.txt', reason=True)
         ('char-bmes', 'one character and its tag a line; M- tags: BMES')
     """
-    lines = [(number, line) for number, line in _lines(path) if line.strip()]
+    found, why = _detected(path)
+    return (found, why) if reason else found
+
+
+def _detected(path):
+    """``(format, reason)`` by :func:`detect_format`'s rules."""
+    lines = [(number, line) for number, line in _lines(path) if line]
     ask = f'; pass format= (--format) one of {", ".join(FORMATS)}'
-    if lines and lines[0][1].lstrip().startswith('{') and _json_object(lines[0][1]):
-        found, why = 'jsonl', f'line {lines[0][0]} is a JSON object'
-        return (found, why) if reason else found
-    lines = [(number, line, line.split()) for number, line in lines if line.split()[0] != '-DOCSTART-']
+    if lines and lines[0][1].lstrip(BOM + ' \t').startswith('['):
+        return 'jsonl', f'line {lines[0][0]} opens a JSON array'
+    if lines and (_JSON_OBJECT_LINE.match(lines[0][1]) or _json_object(lines[0][1])):
+        return 'jsonl', f'line {lines[0][0]} is a JSON object'
+    lines = [(number, line, _fields(line)) for number, line in lines if not _document_start(line)]
     if not lines:
         raise _no_sentence(path)
-    tagged = {number for number, line, fields in lines
-              if _TAG_FIELD.fullmatch(fields[-1]) and len(line.rstrip()) > len(fields[-1])}
+    tags = {number: _normal_tag(fields[-1]) for number, line, fields in lines
+            if len(fields) > 1 or _char_and_tag(line)}              # '  O': the character a space
+    tagged = {number for number, tag in tags.items() if _TAG_FIELD.fullmatch(tag)}
     if not tagged:
-        if all(len(fields) == 1 for _, _, fields in lines):
-            raise DataFormatError(path, None, 'cannot detect the format: no line ends with a tag and '
-                                              'none holds several words (raw text?)' + ask)
-        found, why = 'segmented', 'no tags; words separated by whitespace'
-        return (found, why) if reason else found
+        return _untagged(path, lines, ask)
     if len(tagged) < len(lines):
-        first = min(tagged)
-        number, line, _ = next(entry for entry in lines if entry[0] not in tagged)
-        raise DataFormatError(path, number, f'cannot detect the format: line {first} ends with a tag, '
-                                            f'this line does not: {echo(line)}' + ask)
+        _raise_untagged_line(path, lines, tagged, ask)
     first_lines = {}
-    for number, _, fields in lines:
-        if fields[-1] != 'O':
-            first_lines.setdefault(fields[-1][0], number)
+    for number in sorted(tagged):
+        if tags[number] != 'O':
+            first_lines.setdefault(tags[number][0], number)
     scheme, why = _tag_scheme(first_lines, path)
-    sep = '\t' if '\t' in lines[0][1] else ' '
-    if all(_char_and_tag(line, sep) for _, line, _ in lines):
-        found, why = f'char-{scheme.name.lower()}', f'one character and its tag a line; {why}'
-    elif (all(len(fields) == 2 for _, _, fields in lines)
-          and _position_marked(fields[0] for _, _, fields in lines)):
+    read_as = _read_as(fields[-1] for _, _, fields in lines)
+    if read_as:
+        why += f'; {read_as}'
+    chars = [bool(_char_and_tag(line)) for _, line, _ in lines]
+    if all(chars):
+        return f'char-{scheme.name.lower()}', f'one character and its tag a line; {why}'
+    if (all(len(fields) == 2 for _, _, fields in lines)
+            and _position_marked(fields[0] for _, _, fields in lines)):
         example = lines[0][2][0]
-        found, why = (f'char-{scheme.name.lower()}',
-                      f'one character with its word-position number and its tag a line '
-                      f'({example!r} read as {example[0]!r}; --format conll keeps the tokens); {why}')
-    else:
-        found, why = 'conll', f'{len(lines[0][2])} columns a line, a word first and its tag last; {why}'
-    return (found, why) if reason else found
+        return (f'char-{scheme.name.lower()}',
+                f'one character with its word-position number and its tag a line '
+                f'({example!r} read as {example[0]!r}; --format conll keeps the tokens); {why}')
+    if len(chars) >= 10 and len(chars) - sum(chars) <= len(chars) // 10:
+        number, line, fields = next(entry for entry, char in zip(lines, chars) if not char)
+        raise DataFormatError(path, number, f'{echo(fields[0])} is {len(fields[0])} characters where '
+                                            f'{100 * sum(chars) // len(chars)}% of the lines hold one '
+                                            'character and its tag: give it one line per character, '
+                                            'or pass --format conll to read tokens as words')
+    return 'conll', f'{len(lines[0][2])} columns a line, a word first and its tag last; {why}'
+
+
+def _read_as(tags):
+    """What :func:`_normal_tag` changes in ``tags``, for the detection's reason ('' for nothing)."""
+    changed = [tag for tag in tags if _normal_tag(tag) != tag]
+    said = []
+    if any(tag[:1].islower() for tag in changed):
+        said.append('lower-case tag prefixes read as upper case')
+    if any(tag[:1] in 'LUlu' for tag in changed):
+        said.append("BILOU's L-/U- read as E-/S-")
+    return '; '.join(said)
+
+
+def _untagged(path, lines, ask):
+    """``(format, reason)`` of a file where no line ends with a tag: 'char-seg' or 'segmented',
+    or the error saying why neither fits."""
+    pairs = [_char_and_tag(line) for _, line, _ in lines]
+    if all(pair and _WORD_POSITION_TAG.fullmatch(pair[1]) for pair in pairs):
+        return 'char-seg', 'one character and its word-position tag (B, M, I, E, S) a line'
+    if all(len(fields) > 1 for _, _, fields in lines) and all(
+            _TAG_FIELD.fullmatch(_normal_tag(fields[0])) for _, _, fields in lines):
+        number, line, _ = lines[0]
+        raise DataFormatError(path, number, f'the tag stands first ({echo(line)}): put each '
+                                            "line's tag last, after its word or character")
+    words = [line.split() for _, line, _ in lines]              # any whitespace: U+3000 too
+    if all(len(fields) == 1 for fields in words):
+        raise DataFormatError(path, None, 'cannot detect the format: no line ends with a tag and '
+                                          'none holds several words (raw text?)' + ask)
+    if all(_POS_TOKEN.fullmatch(word) for fields in words for word in fields):
+        return 'segmented', ("no tags; words separated by whitespace, each word/TAG (People's "
+                             'Daily 1998): the part-of-speech tags dropped')
+    return 'segmented', 'no tags; words separated by whitespace'
+
+
+def _raise_untagged_line(path, lines, tagged, ask):
+    """The error for a file where some lines end with a tag and others do not: where the line has
+    the tagged lines' columns, its last field is named as a tag that is none."""
+    first = min(tagged)
+    number, line, fields = next(entry for entry in lines if entry[0] not in tagged)
+    columns = {len(f) for n, _, f in lines if n in tagged}
+    example = next(f for n, _, f in lines if n == first)[-1]
+    if len(fields) in columns and len(fields) > 1:
+        raise DataFormatError(path, number, f'{echo(fields[-1])} is not a tag (line {first} ends '
+                                            f'with {echo(example)}): tags are O, or B-, I-, M-, E-, '
+                                            "S- (BILOU's L-, U-) and an entity type")
+    raise DataFormatError(path, number, f'cannot detect the format: line {first} ends with a tag, '
+                                        f'this line does not: {echo(line)}' + ask)
 
 
 def read_corpus(path, format=None, types=None, repair=True):
@@ -869,7 +1059,7 @@ def read_corpus(path, format=None, types=None, repair=True):
     examples = reader(path, None if types is None else tuple(types), repair)
     if not examples:
         raise _no_sentence(path)
-    if format == 'segmented':
+    if format in SEGMENTATION_FORMATS:
         types = ()
     else:
         for example in examples:
@@ -987,15 +1177,15 @@ DATASETS = {spec.name: spec for spec in (
         train='dev', test='test', aliases=('people_daily_ner',)),
     DatasetSpec('cluener', ('address', 'book', 'company', 'game', 'government', 'movie', 'name',
                             'organization', 'position', 'scene'), 'chars', {
-        'train': Split('cluener2020/train.json', _spans_reader(read_cluener),
+        'train': Split('cluener2020/train.json', _spans_reader(read_json_records),
                        package=_ENVTEXT_CLUENER),
-        'dev': Split('cluener2020/dev.json', _spans_reader(read_cluener)),
-        'test': Split('cluener2020/test.json', _spans_reader(read_cluener))},
+        'dev': Split('cluener2020/dev.json', _spans_reader(read_json_records)),
+        'test': Split('cluener2020/test.json', _spans_reader(read_json_records))},
         dev='dev', aliases=('cluener2020',)),
     DatasetSpec('cmeee', ('bod', 'dep', 'dis', 'dru', 'equ', 'ite', 'mic', 'pro', 'sym'), 'chars', {
-        'train': Split(_CMEEE_FILE, _spans_reader(read_cmeee), _cmeee_part(False), _CMEEE_NOTE),
-        'test': Split(_CMEEE_FILE, _spans_reader(read_cmeee), _cmeee_part(True), _CMEEE_NOTE),
-        'dev': Split(_CMEEE_FILE, _spans_reader(read_cmeee))},
+        'train': Split(_CMEEE_FILE, _spans_reader(read_json_records), _cmeee_part(False), _CMEEE_NOTE),
+        'test': Split(_CMEEE_FILE, _spans_reader(read_json_records), _cmeee_part(True), _CMEEE_NOTE),
+        'dev': Split(_CMEEE_FILE, _spans_reader(read_json_records))},
         test='test', nested=True),
     DatasetSpec('conll2003', ('LOC', 'MISC', 'ORG', 'PER'), 'words', {
         split: Split(f'conll2003/{split}.txt',

@@ -11,7 +11,8 @@ from typing import Optional
 
 import numpy as np
 
-from crf_lr.datasets import REPAIR_NOTE, dataset_spec, load_dataset, read_corpus
+from crf_lr.datasets import (REPAIR_NOTE, SEGMENTATION_FORMATS, DataFormatError, dataset_spec,
+                             detect_format, load_dataset, read_corpus)
 from crf_lr.spans import outermost
 
 MAX_HOLDOUT = 500
@@ -82,15 +83,63 @@ def _repairs(*datasets):
     return counts
 
 
-def _user_files(train_file, dev_file, test_file, format, repair):
+def _user_files(train_file, dev_file, test_file, format, repair, task):
     train = read_corpus(train_file, format=format, repair=repair)
-    read = [read_corpus(path, format=format or train.format, types=train.types, repair=repair)
-            if path else None for path in (dev_file, test_file)]
+    _check_task(train, task, detected=format is None)
+    read = [read_corpus(path, format=format or _format_like(path, train), types=train.types,
+                        repair=repair) if path else None for path in (dev_file, test_file)]
+    for data in (train, *read):
+        _check_labelled(data)
     names = {role: f'{path} ({data.note or "format " + data.format})' for role, path, data in
              (('train', train_file, train), ('dev', dev_file, read[0]), ('test', test_file, read[1]))
              if path}
     names.setdefault('test', 'no --test-file given')
     return train, read[0], read[1], train.units, False, names
+
+
+def _family(format):
+    """Formats that read one another's files alike: the character-tag ones, the segmentation
+    ones, conll, jsonl."""
+    return ('char-tags' if format in ('char-bio', 'char-bmes', 'char-bioes') else
+            'segmentation' if format in SEGMENTATION_FORMATS else format)
+
+
+def _format_like(path, train):
+    """The training file's format, for a dev or test file: an error where the file's own format
+    is of another kind (a dev file in char-bio beside a segmented training file), or unclear
+    (raw text beside a segmented training file)."""
+    found = detect_format(path)
+    if _family(found) != _family(train.format):
+        raise DataFormatError(path, None, f'format {found} detected, but the training file '
+                                          f'{train.path} is {train.format}: give the training, '
+                                          f'dev and test files in one format')
+    return train.format
+
+
+def _check_task(data, task, detected):
+    """A DataFormatError where the training file's format is another task's."""
+    where = f'format {data.format}' + (' detected' if detected else '')
+    if task == 'ner' and data.format in SEGMENTATION_FORMATS:
+        raise DataFormatError(data.path, None, f'{where}: word segmentation, no entity tags; '
+                                               'train it with examples/task_cws_crf.py, or give '
+                                               'NER tags (docs/data.md)')
+    if task == 'segmentation' and data.format not in SEGMENTATION_FORMATS:
+        raise DataFormatError(data.path, None, f'{where}: entity tags; train NER with '
+                                               'examples/task_ner.py. Word segmentation reads '
+                                               'words between spaces (segmented) or characters '
+                                               'with B/M/E/S tags (char-seg)')
+
+
+def _check_labelled(data):
+    """A DataFormatError naming the first record without entities (no "label", "spans" or
+    "entities"): training, selecting and scoring all need them."""
+    if data is not None:
+        unlabelled = next((e for e in data if e.tags is None), None)
+        if unlabelled is not None:
+            raise DataFormatError(*unlabelled.source.rsplit(':', 1), 'a record without "label", '
+                                  '"spans" or "entities": training, dev and test files need the '
+                                  'entities of every record (an empty "label": {} where it has '
+                                  'none)')
 
 
 def _benchmark(dataset, data_dir, repair):
@@ -112,14 +161,15 @@ def _benchmark(dataset, data_dir, repair):
 
 def load_splits(dataset=None, train_file=None, dev_file=None, test_file=None, format=None,
                 repair=True, data_dir=None, train_limit=None, eval_limit=None, holdout=None,
-                sample_seed=0):
+                sample_seed=0, task=None):
     """The train / dev / test examples of a run.
 
     Args:
         dataset: a benchmark name (``crf_lr.datasets.DATASETS``), or None with ``train_file``.
         train_file, dev_file, test_file: the user's own files (read by
             ``crf_lr.datasets.read_corpus``; types come from the training file).
-        format: the files' format, or None to detect it.
+        format: the files' format, or None to detect it (the training file's; a dev or test
+            file of another kind of format is an error).
         repair: True (the default): repair messy tags by the conlleval rule; False: reject them.
         data_dir: the benchmark data folder (default ``$CRF_LR_DATA``).
         train_limit: a seeded sample of this many training sentences (in corpus order).
@@ -129,6 +179,8 @@ def load_splits(dataset=None, train_file=None, dev_file=None, test_file=None, fo
             permutation whose start gives the training sample, so adding it does not change
             which sentences train.
         sample_seed: seed of the sample and the hold-out.
+        task: 'ner' or 'segmentation': the user's training file must be in one of that task's
+            formats (an error saying which script to use otherwise). None: any.
     Returns:
         :class:`Splits`. Raises ValueError before any training when a split is empty or the
         hold-out leaves no training sentence.
@@ -138,7 +190,7 @@ def load_splits(dataset=None, train_file=None, dev_file=None, test_file=None, fo
     """
     if train_file:
         train, dev, test, units, nested, names = _user_files(train_file, dev_file, test_file,
-                                                             format, repair)
+                                                             format, repair, task)
     elif dataset:
         train, dev, test, units, nested, names = _benchmark(dataset, data_dir, repair)
     else:

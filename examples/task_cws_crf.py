@@ -48,9 +48,9 @@ def main(argv=None):
     with user_errors():                                    # a bad file: its path:line, no traceback
         strategy = make_strategy(args.strategy)    # before any other TensorFlow work: multiworker
         data = load_splits(None if args.train_file else 'pku', args.train_file, args.dev_file,
-                           args.test_file, args.format or (args.train_file and 'segmented'),
-                           not args.strict, args.data_dir, args.train_limit, args.eval_limit,
-                           args.holdout, args.sample_seed)
+                           args.test_file, args.format, not args.strict, args.data_dir,
+                           args.train_limit, args.eval_limit, args.holdout, args.sample_seed,
+                           task='segmentation')
     print(data.describe())
     data_dir = None if args.train_file else resolve_data_dir(args.data_dir)
     words_file = data_dir and os.path.join(data_dir, 'icwb2', 'pku_training_words.utf8')

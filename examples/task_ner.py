@@ -70,7 +70,7 @@ def main(argv=None):
         strategy = make_strategy(args.strategy)    # before any other TensorFlow work: multiworker
         data = load_splits(args.dataset, args.train_file, args.dev_file, args.test_file,
                            args.format, not args.strict, args.data_dir, args.train_limit,
-                           args.eval_limit, args.holdout, args.sample_seed)
+                           args.eval_limit, args.holdout, args.sample_seed, task='ner')
     print(data.describe() + f'\ntypes: {list(data.types)}')
     run = RunLog(worker_folder(args.output, strategy), dict(vars(args), script='task_ner'),
                  args.overwrite, argv, program=__file__)

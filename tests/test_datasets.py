@@ -160,8 +160,16 @@ def test_repair_fixes_tags_by_the_conlleval_rule_and_notes_it(tmp_path):
 
 def test_bad_encoding_names_file_and_line(tmp_path):
     path = write(tmp_path, 'latin.txt', '中\tO\n'.encode('utf-8') + b'\xe9t\xe9\tO\n')
-    with pytest.raises(UnicodeDecodeError, match=f'{path}:2'):
+    with raises_at(path, 2, "not UTF-8: b'.xe9t' cannot be decoded$"):
         read_bio(path)
+    gbk = write(tmp_path, 'gbk.txt', '张\tB-PER\n三\tI-PER\n'.encode('gb18030'))
+    with raises_at(gbk, 1, 'reads as GB18030 \\(GBK\\) Chinese text: convert it, e.g. iconv -f '
+                           'GB18030 -t UTF-8 gbk.txt > utf8.txt'):
+        read_bio(gbk)
+    utf16 = write(tmp_path, 'utf16.txt', '张\tB-PER\n三\tI-PER\n'.encode('utf-16'))  # BOM first
+    assert read_bio(utf16)[0].spans == [(0, 2, 'PER')]
+    with pytest.raises(DataFormatError, match=f'^{tmp_path}: a folder, not a file'):
+        read_bio(str(tmp_path))
 
 
 # ----------------------------------------------------------------------------------------------

@@ -76,3 +76,36 @@ def test_benchmark_roles_come_from_the_spec(tmp_path):
     assert data.types == datasets.dataset_spec('cluener').types
     with pytest.raises(ValueError, match='needs a dataset name or a train_file'):
         load_splits()
+
+
+def test_a_dev_file_in_another_kind_of_format_or_for_another_task_is_named(tmp_path):
+    """The dev file's own format must be the training file's kind; the training file must be in
+    one of the task's formats; every record of a JSON file needs its entities."""
+    train = _char_bio(tmp_path / 'train.txt', SENTENCES)
+    segmented = tmp_path / 'seg.txt'
+    segmented.write_text('张三  去  北京\n李四  好\n', encoding='utf-8')
+    with pytest.raises(datasets.DataFormatError, match=(
+            f'^{segmented}: format segmented detected, but the training file {train} is '
+            'char-bio: give the training, dev and test files in one format$')):
+        load_splits(train_file=train, dev_file=str(segmented))
+    with pytest.raises(datasets.DataFormatError, match=(
+            f'^{segmented}: format segmented detected: word segmentation, no entity tags; train '
+            'it with examples/task_cws_crf.py')):
+        load_splits(train_file=str(segmented), task='ner')
+    with pytest.raises(datasets.DataFormatError, match=(
+            f'^{train}: format char-bio detected: entity tags; train NER with '
+            'examples/task_ner.py')):
+        load_splits(train_file=train, task='segmentation')
+    raw = tmp_path / 'raw.txt'                                  # unsegmented text as a test file
+    raw.write_text('张三去北京\n李四好\n', encoding='utf-8')
+    with pytest.raises(datasets.DataFormatError, match=f'^{raw}: cannot detect the format: no '
+                                                       'line ends with a tag and none holds '
+                                                       r'several words \(raw text\?\)'):
+        load_splits(train_file=str(segmented), test_file=str(raw), task='segmentation')
+    records = tmp_path / 'records.jsonl'
+    records.write_text('{"text": "张三", "label": {"name": {"张三": [[0, 1]]}}}\n'
+                       '{"text": "李四"}\n', encoding='utf-8')
+    with pytest.raises(datasets.DataFormatError, match=(
+            f'^{records}:2: a record without "label", "spans" or "entities": training, dev and '
+            'test files need the entities of every record')):
+        load_splits(train_file=str(records), dev_file=str(records))

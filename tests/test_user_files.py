@@ -44,6 +44,7 @@ ENTITIES = {
               'test': {'LOC': 7, 'MISC': 3, 'ORG': 3, 'PER': 3}},
     'char-bio': THREE, 'char-bmes': THREE, 'char-bioes': THREE,   # the same sentences
     'segmented': {split: {} for split in SPLITS},
+    'char-seg': {split: {} for split in SPLITS},
     'jsonl': {'train': {'address': 9, 'book': 5, 'company': 10, 'government': 4, 'name': 8,
                         'organization': 4, 'position': 12},
               'dev': {'address': 2, 'book': 2, 'company': 4, 'government': 2, 'name': 3,
@@ -53,7 +54,8 @@ ENTITIES = {
 }
 UNITS = {'conll': ('words', {'train': 277, 'dev': 78, 'test': 82}),      # tokens (units) a split
          'char-bio': ('chars', {'train': 400, 'dev': 122, 'test': 109}),
-         'segmented': ('chars', {'train': 400, 'dev': 122, 'test': 109})}
+         'segmented': ('chars', {'train': 400, 'dev': 122, 'test': 109}),
+         'char-seg': ('chars', {'train': 400, 'dev': 122, 'test': 109})}
 WORDS = {'train': 265, 'dev': 79, 'test': 74}                             # segmented/ words
 
 
@@ -75,7 +77,7 @@ def test_samples_read_with_hand_counted_entities(format):
         assert data.units == ('words' if format == 'conll' else 'chars')
         if format in UNITS:
             assert sum(len(e.tokens) for e in data) == UNITS[format][1][split]
-        if format == 'segmented':
+        if format in ('segmented', 'char-seg'):
             assert sum(len(e.words) for e in data) == WORDS[split]
 
 
@@ -98,6 +100,9 @@ def test_first_sentences_by_hand():
     assert seg.words == ['李', '明', '昨天', '从', '北京', '飞', '到', '上海', '。']
     assert seg.tags == ['s', 's', 'b', 'e', 's', 'b', 'e', 's', 's', 'b', 'e', 's']
     assert seg.spans == [] and read_corpus(sample('segmented', 'train')).types == ()
+    for split in SPLITS:                  # char-seg: the same words, a character a line
+        assert ([(e.text, e.words, e.tags) for e in read_corpus(sample('char-seg', split))]
+                == [(e.text, e.words, e.tags) for e in read_corpus(sample('segmented', split))])
 
 
 def test_jsonl_nested_sample_keeps_both_spans_and_tags_the_outer_one():
@@ -261,3 +266,89 @@ def test_files_without_a_sentence(tmp_path, content, formats, match):
             read_corpus(path, format)
     with pytest.raises(DataFormatError, match=f'^{path}: {match}'):
         detect_format(path)
+
+
+# ----------------------------------------------------------------------------------------------
+# The family of layouts and faults real files bring
+
+CHAR_BIO = '张 B-PER\n三 I-PER\n去 O\n北 B-LOC\n京 I-LOC\n\n李 B-PER\n四 I-PER\n'
+
+
+@pytest.mark.parametrize('content, format', [
+    (CHAR_BIO.replace('\n', ' \n'), 'char-bio'),                         # trailing spaces
+    (CHAR_BIO.replace(' ', '  '), 'char-bio'),                           # two spaces
+    (CHAR_BIO.replace(' ', ' \t'), 'char-bio'),                          # a space and a tab
+    (CHAR_BIO.replace('\n\n', '\n \t\n'), 'char-bio'),                   # a blank line of whitespace
+    ('-DOCSTART- O\n\n' + CHAR_BIO, 'char-bio'),                         # CoNLL's document line
+    (CHAR_BIO.lower(), 'char-bio'),                                      # b-per, o
+    (CHAR_BIO.replace('I-PER', 'L-PER').replace('B-LOC\n京 I-LOC', 'B-LOC\n京 L-LOC'), 'char-bioes'),
+    ('\ufeff' + CHAR_BIO.replace('\n\n', '\n\ufeff \n'), 'char-bio'),    # BOMs of concatenated files
+])
+def test_char_files_with_loose_layouts_read_like_the_plain_one(tmp_path, content, format):
+    plain = read_corpus(write(tmp_path, 'plain.txt', CHAR_BIO))
+    data = read_corpus(write(tmp_path, 'loose.txt', content))
+    assert data.format == format and data.units == 'chars'
+    assert ([(e.text, e.spans) for e in data]
+            == [(e.text, [(a, b, k.lower() if content.islower() else k) for a, b, k in e.spans])
+                for e in plain])
+
+
+def test_a_space_character_and_its_tag(tmp_path):
+    data = read_corpus(write(tmp_path, 'space.txt', '张 B-PER\n三 I-PER\n  O\n好 O\n'))
+    assert data.format == 'char-bio' and data[0].text == '张三 好' and data[0].spans == [
+        (0, 2, 'PER')]
+
+
+@pytest.mark.parametrize('content, line, match', [
+    ('张 B-PER\n三 I-PER\n去 X\n', 3, r"'X' is not a tag \(line 1 ends with 'B-PER'\): tags are O, "
+                                    r"or B-, I-, M-, E-, S- \(BILOU's L-, U-\) and an entity type$"),
+    ('张 B-PER\n三 B_PER\n', 2, "'B_PER' is not a tag"),
+    ('张 B-PER\n去 0\n', 2, "'0' is not a tag"),
+    ('B-PER 张\nI-PER 三\nO 去\n', 1, "the tag stands first \\('B-PER 张'\\): put each line's tag last"),
+    ('张 B-PER\n' * 12 + 'e\u0301 O\n', 13, "'e\u0301' is 2 characters where 92% of the lines hold one "
+                                          'character and its tag'),
+    ('{"text": "张三", "label": {"name": {"张三": [[0, 1]]}}},\n', 1,
+     'a comma ends the line: JSON lines hold one object a line'),
+])
+def test_faults_named_with_what_to_fix(tmp_path, content, line, match):
+    path = write(tmp_path, 'file.txt', content)
+    with raises_at(path, line, match):
+        read_corpus(path)
+
+
+def test_conll_documents_tabs_and_no_break_spaces(tmp_path):
+    data = read_corpus(write(tmp_path, 'docs.txt', 'EU B-ORG\n-DOCSTART- O\nPeter B-PER\n'))
+    assert [e.tokens for e in data] == [['EU'], ['Peter']]               # two sentences
+    data = read_corpus(write(tmp_path, 'tabs.txt', 'New York\tNNP\tB-LOC\nis\tVBZ\tO\nbig\tJJ\tO\n'))
+    assert data[0].tokens == ['New York', 'is', 'big'] and data[0].spans == [(0, 1, 'LOC')]
+    data = read_corpus(write(tmp_path, 'nbsp.txt', 'New\u00a0York B-LOC\nis O\n'))
+    assert data[0].tokens == ['New\u00a0York', 'is']
+    data = read_corpus(write(tmp_path, 'bilou.txt', 'EU U-ORG\nPeter B-PER\nBlack L-PER\n'))
+    assert data.format == 'conll' and data[0].spans == [(0, 1, 'ORG'), (1, 3, 'PER')]
+    assert "BILOU's L-/U- read as E-/S-" in data.note
+
+
+RECORDS = [{'text': '张三在北京', 'label': {'name': {'张三': [[0, 1]]}, 'address': {'北京': [[3, 4]]}}},
+           {'text': '李四', 'spans': [[0, 2, 'name']]},
+           {'text': '头痛', 'entities': [{'start_idx': 0, 'end_idx': 1, 'type': 'sym',
+                                       'entity': '头痛'}]}]
+
+
+@pytest.mark.parametrize('layout', ['lines', 'array', 'indented array'])
+def test_json_records_one_a_line_or_in_an_array_with_three_label_layouts(tmp_path, layout):
+    text = {'lines': '\n'.join(json.dumps(r, ensure_ascii=False) for r in RECORDS) + '\n',
+            'array': json.dumps(RECORDS, ensure_ascii=False),
+            'indented array': json.dumps(RECORDS, ensure_ascii=False, indent=2)}[layout]
+    data = read_corpus(write(tmp_path, 'records.json', text))
+    assert data.format == 'jsonl' and data.types == ('address', 'name', 'sym')
+    assert [e.spans for e in data] == [[(0, 2, 'name'), (3, 5, 'address')], [(0, 2, 'name')],
+                                       [(0, 2, 'sym')]]
+
+
+def test_char_seg_words_and_pos_tagged_segmented_text(tmp_path):
+    data = read_corpus(write(tmp_path, 'seg.txt', '中 B\n国 E\n人 S\n\n北 b\n京 m\n市 e\n'))
+    assert data.format == 'char-seg' and [e.words for e in data] == [['中国', '人'], ['北京市']]
+    assert data[0].tags == ['b', 'e', 's']
+    data = read_corpus(write(tmp_path, 'pfr.txt', '迈向/v  充满/v  希望/n  的/u  新/a  世纪/n\n'))
+    assert data.format == 'segmented' and data[0].words == ['迈向', '充满', '希望', '的', '新', '世纪']
+    assert 'part-of-speech tags dropped' in data.note
