@@ -12,9 +12,6 @@ rounds, each precision in its own rounds. ``--change``:
 * ``fused_adam`` (``--part step`` or ``update``): :class:`crf_lr.optimizers.Adam`'s update as
   separate ops against :func:`crf_lr.optimizers.fused_adam` (one ``ResourceApplyAdam`` kernel
   per variable);
-* ``fused_projections``: bert4keras's self-attention with its query, key and value projections
-  as three ``Dense`` products against :func:`crf_lr.attention.fused_projections` (one product,
-  the kernels side by side);
 * ``light_graph_optimisation``: grappler's default optimisation of the function at its first
   call against :func:`crf_lr.graph_optimisation.optimised_lightly` (one round, no memory or
   layout optimiser);
@@ -41,7 +38,6 @@ Everything else as the library runs it (prediction under ``flat_dense``, batched
     $ python benchmarks/graph_probe.py --change closed_form_layer_norm --part step
     $ python benchmarks/graph_probe.py --change fused_adam --part update
     $ python benchmarks/graph_probe.py --change light_graph_optimisation --part step
-    $ python benchmarks/graph_probe.py --change fused_projections --part step
 """
 import argparse
 import contextlib
@@ -60,7 +56,7 @@ from timing import interleaved, load_average, probe_fields, write_lines  # noqa:
 
 def changes():
     """{name: context manager factory taking on/off} (``inference_only`` is a way of loading)."""
-    from crf_lr.attention import batched_attention, fused_projections
+    from crf_lr.attention import batched_attention
     from crf_lr.compat import flat_dense
     from crf_lr.graph_optimisation import light_graph_optimisation, optimised_lightly
     from crf_lr.layer_norm import closed_form_layer_norm
@@ -72,7 +68,7 @@ def changes():
             yield
     return {'flat_dense': flat_dense, 'batched_attention': batched_attention,
             'closed_form_layer_norm': closed_form_layer_norm, 'fused_adam': fused_adam,
-            'light_graph_optimisation': lightly_optimised, 'fused_projections': fused_projections,
+            'light_graph_optimisation': lightly_optimised,
             'inference_only': lambda on: contextlib.nullcontext()}
 
 
@@ -193,7 +189,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--change', required=True, choices=(
         'flat_dense', 'batched_attention', 'closed_form_layer_norm', 'fused_adam',
-        'light_graph_optimisation', 'fused_projections', 'inference_only'))
+        'light_graph_optimisation', 'inference_only'))
     parser.add_argument('--part', choices=('predict', 'step', 'update'), default='predict')
     parser.add_argument('--rounds', type=int, default=7)
     parser.add_argument('--sentences', type=int, default=200, help='--part predict: test sentences')

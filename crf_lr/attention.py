@@ -32,7 +32,6 @@ from crf_lr.patching import patch  # noqa: E402
 from crf_lr.switches import ThreadSwitch  # noqa: E402
 
 _BATCHED = ThreadSwitch(default=True)     # read when an attention layer is traced
-_FUSED_PROJECTIONS = ThreadSwitch(default=True)     # the same: fused_projections
 
 
 def batched_attention(enabled=True):
@@ -46,17 +45,6 @@ def batched_attention(enabled=True):
     return _BATCHED.set(enabled)
 
 
-def fused_projections(enabled=True):
-    """Within the block, bert4keras self-attention layers traced compute their query, key and
-    value projections as one product (the default) or, with ``enabled=False``, as three
-    ``Dense`` calls. Per thread; traced functions keep the form they were traced with.
-
-        >>> with fused_projections(False):
-        ...     loss = train_step(batch)           # traced with three projections
-    """
-    return _FUSED_PROJECTIONS.set(enabled)
-
-
 def heads_first(x):
     """(batch, n, heads, size) -> (batch, heads, n, size)."""
     return tf.transpose(x, [0, 2, 1, 3])
@@ -66,25 +54,6 @@ def _key_mask_bias(key_mask, dtype):
     """(batch, k) mask -> (batch, 1, 1, k) bias: 0 where kept, -inf where masked."""
     kept = tf.cast(key_mask, tf.bool)[:, None, None, :]
     return tf.where(kept, tf.constant(0, dtype), tf.constant(-np.inf, dtype))
-
-
-def _attend(layer, q, k, v, bias, key_mask, q_scaled=False):
-    """Softmax attention of ``layer`` on head-first q, k, v (batch, heads, n, size), with an
-    optional additive ``bias`` and (batch, n_k) ``key_mask``; ``q_scaled``: q already carries
-    the layer's scale. Returns (o (batch, n_q, heads, size), the scaled scores before bias and
-    mask)."""
-    scores = tf.matmul(q, k, transpose_b=True)
-    if layer.attention_scale and not q_scaled:
-        scores = scores / layer.key_size**0.5
-    logits = scores
-    if bias is not None:
-        logits = logits + (bias[:, None] if K.ndim(bias) == 3 else bias)
-    if key_mask is not None:
-        logits = logits + _key_mask_bias(key_mask, logits.dtype)
-    weights = K.softmax(logits)
-    if layer.attention_dropout:
-        weights = keras.layers.Dropout(layer.attention_dropout)(weights)
-    return heads_first(tf.matmul(weights, v)), scores
 
 
 def batched_pay_attention_to(layer, inputs, mask=None, **kwargs):
@@ -98,37 +67,19 @@ def batched_pay_attention_to(layer, inputs, mask=None, **kwargs):
     bias = extra.pop(0) if kwargs.get('a_bias') else None
     if kwargs.get('p_bias') == 'rotary':
         qw, kw = apply_rotary_position_embeddings(extra.pop(0), qw, kw)
-    return _attend(layer, heads_first(qw), heads_first(kw), heads_first(vw), bias,
-                   mask[1] if mask is not None else None)
-
-
-def _projections(layer):
-    """The layer's query, key and value ``Dense`` layers."""
-    return layer.q_dense, layer.k_dense, layer.v_dense
-
-
-def fused_self_attention(layer, inputs, mask=None, **kwargs):
-    """bert4keras's ``MultiHeadAttention.call`` for self-attention (q, k and v the same
-    tensor): the three projections as one product with the kernels side by side, split into
-    head-first q, k, v by one transpose, the scores' scale carried by the query's kernel and
-    bias (a (hidden, hidden) product where the scores are (heads, n, n) per sentence). Same
-    weights; the same values up to float rounding."""
-    x = inputs[0]
-    projections = _projections(layer)
-    scale = layer.key_size**-0.5 if layer.attention_scale else 1.0
-    product = tf.matmul(tf.reshape(x, [-1, x.shape[-1]]), tf.concat(
-        [projections[0].kernel * scale] + [p.kernel for p in projections[1:]], axis=1))
-    if layer.use_bias:
-        product = tf.nn.bias_add(product, tf.concat(
-            [projections[0].bias * scale] + [p.bias for p in projections[1:]], axis=0))
-    shape = tf.shape(x)
-    split = tf.reshape(product, [shape[0], shape[1], 3, layer.heads, layer.key_size])
-    q, k, v = tf.unstack(tf.transpose(split, [2, 0, 3, 1, 4]))
-    bias = inputs[3] if kwargs.get('a_bias') else None
-    o, scores = _attend(layer, q, k, v, bias, mask[2] if mask is not None else None,
-                        q_scaled=True)
-    o = layer.o_dense(tf.reshape(o, [shape[0], shape[1], layer.heads * layer.head_size]))
-    return [o, scores] if layer.return_attention_scores else o
+    scores = tf.matmul(heads_first(qw), heads_first(kw), transpose_b=True)
+    if layer.attention_scale:
+        scores = scores / layer.key_size**0.5
+    logits = scores
+    if bias is not None:
+        logits = logits + (bias[:, None] if K.ndim(bias) == 3 else bias)
+    key_mask = mask[1] if mask is not None else None
+    if key_mask is not None:
+        logits = logits + _key_mask_bias(key_mask, logits.dtype)
+    weights = K.softmax(logits)
+    if layer.attention_dropout:
+        weights = keras.layers.Dropout(layer.attention_dropout)(weights)
+    return heads_first(tf.matmul(weights, heads_first(vw))), scores
 
 
 def _handles(layer, inputs, kwargs):
@@ -139,40 +90,16 @@ def _handles(layer, inputs, kwargs):
             and (a_bias is None or a_bias.dtype != tf.bool))
 
 
-def _fuses(layer, inputs, kwargs):
-    """True where :func:`fused_self_attention` computes what bert4keras would: batched
-    softmax attention without position biases, q, k and v one tensor, the projections plain
-    linear ``Dense`` layers already built (by the model's construction, through bert4keras's
-    code), and bert4keras's ``RECOMPUTE`` mode off."""
-    from bert4keras.backend import do_recompute
-    from tf_keras.src.layers.core.dense import Dense
-    q, k, v = inputs[:3]
-    return (_FUSED_PROJECTIONS.enabled and _handles(layer, inputs, kwargs)
-            and kwargs.get('p_bias') is None and q is k and k is v and not do_recompute
-            and isinstance(q, tf.Tensor) and q.shape.rank == 3
-            and layer.key_size == layer.head_size
-            and all(type(p) is Dense and p.built and p.use_bias == layer.use_bias
-                    and p.activation is keras.activations.linear
-                    for p in _projections(layer)))
-
-
 def install():
-    """Route ``bert4keras.layers.MultiHeadAttention``'s ``call`` through
-    :func:`fused_self_attention` and its ``pay_attention_to`` through
-    :func:`batched_pay_attention_to` where they apply (idempotent)."""
+    """Route ``bert4keras.layers.MultiHeadAttention.pay_attention_to`` through
+    :func:`batched_pay_attention_to` where it applies (idempotent)."""
     from bert4keras.layers import MultiHeadAttention
-
-    def call(original, self, inputs, mask=None, **kwargs):
-        if _fuses(self, inputs, kwargs):
-            return fused_self_attention(self, inputs, mask, **kwargs)
-        return original(self, inputs, mask, **kwargs)
 
     def pay_attention_to(original, self, inputs, mask=None, **kwargs):
         if _handles(self, inputs, kwargs):
             return batched_pay_attention_to(self, inputs, mask, **kwargs)
         return original(self, inputs, mask, **kwargs)
 
-    patch(MultiHeadAttention, 'call', call)
     patch(MultiHeadAttention, 'pay_attention_to', pay_attention_to)
 
 

@@ -1,11 +1,10 @@
 """crf_lr.attention: bert4keras's attention as batched products computes what bert4keras's einsum
 form does (outputs, scores and gradients, with and without masks, an additive bias, rotary
-position embeddings), and a model traced with it holds no Einsum; self-attention's query, key and
-value projections as one product compute what three Dense products do."""
+position embeddings), and a model traced with it holds no Einsum."""
 import numpy as np
 import pytest
 
-from crf_lr.attention import batched_attention, fused_projections
+from crf_lr.attention import batched_attention
 from crf_lr.compat import tf
 
 BATCH, N, HEADS, SIZE = 2, 5, 2, 4
@@ -18,15 +17,12 @@ def _layer(**options):
     return MultiHeadAttention(HEADS, SIZE, **options)
 
 
-def _run(layer, inputs, mask, batched, fused=True, self_attention=False, **kwargs):
-    """(outputs, gradients of a weighted sum wrt inputs and weights, the traced graph's ops).
-    ``self_attention``: ``inputs[0]`` is the layer's q, k and v."""
+def _run(layer, inputs, mask, batched, **kwargs):
+    """(outputs, gradients of a weighted sum wrt inputs and weights, the traced graph's ops)."""
     def forward(*tensors):
-        tensors = list(tensors)
-        return layer(tensors[:1] * 3 + tensors[1:] if self_attention else tensors, mask=mask,
-                     **kwargs)
+        return layer(list(tensors), mask=mask, **kwargs)
     forward(*inputs)                                # builds the layer's weights, eagerly
-    with batched_attention(batched), fused_projections(fused):
+    with batched_attention(batched):
         traced = tf.function(forward).get_concrete_function(*inputs)
     with tf.GradientTape() as tape:
         tape.watch(inputs)
@@ -35,12 +31,6 @@ def _run(layer, inputs, mask, batched, fused=True, self_attention=False, **kwarg
         total = tf.reduce_sum(first * tf.cos(tf.range(first.shape[-1], dtype=first.dtype)))
     gradients = tape.gradient(total, list(inputs) + layer.trainable_weights)
     return outputs, gradients, traced.graph.get_operations()
-
-
-def _randomise(weights, seed=4, scale=0.5):
-    rng = np.random.default_rng(seed)
-    for weight in weights:
-        weight.assign(rng.normal(0, scale, weight.shape))
 
 
 def _types(operations):
@@ -164,89 +154,3 @@ def test_a_model_built_by_bert4keras_computes_the_same_without_einsum(tiny_bert_
         graphs[batched] = {op.type for op in traced.graph.get_operations()}
     np.testing.assert_allclose(outputs[True], outputs[False], rtol=1e-5, atol=1e-6)
     assert 'Einsum' in graphs[False] and 'Einsum' not in graphs[True]
-
-
-SELF_CASES = {
-    'no mask': dict(),
-    'key mask': dict(mask='key'),
-    'key mask, no scale': dict(options=dict(attention_scale=False), mask='key'),
-    'additive bias (rank 3) and key mask': dict(mask='key', extra=['bias3'],
-                                                kwargs=dict(a_bias=True)),
-    'additive bias (rank 4)': dict(extra=['bias4'], kwargs=dict(a_bias=True)),
-    'scores returned': dict(options=dict(return_attention_scores=True), mask='key'),
-    'no biases': dict(options=dict(use_bias=False), mask='key'),
-    'key size other than head size: three products': dict(options=dict(key_size=3),
-                                                          fused=False),
-    'rotary: three products': dict(mask='key', extra=['rotary'], kwargs=dict(p_bias='rotary'),
-                                   fused=False),
-}
-
-
-@pytest.mark.parametrize('case', list(SELF_CASES))
-def test_fused_projections_compute_what_three_dense_products_do(case):
-    """Self-attention ([x, x, x]): outputs, scores and gradients (input and every weight) equal
-    with the projections fused or not; one product for the three where it applies."""
-    spec = dict(dict(options={}, mask=None, extra=[], kwargs={}, fused=True), **SELF_CASES[case])
-    rng = np.random.default_rng(3)
-    inputs = _inputs(count=1) + [_extra(kind, rng, spec['options'].get('key_size', SIZE))
-                                 for kind in spec['extra']]
-    mask = [None, None, tf.constant(KEY_MASK)] if spec['mask'] else None   # v's mask: the keys'
-    layer = _layer(**spec['options'])
-    layer(inputs[:1] * 3 + inputs[1:], mask=mask, **spec['kwargs'])
-    _randomise(layer.weights)                  # biases too (built as zeros)
-    runs = {fused: _run(layer, inputs, mask, True, fused=fused, self_attention=True,
-                        **spec['kwargs'])
-            for fused in (False, True)}
-    for got, expected in zip(tf.nest.flatten(runs[True][0]), tf.nest.flatten(runs[False][0])):
-        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
-    for got, expected in zip(runs[True][1], runs[False][1]):     # inputs, then every weight
-        if expected is None:
-            assert got is None
-        else:
-            np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
-    products = {fused: [op.type for op in run[2]].count('MatMul') for fused, run in runs.items()}
-    assert products == {False: 4, True: 2 if spec['fused'] else 4}
-
-
-def test_fused_projections_drop_the_same_weights_under_dropout():
-    """Under one seed, training with the projections fused drops what three products drop."""
-    layer = _layer(attention_dropout=0.5)
-    x = _inputs(count=1)[0]
-    layer([x, x, x])
-    outputs = {}
-    for fused in (False, True):
-        with fused_projections(fused):
-            tf.keras.utils.set_random_seed(5)
-            outputs[fused] = tf.function(lambda: layer([x, x, x], training=True))()
-    np.testing.assert_allclose(outputs[True], outputs[False], rtol=1e-5, atol=1e-6)
-
-
-def test_a_bert4keras_model_fuses_its_projections_and_keeps_its_weights(tiny_bert_config_path):
-    """build_transformer_model's BERT: the same output and weight gradients traced either way,
-    one product for each layer's three projections, and the weights (names, order) bert4keras
-    builds, so checkpoints load as before."""
-    from bert4keras.layers import MultiHeadAttention
-    from bert4keras.models import build_transformer_model
-    model = build_transformer_model(tiny_bert_config_path)
-    names = [w.name for w in model.weights]
-    _randomise(model.weights, scale=0.1)
-    token_ids = tf.constant([[2, 5, 7, 3, 0, 0], [2, 9, 11, 13, 17, 3]])
-    inputs = [token_ids, tf.zeros_like(token_ids)]
-
-    def loss():
-        output = model(inputs, training=False)
-        return tf.reduce_sum(output * tf.cos(tf.range(output.shape[-1], dtype=output.dtype)))
-    results, products = {}, {}
-    for fused in (False, True):
-        with fused_projections(fused):
-            traced = tf.function(loss).get_concrete_function()
-        with tf.GradientTape() as tape:
-            value = traced()
-        results[fused] = [value] + [tf.convert_to_tensor(g) for g in tape.gradient(
-            value, model.trainable_weights)]            # the embeddings' are IndexedSlices
-        products[fused] = [op.type for op in traced.graph.get_operations()].count('MatMul')
-    for got, expected in zip(results[True], results[False]):
-        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
-    layers = sum(isinstance(layer, MultiHeadAttention) for layer in model.layers)
-    assert layers and products[False] - products[True] == 2 * layers
-    assert [w.name for w in model.weights] == names
