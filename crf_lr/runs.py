@@ -85,7 +85,7 @@ class RunLog:
                 shutil.rmtree(folder, ignore_errors=True)
         os.makedirs(output, exist_ok=True)
         self.records = self._read_log()
-        if os.path.exists(self.run_path):
+        if os.path.exists(self.run_path) and self._holds_work():
             with open(self.run_path, encoding='utf-8') as f:
                 previous = json.load(f)['config']
             changed = sorted(k for k in set(previous) | set(self.config)
@@ -104,6 +104,12 @@ class RunLog:
             json.dump(dict(config=self.config, command=self.command, machine=machine()), f,
                       ensure_ascii=False, indent=1)
         self._rewrite_log()
+
+    def _holds_work(self):
+        """True where the folder holds something a run finished: a checkpointed epoch, a saved
+        model or results (a run that stopped before training left only its run.json)."""
+        return (os.path.exists(self.checkpoint_prefix + '.index') or os.path.exists(self.results_path)
+                or (os.path.isdir(self.model_dir) and bool(os.listdir(self.model_dir))))
 
     def _read_log(self):
         if not os.path.exists(self.log_path):

@@ -263,3 +263,13 @@ def test_train_steps_trace_the_crf_without_xla_unless_asked(monkeypatch):
     with pytest.raises(AssertionError, match='XLA forward-backward was traced'):
         list(train_steps(model, batches, crf_xla=True))
     assert crf_module.USE_XLA is True
+
+
+def test_a_run_that_stopped_before_training_does_not_block_its_folder(tmp_path):
+    """Other arguments are refused only where the folder holds finished work (here: results)."""
+    RunLog(str(tmp_path / 'run'), dict(encoder='minilm-en'), argv=[], program='test.py')
+    RunLog(str(tmp_path / 'run'), dict(encoder='albert-tiny-zh'), argv=[], program='test.py')
+    (tmp_path / 'run' / 'results.json').write_text('{}', encoding='utf-8')
+    with pytest.raises(SystemExit, match="holds a run with other arguments \\(encoder: "
+                                         "'albert-tiny-zh' there, 'minilm-en' now\\)"):
+        RunLog(str(tmp_path / 'run'), dict(encoder='minilm-en'), argv=[], program='test.py')
