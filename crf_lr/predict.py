@@ -50,9 +50,21 @@ def parse_args(argv=None):
 
 
 def _word_offsets(line):
-    """Words of an English line and their ``(start, end)`` character offsets."""
-    found = list(re.finditer(r'\S+', line))
+    """Words of an English line, punctuation split off as CoNLL-style corpora write it
+    (``Berlin.`` -> ``Berlin`` ``.``; ``U.S.``, ``J.``, ``3.5``, ``New-York``, ``O'Neil`` stay
+    whole), and
+    their ``(start, end)`` character offsets.
+
+        >>> _word_offsets('In Berlin, U.S. aid.')[0]
+        ['In', 'Berlin', ',', 'U.S.', 'aid', '.']
+    """
+    found = list(_WORD.finditer(line))
     return [m.group() for m in found], [(m.start(), m.end()) for m in found]
+
+
+# a run of word characters joined by - ' ’ . & / (an abbreviation or an initial keeps its final
+# '.'), or one other non-space character
+_WORD = re.compile(r"\w+(?:[-'’.&/]\w+)*(?:(?<=\.\w)\.|(?<=\b[A-Z])\.)?|[^\w\s]")
 
 
 def predict_lines(tagger, lines, constrain=True, min_confidence=None):

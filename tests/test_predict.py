@@ -385,3 +385,17 @@ def test_calibrate_fits_a_temperature_that_lowers_the_nll_and_travels_with_the_m
     path = plot_reliability({'T = 1': dev['before']['outcomes'],
                              'fitted': dev['after']['outcomes']}, str(tmp_path / 'r.png'))
     assert open(path, 'rb').read(8) == b'\x89PNG\r\n\x1a\n'
+
+
+@pytest.mark.parametrize('line, words', [
+    ('He met officials in Berlin.', ['He', 'met', 'officials', 'in', 'Berlin', '.']),
+    ('In Berlin, U.S. aid (AP) rose 3.5%.', ['In', 'Berlin', ',', 'U.S.', 'aid', '(', 'AP', ')',
+                                             'rose', '3.5', '%', '.']),
+    ("J. Smith of AT&T met O'Neil in New-York", ['J.', 'Smith', 'of', 'AT&T', 'met', "O'Neil",
+                                                 'in', 'New-York']),
+])
+def test_english_lines_split_punctuation_off_as_conll_writes_it(line, words):
+    """An entity's text and offsets then stop at the word (``Berlin``, not ``Berlin.``)."""
+    from crf_lr.predict import _word_offsets
+    found, offsets = _word_offsets(line)
+    assert found == words and [line[s:e] for s, e in offsets] == words
