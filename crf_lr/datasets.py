@@ -139,7 +139,7 @@ class Dataset:
             lines.append(f'  entities {sum(counts.values())}: '
                          + ', '.join(f'{k} {v}' for k, v in sorted(counts.items())))
         for note, count in sorted(Counter(n for e in self.examples for n in e.notes).items()):
-            lines.append(f'  repaired {count}x: {note}')
+            lines.append(f'  {note_line(note, count)}')
         return '\n'.join(lines)
 
 
@@ -363,6 +363,15 @@ def read_pfr(path):
 _CHUNK_START_NOTE = 'an I-X tag opens the chunk (an entity cut by the chunking): read as B-X'
 _NESTED_NOTE = 'a nested span is left out of the flat tags (kept in spans)'
 REPAIR_NOTE = 'a tag breaking its entity (a stray I-X, or an entity never closed): conlleval rule'
+
+
+def note_line(note, count):
+    """One line counting a kind of note: tags repaired, or spans left out of the flat tags.
+
+        >>> note_line(REPAIR_NOTE, 14)
+        'repaired 14x: a tag breaking its entity (a stray I-X, or an entity never closed): conlleval rule'
+    """
+    return f'{"repaired" if note in (REPAIR_NOTE, _CHUNK_START_NOTE) else "noted"} {count}x: {note}'
 
 
 def _check_type(kind, types, path, number, what):

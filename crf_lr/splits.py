@@ -12,7 +12,7 @@ from typing import Optional
 import numpy as np
 
 from crf_lr.datasets import (REPAIR_NOTE, SEGMENTATION_FORMATS, DataFormatError, dataset_spec,
-                             detect_format, load_dataset, read_corpus)
+                             detect_format, load_dataset, note_line, read_corpus)
 from crf_lr.spans import outermost
 
 MAX_HOLDOUT = 500
@@ -51,7 +51,7 @@ class Splits:
         if self.test is None:
             lines.append(f'test: none ({self.names["test"]}); the dev score of the selected '
                          f'epoch is the final figure')
-        lines += [f'repaired {count}x: {note}' for note, count in sorted(self.repairs.items())
+        lines += [note_line(note, count) for note, count in sorted(self.repairs.items())
                   if note != REPAIR_NOTE]
         if self.repaired_at:
             lines.append(repair_line(self.repaired_at))
@@ -196,8 +196,6 @@ def load_splits(dataset=None, train_file=None, dev_file=None, test_file=None, fo
     else:
         raise ValueError('load_splits needs a dataset name or a train_file')
     types, nested = tuple(train.types), nested or _nested(train)
-    repairs = _repairs(train, dev, test)
-    repaired_at = [place for part in (train, dev, test) for e in part or () for place in e.repaired_at]
     examples = list(train)
     order = np.random.default_rng(sample_seed).permutation(len(examples))
     if dev is None:
@@ -216,4 +214,6 @@ def load_splits(dataset=None, train_file=None, dev_file=None, test_file=None, fo
     for role, part in (('train', train), ('dev', dev), ('test', test)):
         if part is not None and not part:
             raise ValueError(f'the {role} split ({names[role]}) holds no sentence')
+    repairs = _repairs(train, dev, test)                  # of the sentences the run uses
+    repaired_at = [place for part in (train, dev, test) for e in part or () for place in e.repaired_at]
     return Splits(train, dev, test, types, units, nested, names, repairs, repaired_at)

@@ -109,3 +109,16 @@ def test_a_dev_file_in_another_kind_of_format_or_for_another_task_is_named(tmp_p
             f'^{records}:2: a record without "label", "spans" or "entities": training, dev and '
             'test files need the entities of every record')):
         load_splits(train_file=str(records), dev_file=str(records))
+
+
+def test_repairs_and_notes_count_the_sentences_the_run_uses(tmp_path):
+    train = _char_bio(tmp_path / 'train.txt', SENTENCES)
+    dev = tmp_path / 'dev.txt'
+    dev.write_text('张 B-PER\n三 I-PER\n\n去 O\n京 I-LOC\n', encoding='utf-8')    # a stray I-LOC
+    assert load_splits(train_file=train, dev_file=str(dev)).repaired_at == [f'{dev}:5']
+    assert load_splits(train_file=train, dev_file=str(dev), eval_limit=1).repaired_at == []
+    nested = tmp_path / 'nested.jsonl'
+    nested.write_text('{"text": "北京大学", "spans": [[0, 4, "ORG"], [0, 2, "LOC"]]}\n' * 20,
+                      encoding='utf-8')
+    assert ('noted 20x: a nested span is left out of the flat tags (kept in spans)'
+            in load_splits(train_file=str(nested), holdout=2).describe().splitlines())
