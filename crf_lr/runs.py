@@ -400,6 +400,9 @@ def fit(model, run, batches_for_epoch, evaluate, epochs, metric, save_best, extr
         if test is not None:
             print(f'selected epoch {results["best_epoch"]} ({metric} {results["best"]:.4f}); '
                   f'test F1 {test["f1"]:.4f}, scored once with the selected model')
+    if os.path.isdir(run.model_dir):
+        print(f'model saved in {run.model_dir}: python -m crf_lr.predict {run.model_dir} '
+              f'your_text.txt')
     return results
 
 
