@@ -6,9 +6,9 @@
     # {"results": [{"entities": [{"start": 0, "end": 4, "type": "ORG", "text": "中共中央"}, ...]}]}
 
 Endpoints: ``POST /v1/predict`` ``{"texts": [str, ...]}`` -> ``{"results": [...]}``, per text
-``{"entities": [{"start", "end", "type", "text", ...}]}`` (character offsets, end exclusive, and
-whatever else ``crf_lr.predict.predict_lines`` gives, e.g. a confidence) or ``{"words": [...]}``
-for a segmentation model; ``GET /v1/model`` the model card; ``GET /v1/transitions`` a CRF's
+``{"entities": [{"start", "end", "type", "text", "confidence"}], "path_probability": p}``
+(character offsets, end exclusive; what ``crf_lr.predict.predict_records`` gives but the text) or
+``{"words": [...], "confidences": [...], "path_probability": p}`` for a segmentation model; ``GET /v1/model`` the model card; ``GET /v1/transitions`` a CRF's
 transition matrix and the scheme's allowed moves; ``GET /healthz``; ``GET /`` the page.
 
 Requests that arrive while the model runs, or within ``--batch-wait-ms`` of the first, are run
@@ -196,11 +196,10 @@ def create_app(tagger, model_dir, max_batch=64, batch_wait_ms=2.0, limits=None):
     from starlette.routing import Mount, Route
     from starlette.staticfiles import StaticFiles
 
-    from crf_lr.predict import predict_lines, result_key
+    from crf_lr.predict import predict_records
     limits = dict(LIMITS, **(limits or {}))
-    batcher = MicroBatcher(lambda texts: predict_lines(tagger, texts), max_batch, batch_wait_ms)
+    batcher = MicroBatcher(lambda texts: predict_records(tagger, texts), max_batch, batch_wait_ms)
     card = dict(model_card(tagger, model_dir), limits=limits)
-    key = result_key(tagger)
     matrix = transitions(tagger)
 
     def error(status, message):
@@ -216,7 +215,8 @@ def create_app(tagger, model_dir, max_batch=64, batch_wait_ms=2.0, limits=None):
         except Exception as failure:                   # logged; the server goes on
             logging.getLogger('crf_lr.serve').exception('prediction failed')
             return error(500, f'{type(failure).__name__}: {failure}'.splitlines()[0])
-        return JSONResponse({'results': [{key: result} for result in results]})
+        return JSONResponse({'results': [{k: v for k, v in record.items() if k != 'text'}
+                                          for record in results]})
 
     async def model(request):
         return JSONResponse(card)

@@ -65,28 +65,34 @@ def _one_line_error(response, status):
     return response.json()['error']
 
 
-def test_entities_are_those_of_predict_lines(ner):
-    from crf_lr.predict import predict_lines
+def test_entities_are_those_of_predict_records(ner):
+    """Entities with their confidences, and each text's path probability, as ``crf_lr.predict``
+    gives them."""
+    from crf_lr.predict import predict_records
     tagger, client = ner
     texts = ['张三去北京工作', '我们喜欢上海的天气。', '', '今天很好']
     response = client.post('/v1/predict', json={'texts': texts})
     assert response.status_code == 200
     results = response.json()['results']
-    assert results == [{'entities': entities} for entities in predict_lines(tagger, texts)]
+    assert results == [dict(entities=r['entities'], path_probability=r['path_probability'])
+                       for r in predict_records(tagger, texts)]
+    assert all(0 < r['path_probability'] <= 1 for r in results)
     assert [(e['start'], e['end'], e['type']) for e in results[0]['entities']] == \
         [(0, 2, 'PER'), (3, 5, 'LOC')]
     assert all(texts[k][e['start']:e['end']] == e['text']
                for k, result in enumerate(results) for e in result['entities'])
-    assert results[2] == {'entities': []}                     # the empty text: no entities
+    assert results[2]['entities'] == []                       # the empty text: no entities
     assert client.post('/v1/predict', json={'texts': []}).json() == {'results': []}
 
 
 def test_words_of_a_segmentation_model(segmenter):
-    from crf_lr.predict import predict_lines
+    from crf_lr.predict import predict_records
     tagger, client = segmenter
     texts = ['我们喜欢北京的天气。', '张三 去上海']
     results = client.post('/v1/predict', json={'texts': texts}).json()['results']
-    assert results == [{'words': words} for words in predict_lines(tagger, texts)]
+    assert results == [{k: v for k, v in r.items() if k != 'text'}
+                       for r in predict_records(tagger, texts)]
+    assert set(results[0]) == {'words', 'confidences', 'path_probability'}
     assert [''.join(r['words']) for r in results] == [t.replace(' ', '') for t in texts]
 
 
@@ -229,4 +235,5 @@ def test_concurrent_clients_get_their_own_answers(ner):
         thread.start()
     for thread in threads:
         thread.join()
-    assert answers == [{'results': [{'entities': e}]} for e in expected]
+    assert [a['results'][0]['entities'] for a in answers] == expected
+    assert all(0 < a['results'][0]['path_probability'] <= 1 for a in answers)
