@@ -122,3 +122,13 @@ def test_repairs_and_notes_count_the_sentences_the_run_uses(tmp_path):
                       encoding='utf-8')
     assert ('noted 20x: a nested span is left out of the flat tags (kept in spans)'
             in load_splits(train_file=str(nested), holdout=2).describe().splitlines())
+
+
+def test_segmentation_files_in_either_layout_go_together(tmp_path):
+    segmented = tmp_path / 'seg.txt'
+    segmented.write_text('张三  去  北京\n李四  好\n' * 5, encoding='utf-8')
+    char_seg = tmp_path / 'char_seg.txt'
+    char_seg.write_text('张 B\n三 E\n去 S\n北 B\n京 E\n\n李 B\n四 E\n好 S\n\n' * 5, encoding='utf-8')
+    data = load_splits(train_file=str(char_seg), dev_file=str(segmented),
+                       test_file=str(segmented), task='segmentation')
+    assert data.dev[0].words == data.train[0].words == ['张三', '去', '北京']
