@@ -823,7 +823,7 @@ def split_examples(examples, n_test, seed=0):
 
 
 # ---------------------------------------------------------------------------------------------------
-# User files: six formats, detected or named
+# User files: seven formats, detected or named
 
 def _read_chars(scheme):
     return lambda path, types, repair: read_bio(path, None, types, scheme, repair, chunked=False,

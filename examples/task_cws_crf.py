@@ -1,6 +1,7 @@
 #! -*- coding: utf-8 -*-
 """Chinese word segmentation with a CRF (or softmax) head on a BERT-family encoder: PKU by default,
-or your own segmented files.
+or your own files: words between spaces (segmented), or a character and its B/M/E/S tag a
+line (char-seg), detected.
 
 By default it trains on People's Daily 1998-01 (PFR: the PKU standard), selects the epoch on PFR
 sentences held out of training, and scores the selected model once on the SIGHAN 2005 PKU test
