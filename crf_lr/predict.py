@@ -151,6 +151,17 @@ def _model_error(parser, error):
     parser.exit(2, f'{parser.prog}: error: {error}\n')
 
 
+def _labelled_corpus(path):
+    """The format of ``path`` where it is a corpus with tags or entities (conll, char-*, char-seg,
+    jsonl), else None: raw and segmented text are what predict reads."""
+    from crf_lr.datasets import DataFormatError, detect_format
+    try:
+        found = detect_format(path)
+    except DataFormatError:
+        return None
+    return None if found == 'segmented' else found
+
+
 def main(argv=None):
     parser, args = parse_args(argv)
     if args.batch_size < 1:
@@ -171,6 +182,11 @@ def main(argv=None):
             lines = sys.stdin.read().splitlines()
     except (OSError, UnicodeDecodeError) as error:
         parser.error(f'cannot read {args.file or "stdin"}: {error}')
+    labelled = args.file and _labelled_corpus(args.file)
+    if labelled:
+        parser.error(f'{args.file} is a labelled corpus (format {labelled}), not raw text: '
+                     'predict reads one sentence a line; to score a labelled file, pass it to the '
+                     'task script as --test-file')
     quiet_tensorflow(args.verbose, native=argv is None)  # keep TensorFlow's log off the console
     from crf_lr.precision import set_precision
     from crf_lr.tagger import Tagger

@@ -399,3 +399,16 @@ def test_english_lines_split_punctuation_off_as_conll_writes_it(line, words):
     from crf_lr.predict import _word_offsets
     found, offsets = _word_offsets(line)
     assert found == words and [line[s:e] for s, e in offsets] == words
+
+
+def test_a_labelled_corpus_given_as_text_is_named(saved, tmp_path, capsys):
+    """A CoNLL or character-tag file is not raw text: predict says what it is and what to do."""
+    from crf_lr.predict import main
+    corpus = tmp_path / 'test.txt'
+    corpus.write_text('张 B-PER\n三 I-PER\n去 O\n', encoding='utf-8')
+    with pytest.raises(SystemExit) as exit_info:
+        main([saved['ner'], str(corpus)])
+    assert exit_info.value.code == 2
+    assert (f'{corpus} is a labelled corpus (format char-bio), not raw text: predict reads one '
+            'sentence a line; to score a labelled file, pass it to the task script as '
+            '--test-file') in capsys.readouterr().err
