@@ -515,7 +515,7 @@ def read_bio(path, sep=None, types=None, scheme='BIO', repair=False, chunked=Tru
                                 source=f'{path}:{first_line}', notes=notes,
                                 repaired_at=repaired_at))
 
-    lines = _lines(path)
+    lines, parsed = _lines(path), {}                   # parsed: line -> (character, tag)
     if marks is None:                                  # looks at every line first: keep them
         lines = list(lines)
         marks = _position_marked(line.split(None, 1)[0] for _, line in lines if line)
@@ -525,14 +525,17 @@ def read_bio(path, sep=None, types=None, scheme='BIO', repair=False, chunked=Tru
                 finish()
                 chars, tags = [], []
             continue
-        pair = _char_and_tag(line, sep, marks)
+        pair = parsed.get(line)
+        if pair is None:
+            pair = _char_and_tag(line, sep, marks)
+            pair = parsed[line] = pair and (pair[0], _normal_tag(pair[1]))
         if pair is None:
             raise DataFormatError(path, number, f'expected one character, {_SEPARATOR_NAMES[sep]} '
                                                 f'and a tag, got {echo(line)}')
         if not chars:
             first_line = number
         chars.append(pair[0])
-        tags.append(check(_normal_tag(pair[1]), number))
+        tags.append(check(pair[1], number))
     if chars:
         finish()
     return examples
@@ -949,40 +952,57 @@ def _detected(path):
         return 'jsonl', f'line {lines[0][0]} opens a JSON array'
     if lines and (_JSON_OBJECT_LINE.match(lines[0][1]) or _json_object(lines[0][1])):
         return 'jsonl', f'line {lines[0][0]} is a JSON object'
-    lines = [(number, line, _fields(line)) for number, line in lines if not _document_start(line)]
+    lines = [entry for entry in lines
+             if not (entry[1].startswith('-DOCSTART-') and _document_start(entry[1]))]
     if not lines:
         raise _no_sentence(path)
-    tags = {number: _normal_tag(fields[-1]) for number, line, fields in lines
-            if len(fields) > 1 or _char_and_tag(line)}              # '  O': the character a space
-    tagged = {number for number, tag in tags.items() if _TAG_FIELD.fullmatch(tag)}
-    if not tagged:
-        return _untagged(path, lines, ask)
-    if len(tagged) < len(lines):
-        _raise_untagged_line(path, lines, tagged, ask)
+    facts = _line_facts(line for _, line in lines)              # per distinct line
+    if not all(tag for _, tag, _ in facts.values()):
+        with_fields = [(number, line, facts[line][0]) for number, line in lines]
+        if not any(tag for _, tag, _ in facts.values()):
+            return _untagged(path, with_fields, ask)
+        _raise_untagged_line(path, with_fields, {n for n, line in lines if facts[line][1]}, ask)
+    prefixes = {tag[0] for _, tag, _ in facts.values() if tag != 'O'}
     first_lines = {}
-    for number in sorted(tagged):
-        if tags[number] != 'O':
-            first_lines.setdefault(tags[number][0], number)
+    for number, line in lines:                                  # until every prefix is placed
+        if len(first_lines) == len(prefixes):
+            break
+        if facts[line][1] != 'O':
+            first_lines.setdefault(facts[line][1][0], number)
     scheme, why = _tag_scheme(first_lines, path)
-    read_as = _read_as(fields[-1] for _, _, fields in lines)
+    read_as = _read_as(fields[-1] for fields, _, _ in facts.values())
     if read_as:
         why += f'; {read_as}'
-    chars = [bool(_char_and_tag(line)) for _, line, _ in lines]
-    if all(chars):
+    if all(char for _, _, char in facts.values()):
         return f'char-{scheme.name.lower()}', f'one character and its tag a line; {why}'
-    if (all(len(fields) == 2 for _, _, fields in lines)
-            and _position_marked(fields[0] for _, _, fields in lines)):
-        example = lines[0][2][0]
+    if (all(len(fields) == 2 for fields, _, _ in facts.values())
+            and _position_marked(fields[0] for fields, _, _ in facts.values())):
+        example = facts[lines[0][1]][0][0]
         return (f'char-{scheme.name.lower()}',
                 f'one character with its word-position number and its tag a line '
                 f'({example!r} read as {example[0]!r}; --format conll keeps the tokens); {why}')
-    if len(chars) >= 10 and len(chars) - sum(chars) <= len(chars) // 10:
-        number, line, fields = next(entry for entry, char in zip(lines, chars) if not char)
-        raise DataFormatError(path, number, f'{echo(fields[0])} is {len(fields[0])} characters where '
-                                            f'{100 * sum(chars) // len(chars)}% of the lines hold one '
+    chars = sum(facts[line][2] for _, line in lines)
+    if len(lines) >= 10 and len(lines) - chars <= len(lines) // 10:
+        number, line = next(entry for entry in lines if not facts[entry[1]][2])
+        word = facts[line][0][0]
+        raise DataFormatError(path, number, f'{echo(word)} is {len(word)} characters where '
+                                            f'{100 * chars // len(lines)}% of the lines hold one '
                                             'character and its tag: give it one line per character, '
                                             'or pass --format conll to read tokens as words')
-    return 'conll', f'{len(lines[0][2])} columns a line, a word first and its tag last; {why}'
+    return 'conll', f'{len(facts[lines[0][1]][0])} columns a line, a word first and its tag last; {why}'
+
+
+def _line_facts(lines):
+    """{line: (its fields, its tag read by :func:`_normal_tag` or None where the line ends with
+    none, whether it is one character and its tag)} for each distinct line: a corpus of
+    characters repeats few lines many times."""
+    facts = {}
+    for line in lines:
+        if line not in facts:
+            fields, pair = _fields(line), _char_and_tag(line)
+            tag = _normal_tag(fields[-1]) if len(fields) > 1 or pair else None  # '  O': a space
+            facts[line] = (fields, tag if tag and _TAG_FIELD.fullmatch(tag) else None, bool(pair))
+    return facts
 
 
 def _read_as(tags):
