@@ -362,6 +362,7 @@ def read_pfr(path):
 
 _CHUNK_START_NOTE = 'an I-X tag opens the chunk (an entity cut by the chunking): read as B-X'
 _NESTED_NOTE = 'a nested span is left out of the flat tags (kept in spans)'
+_IOB1_NOTE = 'IOB1 tags (an entity opening with I-X) read as BIO'
 REPAIR_NOTE = 'a tag breaking its entity (a stray I-X, or an entity never closed): conlleval rule'
 
 
@@ -796,10 +797,12 @@ def read_conll(path, types=None, repair=False):
                  for words, tags, first_line in sentences]
     if (scheme is BIO and not all(BIO.valid(tags) for _, tags, _ in sentences)
             and all(IOB1.valid(tags) for _, tags, _ in sentences)):
-        sentences = [(words, iob1_to_iob2(tags), first_line) for words, tags, first_line in sentences]
+        sentences = [(words, iob1_to_iob2(tags), first_line, tags) for words, tags, first_line
+                     in sentences]
     examples = []
-    for words, tags, first_line in sentences:
-        _, spans, notes, repaired_at = _checked(tags, first_line, path, scheme, repair)
+    for words, tags, first_line, *iob1 in sentences:
+        converted = (_IOB1_NOTE,) if iob1 and iob1[0] != tags else ()
+        _, spans, notes, repaired_at = _checked(tags, first_line, path, scheme, repair, converted)
         examples.append(Example(text=' '.join(words), tokens=words, spans=spans,
                                 tags=BIO.encode(spans, len(words)), words=words,
                                 source=f'{path}:{first_line}', notes=notes,

@@ -352,3 +352,10 @@ def test_char_seg_words_and_pos_tagged_segmented_text(tmp_path):
     data = read_corpus(write(tmp_path, 'pfr.txt', '迈向/v  充满/v  希望/n  的/u  新/a  世纪/n\n'))
     assert data.format == 'segmented' and data[0].words == ['迈向', '充满', '希望', '的', '新', '世纪']
     assert 'part-of-speech tags dropped' in data.note
+
+
+def test_an_iob1_file_says_it_was_read_as_bio(tmp_path):
+    data = read_corpus(write(tmp_path, 'iob1.txt', 'EU I-ORG\nrejects O\nGerman I-MISC\n\n'
+                                                   'Peter I-PER\nBlack I-PER\n\nOK O\n'))
+    assert [e.spans for e in data] == [[(0, 1, 'ORG'), (2, 3, 'MISC')], [(0, 2, 'PER')], []]
+    assert 'noted 2x: IOB1 tags (an entity opening with I-X) read as BIO' in data.summary()
