@@ -146,16 +146,24 @@ class Dataset:
 # ---------------------------------------------------------------------------------------------------
 # Files: decoding with line numbers, the data folder, the packaged fallback
 
-def _read_text(path):
-    """Text of ``path``: UTF-8 (a BOM dropped), or UTF-16 opening with its BOM; other bytes a
-    DataFormatError naming the line, and GB18030 (GBK) text named as such."""
+def read_text(path):
+    """Text of ``path``: UTF-8 (a BOM dropped), or UTF-16 / UTF-32 opening with its BOM; other
+    bytes a DataFormatError naming the line and what the file seems to be (GB18030, Latin-1).
+
+        >>> read_text('data/char-bio/dev.txt')[:7]
+        '胡 B-PER'
+    """
     if os.path.isdir(path):
         raise DataFormatError(path, None, 'a folder, not a file: name the corpus file inside it')
+    if not os.path.exists(path):
+        raise DataFormatError(path, None, 'no such file')
     with open(path, 'rb') as f:
         data = f.read()
-    if data[:2] in (b'\xff\xfe', b'\xfe\xff'):
+    if data[:4] in (b'\xff\xfe\x00\x00', b'\x00\x00\xfe\xff') or data[:2] in (b'\xff\xfe',
+                                                                                b'\xfe\xff'):
         try:
-            return data.decode('utf-16')
+            return data.decode('utf-32' if data[:4] in (b'\xff\xfe\x00\x00', b'\x00\x00\xfe\xff')
+                               else 'utf-16')
         except UnicodeDecodeError:
             raise DataFormatError(path, None, 'opens with a UTF-16 byte-order mark but is not '
                                               'UTF-16: save it as UTF-8') from None
@@ -168,17 +176,18 @@ def _read_text(path):
 
 
 def _encoding_hint(path, data):
-    """What a file that is not UTF-8 seems to be, for the error: GB18030 (GBK) text, binary."""
+    """What a file that is not UTF-8 seems to be, for the error: binary, GB18030 (GBK) Chinese
+    (its non-ASCII bytes in pairs, each from 0xA1, as GB2312's characters are), or Latin-1."""
+    name = os.path.basename(path)
     if b'\x00' in data:
         return ' (it holds NUL bytes: a binary file, or UTF-16 without its byte-order mark)'
-    try:
-        text = data.decode('gb18030')
-    except UnicodeDecodeError:
-        return ''
-    if 2 * sum(bool(CJK.match(c)) for c in text) > sum(not c.isascii() for c in text):
+    runs = re.findall(rb'[\x80-\xff]+', data)
+    paired = sum(len(run) for run in runs if len(run) % 2 == 0 and min(run) >= 0xa1)
+    if 5 * paired >= 4 * sum(len(run) for run in runs):
         return (f'; it reads as GB18030 (GBK) Chinese text: convert it, e.g. iconv -f GB18030 '
-                f'-t UTF-8 {os.path.basename(path)} > utf8.txt')
-    return ''
+                f'-t UTF-8 {name} > utf8.txt')
+    return (f'; if it is Latin-1 (Windows-1252) text, convert it, e.g. iconv -f CP1252 -t UTF-8 '
+            f'{name} > utf8.txt')
 
 
 def _lines(path):
@@ -187,7 +196,7 @@ def _lines(path):
     A BOM (U+FEFF) opening a line is dropped, and a line of only whitespace and BOMs comes out empty:
     concatenated files leave both behind.
     """
-    text = _read_text(path).replace('\r\n', '\n')
+    text = read_text(path).replace('\r\n', '\n')
     cr = text.find('\r')
     if cr >= 0:
         raise DataFormatError(path, text.count('\n', 0, cr) + 1,
@@ -260,7 +269,7 @@ def read_segmented(path):
         ['共同', '创造', '美好']
     """
     return [_segmentation_example(line.split(), f'{path}:{number}')
-            for number, line in _lines(path) if line.strip()]
+            for number, line in _lines(path) if line and not _document_start(line)]
 
 
 def read_raw(path):
@@ -454,7 +463,7 @@ def _char_and_tag(line, sep=None, marks=False):
     return found.groups() if found else None
 
 
-_SEPARATORS = {None: '[ \t]+', ' ': ' +', '\t': '\t+'}
+_SEPARATORS = {None: '[ \t\u3000\xa0]+', ' ': ' +', '\t': '\t+'}
 _SEPARATOR_NAMES = {None: 'spaces or tabs', ' ': 'spaces', '\t': 'tabs'}
 _CHAR_LINE = {sep: re.compile(f'(.){run}(\\S+)') for sep, run in _SEPARATORS.items()}
 _MARKED_LINE = {sep: re.compile(f'(\\S)\\d+{run}(\\S+)') for sep, run in _SEPARATORS.items()}
@@ -622,11 +631,11 @@ def _record_spans(record, path, number):
 
 
 def _json_records(path):
-    """``(line_number, record)`` of a JSON-lines file, or of a file holding one JSON array (the
-    line where each record's ``{`` stands)."""
-    text = _read_text(path)
-    if text.lstrip(' \t\r\n' + BOM).startswith('['):
-        yield from _json_array(path, text)
+    """``(line_number, record)`` of a JSON-lines file, of a file holding one JSON array, or of
+    pretty-printed records one after another (the line where each record's ``{`` stands)."""
+    text = read_text(path)
+    if text.lstrip(' \t\r\n' + BOM).startswith('[') or _PRETTY_RECORD.match(text):
+        yield from _json_values(path, text)                 # an array, or pretty-printed records
         return
     for number, line in _lines(path):
         if not line.strip():
@@ -690,9 +699,10 @@ read_cluener = read_cmeee = read_json_records      # the benchmarks' names for i
 _JSON_SPACE = re.compile(r'[ \t\n\r]*')
 
 
-def _json_array(path, text):
-    """``(line_number, element)`` for each element of the JSON array that is ``text``, the
-    content of ``path``."""
+def _json_values(path, text):
+    """``(line_number, value)`` for each value of ``text``, the content of ``path``: the elements
+    of one JSON array (``[`` first), else JSON values one after another (pretty-printed records).
+    Anything after the array's ``]`` is an error."""
     decoder = json.JSONDecoder()
     line, counted = 1, 0
 
@@ -703,42 +713,39 @@ def _json_array(path, text):
         return line
 
     position = _JSON_SPACE.match(text).end()
-    if text[position:position + 1] != '[':
-        raise DataFormatError(path, line_of(position), 'expected a JSON array')
-    while True:
-        start = _JSON_SPACE.match(text, position + 1).end()
-        if text[start:start + 1] == ']':
-            return
+    array = text[position:position + 1] == '['
+    start = _JSON_SPACE.match(text, position + array).end()
+    while start < len(text) and not (array and text[start] == ']'):
         try:
-            element, end = decoder.raw_decode(text, start)
+            value, end = decoder.raw_decode(text, start)
         except json.JSONDecodeError as error:
             raise DataFormatError(path, error.lineno, f'invalid JSON: {error.msg}') from None
-        yield line_of(start), element
+        yield line_of(start), value
         position = _JSON_SPACE.match(text, end).end()
-        if text[position:position + 1] not in (',', ']'):
+        if array and text[position:position + 1] not in (',', ']'):
             raise DataFormatError(path, line_of(position), "expected ',' or ']' after an array element")
-        if text[position] == ']':
-            return
+        start = _JSON_SPACE.match(text, position + (array and text[position] == ',')).end()
+    rest = _JSON_SPACE.match(text, start + 1).end() if array else len(text)
+    if rest < len(text):
+        raise DataFormatError(path, line_of(rest), "more after the JSON array's closing ']': give "
+                                                   'one array, or one record a line')
 
 
 def _fields(line):
     """The columns of a line split at runs of spaces and tabs (a no-break space stays in its
     word)."""
-    return _COLUMN_SEPARATOR.split(line.strip(' \t'))
+    return _COLUMN_SEPARATOR.split(line.rstrip().lstrip(' \t'))
 
 
 _COLUMN_SEPARATOR = re.compile('[ \t]+')
 
 
-def _columns(line, columns):
-    """The fields of a CoNLL line: split at spaces and tabs, or at tabs alone where only that
-    gives ``columns`` fields (a tab-separated word holding a space: ``New York<TAB>B-LOC``)."""
-    fields = _fields(line)
-    if len(fields) != columns and '\t' in line:
-        tabbed = [field.strip() for field in line.split('\t') if field.strip()]
-        if len(tabbed) == columns:
-            return tabbed
-    return fields
+def _columns(line, tabbed):
+    """The fields of a CoNLL line: split at tabs alone in a ``tabbed`` file (most lines hold a
+    tab: a word may hold a space, ``New York<TAB>B-LOC``), else at spaces and tabs."""
+    if tabbed and '\t' in line:
+        return [field.strip() for field in line.split('\t') if field.strip()]
+    return _fields(line)
 
 
 def read_conll(path, types=None, repair=False):
@@ -766,17 +773,19 @@ def read_conll(path, types=None, repair=False):
         >>> read_conll('conll2003/train.txt')[0].tags
         ['B-ORG', 'O', 'B-MISC', 'O', 'O', 'O', 'B-MISC', 'O', 'O']
     """
-    lines = list(_lines(path))
-    counts = Counter(len(_fields(line)) for _, line in lines if line and not _document_start(line))
+    lines = [(number, '' if line and _document_start(line) else line)    # a document ends one
+             for number, line in _lines(path)] + [(None, '')]
+    tabbed = 2 * sum('\t' in line for _, line in lines) > sum(bool(line) for _, line in lines)
+    counts = Counter(len(_columns(line, tabbed)) for _, line in lines if line)
     columns = counts.most_common(1)[0][0] if counts else 2
     sentences, words, tags, first_line = [], [], [], 0
     for number, line in lines:
-        if not line or _document_start(line):
+        if not line:
             if words:
                 sentences.append((words, tags, first_line))
                 words, tags = [], []
             continue
-        fields = _columns(line, columns)
+        fields = _columns(line, tabbed)
         if len(fields) != columns or columns < 2:
             raise DataFormatError(path, number, f'expected {max(columns, 2)} columns (word ... tag) '
                                                 f'like most lines, got {len(fields)}: {echo(line)}')
@@ -784,8 +793,6 @@ def read_conll(path, types=None, repair=False):
             first_line = number
         words.append(fields[0])
         tags.append(_normal_tag(fields[-1]))
-    if words:
-        sentences.append((words, tags, first_line))
     first_lines = {}
     for _, tags, first_line in sentences:
         for i, tag in enumerate(tags):
@@ -865,6 +872,8 @@ SEGMENTATION_FORMATS = ('segmented', 'char-seg')
 _TAG_FIELD = re.compile(r'O|[BIMES]-\S+')
 _WORD_POSITION_TAG = re.compile('[BMIES]', re.IGNORECASE)
 _JSON_OBJECT_LINE = re.compile(r'\s*\{\s*"')
+_JSON_ARRAY_START = re.compile(r'[\s\ufeff]*\[\s*[{\]]')
+_PRETTY_RECORD = re.compile(r'[\s\ufeff]*\{[ \t]*\r?\n')
 
 
 def read_char_segmentation(path):
@@ -912,6 +921,18 @@ def _normal_tag(tag):
 _BILOU_PREFIXES = {'B': 'B', 'I': 'I', 'M': 'M', 'E': 'E', 'S': 'S', 'L': 'E', 'U': 'S'}
 
 
+def _json_array_file(path):
+    """True where the file opens a JSON array: ``[`` and a record, or a whole array that parses
+    (a raw text's ``[图]`` or People's Daily's ``[中央/n`` compound opens none)."""
+    text = read_text(path)
+    if _JSON_ARRAY_START.match(text):
+        return True
+    try:
+        return isinstance(json.JSONDecoder().raw_decode(text.lstrip())[0], list)
+    except json.JSONDecodeError:
+        return False
+
+
 def _json_object(line):
     try:
         return isinstance(json.loads(line), dict)
@@ -951,10 +972,11 @@ def _detected(path):
     """``(format, reason)`` by :func:`detect_format`'s rules."""
     lines = [(number, line) for number, line in _lines(path) if line]
     ask = f'; pass format= (--format) one of {", ".join(FORMATS)}'
-    if lines and lines[0][1].lstrip(BOM + ' \t').startswith('['):
+    if lines and lines[0][1].lstrip().startswith('[') and _json_array_file(path):
         return 'jsonl', f'line {lines[0][0]} opens a JSON array'
-    if lines and (_JSON_OBJECT_LINE.match(lines[0][1]) or _json_object(lines[0][1])):
-        return 'jsonl', f'line {lines[0][0]} is a JSON object'
+    if lines and (_JSON_OBJECT_LINE.match(lines[0][1]) or lines[0][1].strip() == '{'
+                  or _json_object(lines[0][1])):
+        return 'jsonl', f'line {lines[0][0]} opens a JSON object'
     lines = [entry for entry in lines
              if not (entry[1].startswith('-DOCSTART-') and _document_start(entry[1]))]
     if not lines:
@@ -984,14 +1006,13 @@ def _detected(path):
         return (f'char-{scheme.name.lower()}',
                 f'one character with its word-position number and its tag a line '
                 f'({example!r} read as {example[0]!r}; --format conll keeps the tokens); {why}')
-    chars = sum(facts[line][2] for _, line in lines)
-    if len(lines) >= 10 and len(lines) - chars <= len(lines) // 10:
-        number, line = next(entry for entry in lines if not facts[entry[1]][2])
-        word = facts[line][0][0]
-        raise DataFormatError(path, number, f'{echo(word)} is {len(word)} characters where '
-                                            f'{100 * chars // len(lines)}% of the lines hold one '
-                                            'character and its tag: give it one line per character, '
-                                            'or pass --format conll to read tokens as words')
+    chars = [facts[line][2] or _marked_line(facts[line][0]) for _, line in lines]
+    if len(lines) >= 10 and len(lines) - sum(chars) <= len(lines) // 10:
+        number, line = next(entry for entry, char in zip(lines, chars) if not char)
+        raise DataFormatError(path, number, 'expected one character, spaces or tabs and a tag like '
+                                            f'{100 * sum(chars) // len(lines)}% of the lines, got '
+                                            f'{echo(line)}: give one character a line, or pass '
+                                            '--format conll to read tokens as words')
     return 'conll', f'{len(facts[lines[0][1]][0])} columns a line, a word first and its tag last; {why}'
 
 
@@ -1003,9 +1024,15 @@ def _line_facts(lines):
     for line in lines:
         if line not in facts:
             fields, pair = _fields(line), _char_and_tag(line)
-            tag = _normal_tag(fields[-1]) if len(fields) > 1 or pair else None  # '  O': a space
+            last = pair[1] if pair else fields[-1] if len(fields) > 1 else None   # '  O': a space
+            tag = last and _normal_tag(last)
             facts[line] = (fields, tag if tag and _TAG_FIELD.fullmatch(tag) else None, bool(pair))
     return facts
+
+
+def _marked_line(fields):
+    """True for a line's fields that are a character with its word-position number and a tag."""
+    return len(fields) == 2 and bool(_POSITION_MARKED.fullmatch(fields[0]))
 
 
 def _read_as(tags):
@@ -1023,8 +1050,15 @@ def _untagged(path, lines, ask):
     """``(format, reason)`` of a file where no line ends with a tag: 'char-seg' or 'segmented',
     or the error saying why neither fits."""
     pairs = [_char_and_tag(line) for _, line, _ in lines]
-    if all(pair and _WORD_POSITION_TAG.fullmatch(pair[1]) for pair in pairs):
+    positions = [bool(pair and _WORD_POSITION_TAG.fullmatch(pair[1])) for pair in pairs]
+    if all(positions):
         return 'char-seg', 'one character and its word-position tag (B, M, I, E, S) a line'
+    if 2 * sum(positions) > len(positions):
+        number, line, _ = next(entry for entry, ok in zip(lines, positions) if not ok)
+        raise DataFormatError(path, number, 'expected one character, spaces or tabs and its '
+                                            f'word-position tag (B, M, I, E or S) like '
+                                            f'{100 * sum(positions) // len(positions)}% of the '
+                                            f'lines, got {echo(line)}')
     if all(len(fields) > 1 for _, _, fields in lines) and all(
             _TAG_FIELD.fullmatch(_normal_tag(fields[0])) for _, _, fields in lines):
         number, line, _ = lines[0]
@@ -1034,9 +1068,17 @@ def _untagged(path, lines, ask):
     if all(len(fields) == 1 for fields in words):
         raise DataFormatError(path, None, 'cannot detect the format: no line ends with a tag and '
                                           'none holds several words (raw text?)' + ask)
-    if all(_POS_TOKEN.fullmatch(word) for fields in words for word in fields):
+    tokens = [(number, word) for (number, _, _), fields in zip(lines, words) for word in fields]
+    tagged = [bool(_POS_TOKEN.fullmatch(word)) for _, word in tokens]
+    if all(tagged):
         return 'segmented', ("no tags; words separated by whitespace, each word/TAG (People's "
                              'Daily 1998): the part-of-speech tags dropped')
+    if 10 * sum(tagged) >= 9 * len(tagged):
+        number, word = next(token for token, ok in zip(tokens, tagged) if not ok)
+        raise DataFormatError(path, number, f'{echo(word)} has no /TAG where '
+                                            f'{100 * sum(tagged) // len(tagged)}% of the words are '
+                                            "word/TAG (People's Daily 1998): tag it, or drop the "
+                                            'tags of every word')
     return 'segmented', 'no tags; words separated by whitespace'
 
 

@@ -174,19 +174,16 @@ def main(argv=None):
         check_model_folder(args.model_dir)              # before TensorFlow loads: answers at once
     except (FileNotFoundError, ValueError) as error:
         _model_error(parser, error)
+    from crf_lr.datasets import read_text
     try:
-        if args.file:
-            with open(args.file, encoding='utf-8') as f:
-                lines = f.read().splitlines()
-        else:
-            lines = sys.stdin.read().splitlines()
-    except (OSError, UnicodeDecodeError) as error:
-        parser.error(f'cannot read {args.file or "stdin"}: {error}')
+        lines = (read_text(args.file) if args.file else sys.stdin.read()).splitlines()
+    except (OSError, ValueError) as error:                   # ValueError: not decodable
+        parser.exit(2, f'{parser.prog}: error: cannot read {args.file or "stdin"}: {error}\n')
     labelled = args.file and _labelled_corpus(args.file)
     if labelled:
-        parser.error(f'{args.file} is a labelled corpus (format {labelled}), not raw text: '
-                     'predict reads one sentence a line; to score a labelled file, pass it to the '
-                     'task script as --test-file')
+        parser.exit(2, f'{parser.prog}: error: {args.file} is a labelled corpus (format '
+                       f'{labelled}), not raw text: predict reads one sentence a line; to score '
+                       'a labelled file, pass it to the task script as --test-file\n')
     quiet_tensorflow(args.verbose, native=argv is None)  # keep TensorFlow's log off the console
     from crf_lr.precision import set_precision
     from crf_lr.tagger import Tagger

@@ -105,16 +105,16 @@ def _family(format):
 
 
 def _format_like(path, train):
-    """The format to read a dev or test file in: the training file's (its tag scheme), or the
-    file's own segmentation format beside a segmentation training file. An error where the
-    file's own format is of another kind (a char-bio dev file beside a segmented training file)
-    or unclear (raw text beside a segmented training file)."""
+    """The format to read a dev or test file in: its own, where it is of the training file's
+    kind (a char-bioes dev file beside a char-bio training file; segmented beside char-seg). An
+    error where the file's own format is of another kind (a char-bio dev file beside a segmented
+    training file) or unclear (raw text beside a segmented training file)."""
     found = detect_format(path)
     if _family(found) != _family(train.format):
         raise DataFormatError(path, None, f'format {found} detected, but the training file '
                                           f'{train.path} is {train.format}: give the training, '
                                           f'dev and test files in one format')
-    return found if found in SEGMENTATION_FORMATS else train.format    # the same words either way
+    return found            # its own scheme: the spans, not the tags, are what the files share
 
 
 def _check_task(data, task, detected):

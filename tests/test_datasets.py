@@ -160,7 +160,8 @@ def test_repair_fixes_tags_by_the_conlleval_rule_and_notes_it(tmp_path):
 
 def test_bad_encoding_names_file_and_line(tmp_path):
     path = write(tmp_path, 'latin.txt', '中\tO\n'.encode('utf-8') + b'\xe9t\xe9\tO\n')
-    with raises_at(path, 2, "not UTF-8: b'.xe9t' cannot be decoded$"):
+    with raises_at(path, 2, "not UTF-8: b'.xe9t' cannot be decoded; if it is Latin-1 "
+                            r'\(Windows-1252\) text, convert it, e.g. iconv -f CP1252'):
         read_bio(path)
     gbk = write(tmp_path, 'gbk.txt', '张\tB-PER\n三\tI-PER\n'.encode('gb18030'))
     with raises_at(gbk, 1, 'reads as GB18030 \\(GBK\\) Chinese text: convert it, e.g. iconv -f '

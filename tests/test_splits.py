@@ -1,5 +1,7 @@
 """Which sentences train, select and test a run: user files and benchmark specs, the seeded sample
 and hold-out, and the errors raised before any training starts."""
+import os
+
 import pytest
 
 from crf_lr import datasets
@@ -132,3 +134,13 @@ def test_segmentation_files_in_either_layout_go_together(tmp_path):
     data = load_splits(train_file=str(char_seg), dev_file=str(segmented),
                        test_file=str(segmented), task='segmentation')
     assert data.dev[0].words == data.train[0].words == ['张三', '去', '北京']
+
+
+def test_a_dev_file_in_another_scheme_of_the_same_kind_reads_in_its_own(tmp_path):
+    """char-bio training and char-bioes / char-bmes dev files: the same entities."""
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, 'data')
+    data = {dev: load_splits(train_file=os.path.join(root, 'char-bio', 'train.txt'),
+                             dev_file=os.path.join(root, dev, 'dev.txt')).dev
+            for dev in ('char-bio', 'char-bioes', 'char-bmes')}
+    spans = [[e.spans for e in examples] for examples in data.values()]
+    assert spans[0] == spans[1] == spans[2] and any(spans[0])

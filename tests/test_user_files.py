@@ -305,8 +305,8 @@ def test_a_space_character_and_its_tag(tmp_path):
     ('张 B-PER\n三 B_PER\n', 2, "'B_PER' is not a tag"),
     ('张 B-PER\n去 0\n', 2, "'0' is not a tag"),
     ('B-PER 张\nI-PER 三\nO 去\n', 1, "the tag stands first \\('B-PER 张'\\): put each line's tag last"),
-    ('张 B-PER\n' * 12 + 'e\u0301 O\n', 13, "'e\u0301' is 2 characters where 92% of the lines hold one "
-                                          'character and its tag'),
+    ('张 B-PER\n' * 12 + 'e\u0301 O\n', 13, "expected one character, spaces or tabs and a tag like "
+                                          "92% of the lines, got 'e\u0301 O'"),
     ('{"text": "张三", "label": {"name": {"张三": [[0, 1]]}}},\n', 1,
      'a comma ends the line: JSON lines hold one object a line'),
 ])
@@ -359,3 +359,43 @@ def test_an_iob1_file_says_it_was_read_as_bio(tmp_path):
                                                    'Peter I-PER\nBlack I-PER\n\nOK O\n'))
     assert [e.spans for e in data] == [[(0, 1, 'ORG'), (2, 3, 'MISC')], [(0, 2, 'PER')], []]
     assert 'noted 2x: IOB1 tags (an entity opening with I-X) read as BIO' in data.summary()
+
+
+@pytest.mark.parametrize('content, line, match', [
+    ('中 B\n国 E\n人 S\n\n北 B\n京 E\n天天 S\n', 7, 'expected one character, spaces or tabs and its '
+                                              r"word-position tag \(B, M, I, E or S\) like 83% of "
+                                              "the lines, got '天天 S'"),
+    ('[{"text": "张三", "spans": [[0, 2, "name"]]}]\n[{"text": "李四", "spans": []}]\n', 2,
+     "more after the JSON array's closing ']': give one array, or one record a line"),
+    ('\n'.join(f'{c}{k % 3} O' for k, c in enumerate('中国人民共和国是一个美丽的国家')) + '\n❤️0 O\n', 16,
+     "expected one character, spaces or tabs and a tag like 93% of the lines, got '❤️0 O'"),
+    ('迈向/v  充满/v  希望/n  的/u  新/a  世纪/n\n迈向/v  充满  希望/n  的/u  新/a  世纪/n\n', 2,
+     "'充满' has no /TAG where 91% of the words are word/TAG"),
+    ('Müller B-PER\nKöln B-LOC\n'.encode('latin-1'), 1,
+     r'not UTF-8: .* cannot be decoded; if it is Latin-1 \(Windows-1252\) text'),
+])
+def test_a_few_odd_lines_among_a_layout_are_named(tmp_path, content, line, match):
+    path = write(tmp_path, 'file.txt', content)
+    with raises_at(path, line, match):
+        read_corpus(path)
+
+
+@pytest.mark.parametrize('content, format, spans', [
+    ('张\u3000B-PER\n三\u3000I-PER\n去\u00a0O\n', 'char-bio', [[(0, 2, 'PER')]]),     # U+3000, NBSP
+    ('张 B-PER\n去 O\u00a0\n', 'char-bio', [[(0, 1, 'PER')]]),                        # NBSP after
+    ('New York\tB-LOC\nLos Angeles\tB-LOC\nthe city\tO\n', 'conll', [[(0, 1, 'LOC'), (1, 2, 'LOC')]]),
+    ('{\n  "text": "张三",\n  "spans": [[0, 2, "name"]]\n}\n{\n  "text": "李四",\n  "spans": []\n}\n',
+     'jsonl', [[(0, 2, 'name')], []]),                                  # pretty-printed records
+    ('张 B-PER\n三 I-PER\n'.encode('utf-32'), 'char-bio', [[(0, 2, 'PER')]]),
+])
+def test_more_layouts_read(tmp_path, content, format, spans):
+    data = read_corpus(write(tmp_path, 'file.txt', content))
+    assert data.format == format and [e.spans for e in data] == spans
+
+
+def test_raw_text_opening_with_a_bracket_is_not_json(tmp_path):
+    path = write(tmp_path, 'raw.txt', '[图]李明昨天从北京飞到上海。\n华为公司在深圳发布了新手机。\n')
+    with raises_at(path, None, r'no line ends with a tag and none holds several words \(raw text'):
+        detect_format(path)
+    pfr = write(tmp_path, 'pfr.txt', '[中央/n  人民/n  广播/vn  电台/n]nt  记者/n\n迈向/v  新/a\n')
+    assert read_corpus(pfr)[0].words == ['中央', '人民', '广播', '电台', '记者']
