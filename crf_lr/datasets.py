@@ -1068,6 +1068,11 @@ def _untagged(path, lines, ask):
     if all(len(fields) == 1 for fields in words):
         raise DataFormatError(path, None, 'cannot detect the format: no line ends with a tag and '
                                           'none holds several words (raw text?)' + ask)
+    if 2 * sum(len(fields) > 1 for fields in words) < len(words):
+        number = next(n for (n, _, _), fields in zip(lines, words) if len(fields) == 1)
+        raise DataFormatError(path, number, 'raw text? no line ends with a tag, and most lines '
+                                            'hold one word, as this one: a segmented file '
+                                            'separates the words of its lines by spaces')
     tokens = [(number, word) for (number, _, _), fields in zip(lines, words) for word in fields]
     tagged = [bool(_POS_TOKEN.fullmatch(word)) for _, word in tokens]
     if all(tagged):

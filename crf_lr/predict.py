@@ -15,6 +15,7 @@ blank line; ``--format json`` prints one JSON object per input line instead, wit
 """
 import argparse
 import json
+import os
 import re
 import sys
 
@@ -51,20 +52,31 @@ def parse_args(argv=None):
 
 def _word_offsets(line):
     """Words of an English line, punctuation split off as CoNLL-style corpora write it
-    (``Berlin.`` -> ``Berlin`` ``.``; ``U.S.``, ``J.``, ``3.5``, ``New-York``, ``O'Neil`` stay
-    whole), and
+    (``Berlin.`` -> ``Berlin`` ``.``, ``Germany's`` -> ``Germany`` ``'s``; ``U.S.``, ``J.``,
+    ``Mr.``, ``1,200``, ``New-York``, ``O'Neil`` stay whole), and
     their ``(start, end)`` character offsets.
 
         >>> _word_offsets('In Berlin, U.S. aid.')[0]
         ['In', 'Berlin', ',', 'U.S.', 'aid', '.']
     """
-    found = list(_WORD.finditer(line))
-    return [m.group() for m in found], [(m.start(), m.end()) for m in found]
+    spans = []
+    for match in _WORD.finditer(line):
+        start, end = match.span()
+        if (line[start:end] == '.' and spans and spans[-1][1] == start
+                and line[spans[-1][0]:start] in _ABBREVIATIONS):
+            start = spans.pop()[0]                             # 'Mr' '.' -> 'Mr.'
+        spans.append((start, end))
+    return [line[s:e] for s, e in spans], spans
 
 
-# a run of word characters joined by - ' ’ . & / (an abbreviation or an initial keeps its final
-# '.'), or one other non-space character
-_WORD = re.compile(r"\w+(?:[-'’.&/]\w+)*(?:(?<=\.\w)\.|(?<=\b[A-Z])\.)?|[^\w\s]")
+# a number with its separators (1,200; 3.5), a possessive 's or n't, a run of word characters
+# joined by - ' ’ . & / (an abbreviation or an initial keeps its final '.'), or one other
+# non-space character
+_WORD = re.compile(r"\d+(?:[.,]\d+)+|['’]s\b|\w+(?:[-.&/]\w+|['’](?!s\b)\w+)*"
+                   r"(?:(?<=\.\w)\.|(?<=\b[A-Z])\.)?|[^\w\s]")
+_ABBREVIATIONS = frozenset(
+    'Mr Mrs Ms Dr Prof St Jr Sr Inc Ltd Co Corp Bros Gen Gov Sen Rep Lt Col Sgt Capt Adm '
+    'Jan Feb Mar Apr Aug Sep Sept Oct Nov Dec No vs etc'.split())
 
 
 def predict_lines(tagger, lines, constrain=True, min_confidence=None):
@@ -205,14 +217,19 @@ def main(argv=None):
     key = result_key(tagger)
     results = [record[key] for record in records]
     out = sys.stdout
-    for record, result in zip(records, results):
-        if args.format == 'json':
-            out.write(json.dumps(record, ensure_ascii=False) + '\n')
-        elif tagger.head.scheme.segmentation:
-            out.write(args.separator.join(result) + '\n')
-        else:
-            out.writelines(f'{e["start"]}\t{e["end"]}\t{e["type"]}\t{e["text"]}\n' for e in result)
-            out.write('\n')
+    try:
+        for record, result in zip(records, results):
+            if args.format == 'json':
+                out.write(json.dumps(record, ensure_ascii=False) + '\n')
+            elif tagger.head.scheme.segmentation:
+                out.write(args.separator.join(result) + '\n')
+            else:
+                out.writelines(f'{e["start"]}\t{e["end"]}\t{e["type"]}\t{e["text"]}\n'
+                               for e in result)
+                out.write('\n')
+        out.flush()
+    except BrokenPipeError:                # | head: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return results
 
 

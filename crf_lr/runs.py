@@ -43,6 +43,11 @@ RESUMABLE_CHANGES = ('epochs', 'output', 'overwrite', 'data_dir', 'verbose', 'st
                      'stop_epochs')
 
 
+def _shown(value):
+    """An argument's value in a message: None (the default chosen at run time) as 'not given'."""
+    return 'not given' if value is None else repr(value)
+
+
 class RunLog:
     """The output folder of a run and its resumable record.
 
@@ -92,9 +97,10 @@ class RunLog:
                              if k not in RESUMABLE_CHANGES and previous.get(k) != self.config.get(k))
             if changed:
                 raise SystemExit(
-                    f'{output} holds a run with other arguments ('
-                    + ', '.join(f'{k}: {previous.get(k)!r} there, {self.config.get(k)!r} now'
-                                for k in changed)
+                    f'{output} holds a trained run (its epochs or model) made with other '
+                    'arguments (' + ', '.join(f'{k}: {_shown(previous.get(k))} there, '
+                                              f'{_shown(self.config.get(k))} now'
+                                              for k in changed)
                     + '); choose another --output, or pass --overwrite to discard it')
         if self.records and not os.path.exists(self.checkpoint_prefix + '.index'):
             self.records = []     # a log without its checkpoint cannot be resumed: start afresh
@@ -105,10 +111,15 @@ class RunLog:
                       ensure_ascii=False, indent=1)
         self._rewrite_log()
 
+    def model_line(self):
+        """The line that ends a run: where its model is and how to predict with it."""
+        return (f'model saved in {self.model_dir}: python -m crf_lr.predict {self.model_dir} '
+                f'your_text.txt')
+
     def _holds_work(self):
-        """True where the folder holds something a run finished: a checkpointed epoch, a saved
-        model or results (a run that stopped before training left only its run.json)."""
-        return (os.path.exists(self.checkpoint_prefix + '.index') or os.path.exists(self.results_path)
+        """True where the folder holds something a run finished: a checkpointed epoch or a saved
+        model (a run stopped before its first epoch left only its run.json and results.json)."""
+        return (os.path.exists(self.checkpoint_prefix + '.index')
                 or (os.path.isdir(self.model_dir) and bool(os.listdir(self.model_dir))))
 
     def _read_log(self):
@@ -325,7 +336,7 @@ def plateaued(values, min_gain, epochs=2):
 
 
 def fit(model, run, batches_for_epoch, evaluate, epochs, metric, save_best, extra=None,
-        final_test=None, progress=True, stop_gain=None, stop_epochs=2):
+        final_test=None, progress=True, stop_gain=None, stop_epochs=2, announce=True):
     """Train epoch by epoch; after each, evaluate, log, keep the best model and checkpoint.
 
     Resumable: the epochs ``run`` has finished are skipped after restoring the model and
@@ -348,6 +359,8 @@ def fit(model, run, batches_for_epoch, evaluate, epochs, metric, save_best, extr
             one line per epoch stands alone).
         stop_gain: stop before ``epochs`` once the best ``metric`` has risen by less than this
             over the last ``stop_epochs`` epochs (:func:`plateaued`); None: run every epoch.
+        announce: end with :meth:`RunLog.model_line` (False: the caller prints it when it is
+            done with the model).
     Returns:
         the results dict written to ``results.json``.
 
@@ -400,9 +413,8 @@ def fit(model, run, batches_for_epoch, evaluate, epochs, metric, save_best, extr
         if test is not None:
             print(f'selected epoch {results["best_epoch"]} ({metric} {results["best"]:.4f}); '
                   f'test F1 {test["f1"]:.4f}, scored once with the selected model')
-    if os.path.isdir(run.model_dir):
-        print(f'model saved in {run.model_dir}: python -m crf_lr.predict {run.model_dir} '
-              f'your_text.txt')
+    if announce and os.path.isdir(run.model_dir):
+        print(run.model_line())
     return results
 
 

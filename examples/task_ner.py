@@ -146,7 +146,8 @@ def main(argv=None):
     results = fit(model, run, lambda epoch: epoch_batches(samples, args.batch_size, args.seed,
                                                           epoch, head),
                   evaluate, args.epochs, 'dev_f1', lambda: tagger.save(run.model_dir), extra,
-                  final_test=final_test, stop_gain=args.stop_gain, stop_epochs=args.stop_epochs)
+                  final_test=final_test, stop_gain=args.stop_gain, stop_epochs=args.stop_epochs,
+                  announce=False)
 
     # ---- calibration: a temperature for the confidences, fitted on dev, saved with the model ----
     selected = Tagger.load(run.model_dir)
@@ -165,8 +166,10 @@ def main(argv=None):
                   f'{report[split]["after"]["ece"]:.4f} at temperature {report["temperature"]}')
     standard = ('command', 'machine', 'config', 'metric', 'epochs', 'best_epoch', 'best',
                 'first_epoch')
-    return run.write_results('dev_f1', **{k: v for k, v in results.items() if k not in standard},
-                             calibration=report)
+    written = run.write_results('dev_f1', **{k: v for k, v in results.items() if k not in standard},
+                                calibration=report)
+    print(run.model_line())
+    return written
 
 
 if __name__ == '__main__':

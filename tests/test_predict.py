@@ -393,6 +393,8 @@ def test_calibrate_fits_a_temperature_that_lowers_the_nll_and_travels_with_the_m
                                              'rose', '3.5', '%', '.']),
     ("J. Smith of AT&T met O'Neil in New-York", ['J.', 'Smith', 'of', 'AT&T', 'met', "O'Neil",
                                                  'in', 'New-York']),
+    ("Mr. Smith's 1,200 shares in Acme Inc. on Jan. 5", ['Mr.', 'Smith', "'s", '1,200', 'shares',
+                                                       'in', 'Acme', 'Inc.', 'on', 'Jan.', '5']),
 ])
 def test_english_lines_split_punctuation_off_as_conll_writes_it(line, words):
     """An entity's text and offsets then stop at the word (``Berlin``, not ``Berlin.``)."""
@@ -412,3 +414,15 @@ def test_a_labelled_corpus_given_as_text_is_named(saved, tmp_path, capsys):
     assert (f'{corpus} is a labelled corpus (format char-bio), not raw text: predict reads one '
             'sentence a line; to score a labelled file, pass it to the task script as '
             '--test-file') in capsys.readouterr().err
+
+
+def test_predict_piped_into_a_reader_that_stops_ends_quietly(saved, tmp_path):
+    """``python -m crf_lr.predict MODEL FILE | head -1``: no BrokenPipeError traceback."""
+    import subprocess
+    import sys
+    text = tmp_path / 'text.txt'
+    text.write_text('张三去北京工作\n' * 4000, encoding='utf-8')     # > a pipe's buffer
+    shell = subprocess.run(f'{sys.executable} -m crf_lr.predict {saved["ner"]} {text} '
+                           '--format json | head -1',
+                           shell=True, capture_output=True, text=True, timeout=300)
+    assert shell.stdout and 'Traceback' not in shell.stderr and 'BrokenPipe' not in shell.stderr

@@ -266,10 +266,14 @@ def test_train_steps_trace_the_crf_without_xla_unless_asked(monkeypatch):
 
 
 def test_a_run_that_stopped_before_training_does_not_block_its_folder(tmp_path):
-    """Other arguments are refused only where the folder holds finished work (here: results)."""
+    """Other arguments are refused only where the folder holds finished work (here: a model),
+    not results.json alone (written before the first epoch)."""
     RunLog(str(tmp_path / 'run'), dict(encoder='minilm-en'), argv=[], program='test.py')
-    RunLog(str(tmp_path / 'run'), dict(encoder='albert-tiny-zh'), argv=[], program='test.py')
-    (tmp_path / 'run' / 'results.json').write_text('{}', encoding='utf-8')
-    with pytest.raises(SystemExit, match="holds a run with other arguments \\(encoder: "
-                                         "'albert-tiny-zh' there, 'minilm-en' now\\)"):
+    (tmp_path / 'run' / 'results.json').write_text('{"epochs": []}', encoding='utf-8')
+    RunLog(str(tmp_path / 'run'), dict(encoder=None), argv=[], program='test.py')
+    (tmp_path / 'run' / 'model').mkdir()
+    (tmp_path / 'run' / 'model' / 'model.h5').write_text('', encoding='utf-8')
+    with pytest.raises(SystemExit, match=r"holds a trained run \(its epochs or model\) made with "
+                                         r"other arguments \(encoder: not given there, "
+                                         r"'minilm-en' now\)"):
         RunLog(str(tmp_path / 'run'), dict(encoder='minilm-en'), argv=[], program='test.py')

@@ -144,3 +144,12 @@ def test_a_dev_file_in_another_scheme_of_the_same_kind_reads_in_its_own(tmp_path
             for dev in ('char-bio', 'char-bioes', 'char-bmes')}
     spans = [[e.spans for e in examples] for examples in data.values()]
     assert spans[0] == spans[1] == spans[2] and any(spans[0])
+
+
+def test_raw_text_with_a_spaced_line_is_not_taken_for_segmented_text(tmp_path):
+    raw = tmp_path / 'raw.txt'
+    raw.write_text('张三昨天去北京大学看望李四。\n苹果公司发布了 iPhone 15 新手机\n王五在上海市工作\n',
+                   encoding='utf-8')
+    with pytest.raises(datasets.DataFormatError, match=f'^{raw}:1: raw text\\? no line ends with '
+                                                       'a tag, and most lines hold one word'):
+        datasets.read_corpus(str(raw))
