@@ -1059,8 +1059,10 @@ def _untagged(path, lines, ask):
                                             f'word-position tag (B, M, I, E or S) like '
                                             f'{100 * sum(positions) // len(positions)}% of the '
                                             f'lines, got {echo(line)}')
-    if all(len(fields) > 1 for _, _, fields in lines) and all(
-            _TAG_FIELD.fullmatch(_normal_tag(fields[0])) for _, _, fields in lines):
+    if all(len(fields) > 1 for _, _, fields in lines) and (
+            all(_TAG_FIELD.fullmatch(_normal_tag(fields[0])) for _, _, fields in lines)
+            or all(len(fields) == 2 and len(fields[1]) == 1
+                   and _WORD_POSITION_TAG.fullmatch(fields[0]) for _, _, fields in lines)):
         number, line, _ = lines[0]
         raise DataFormatError(path, number, f'the tag stands first ({echo(line)}): put each '
                                             "line's tag last, after its word or character")

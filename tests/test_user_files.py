@@ -305,6 +305,7 @@ def test_a_space_character_and_its_tag(tmp_path):
     ('张 B-PER\n三 B_PER\n', 2, "'B_PER' is not a tag"),
     ('张 B-PER\n去 0\n', 2, "'0' is not a tag"),
     ('B-PER 张\nI-PER 三\nO 去\n', 1, "the tag stands first \\('B-PER 张'\\): put each line's tag last"),
+    ('B 中\nE 国\nS 人\n', 1, "the tag stands first \\('B 中'\\): put each line's tag last"),
     ('张 B-PER\n' * 12 + 'e\u0301 O\n', 13, "expected one character, spaces or tabs and a tag like "
                                           "92% of the lines, got 'e\u0301 O'"),
     ('{"text": "张三", "label": {"name": {"张三": [[0, 1]]}}},\n', 1,
