@@ -159,20 +159,24 @@ def read_text(path):
         raise DataFormatError(path, None, 'no such file')
     with open(path, 'rb') as f:
         data = f.read()
-    if data[:4] in (b'\xff\xfe\x00\x00', b'\x00\x00\xfe\xff') or data[:2] in (b'\xff\xfe',
-                                                                                b'\xfe\xff'):
+    wide = next((encoding for mark, encoding in _WIDE_BOMS if data.startswith(mark)), None)
+    if wide:
         try:
-            return data.decode('utf-32' if data[:4] in (b'\xff\xfe\x00\x00', b'\x00\x00\xfe\xff')
-                               else 'utf-16')
+            return data.decode(wide)
         except UnicodeDecodeError:
-            raise DataFormatError(path, None, 'opens with a UTF-16 byte-order mark but is not '
-                                              'UTF-16: save it as UTF-8') from None
+            raise DataFormatError(path, None, f'opens with a {wide.upper()} byte-order mark but is '
+                                              f'not {wide.upper()}: save it as UTF-8') from None
     try:
         return data.decode('utf-8-sig')
     except UnicodeDecodeError as error:
         line = data.count(b'\n', 0, error.start) + 1
         raise DataFormatError(path, line, f'not UTF-8: {data[error.start:error.start + 2]!r} '
                                           f'cannot be decoded{_encoding_hint(path, data)}') from None
+
+
+# byte-order marks of the wide encodings, UTF-32's first (UTF-16 LE's mark begins UTF-32 LE's)
+_WIDE_BOMS = ((b'\xff\xfe\x00\x00', 'utf-32'), (b'\x00\x00\xfe\xff', 'utf-32'),
+              (b'\xff\xfe', 'utf-16'), (b'\xfe\xff', 'utf-16'))
 
 
 def _encoding_hint(path, data):
@@ -455,8 +459,8 @@ def _checked(tags, first_line, path, scheme, repair, notes=()):
 
 def _char_and_tag(line, sep=None, marks=False):
     """``(character, tag)`` of a ``char<sep>tag`` line, or None when the line is not one. ``sep``:
-    the separator (a run of it), or None for any run of spaces and tabs; whitespace after the tag
-    is ignored. The character may itself be a space (``'  O'``). With ``marks`` the character
+    the separator (a run of it), or None for any run of spaces, tabs, U+3000 and no-break
+    spaces; whitespace after the tag is ignored. The character may itself be a space (``'  O'``). With ``marks`` the character
     carries a word-position number (``科0<sep>O``), which is dropped."""
     pattern = _MARKED_LINE if marks else _CHAR_LINE
     found = pattern[sep].fullmatch(line.rstrip())
@@ -776,16 +780,16 @@ def read_conll(path, types=None, repair=False):
     lines = [(number, '' if line and _document_start(line) else line)    # a document ends one
              for number, line in _lines(path)] + [(None, '')]
     tabbed = 2 * sum('\t' in line for _, line in lines) > sum(bool(line) for _, line in lines)
-    counts = Counter(len(_columns(line, tabbed)) for _, line in lines if line)
+    lines = [(number, line, line and _columns(line, tabbed)) for number, line in lines]
+    counts = Counter(len(fields) for _, line, fields in lines if line)
     columns = counts.most_common(1)[0][0] if counts else 2
     sentences, words, tags, first_line = [], [], [], 0
-    for number, line in lines:
+    for number, line, fields in lines:
         if not line:
             if words:
                 sentences.append((words, tags, first_line))
                 words, tags = [], []
             continue
-        fields = _columns(line, tabbed)
         if len(fields) != columns or columns < 2:
             raise DataFormatError(path, number, f'expected {max(columns, 2)} columns (word ... tag) '
                                                 f'like most lines, got {len(fields)}: {echo(line)}')

@@ -90,7 +90,10 @@ class RunLog:
                 shutil.rmtree(folder, ignore_errors=True)
         os.makedirs(output, exist_ok=True)
         self.records = self._read_log()
-        if os.path.exists(self.run_path) and self._holds_work():
+        checkpointed = os.path.exists(self.checkpoint_prefix + '.index')
+        saved = os.path.isdir(self.model_dir) and bool(os.listdir(self.model_dir))
+        # a run stopped before its first epoch leaves neither: its arguments may change
+        if os.path.exists(self.run_path) and (checkpointed or saved):
             with open(self.run_path, encoding='utf-8') as f:
                 previous = json.load(f)['config']
             changed = sorted(k for k in set(previous) | set(self.config)
@@ -102,7 +105,7 @@ class RunLog:
                                               f'{_shown(self.config.get(k))} now'
                                               for k in changed)
                     + '); choose another --output, or pass --overwrite to discard it')
-        if self.records and not os.path.exists(self.checkpoint_prefix + '.index'):
+        if self.records and not checkpointed:
             self.records = []     # a log without its checkpoint cannot be resumed: start afresh
         self.started = time.time()
         self.command = command_line(argv, program)
@@ -115,12 +118,6 @@ class RunLog:
         """The line that ends a run: where its model is and how to predict with it."""
         return (f'model saved in {self.model_dir}: python -m crf_lr.predict {self.model_dir} '
                 f'your_text.txt')
-
-    def _holds_work(self):
-        """True where the folder holds something a run finished: a checkpointed epoch or a saved
-        model (a run stopped before its first epoch left only its run.json and results.json)."""
-        return (os.path.exists(self.checkpoint_prefix + '.index')
-                or (os.path.isdir(self.model_dir) and bool(os.listdir(self.model_dir))))
 
     def _read_log(self):
         if not os.path.exists(self.log_path):

@@ -8,8 +8,9 @@
 Endpoints: ``POST /v1/predict`` ``{"texts": [str, ...]}`` -> ``{"results": [...]}``, per text
 ``{"entities": [{"start", "end", "type", "text", "confidence"}], "path_probability": p}``
 (character offsets, end exclusive; what ``crf_lr.predict.predict_records`` gives but the text) or
-``{"words": [...], "confidences": [...], "path_probability": p}`` for a segmentation model; ``GET /v1/model`` the model card; ``GET /v1/transitions`` a CRF's
-transition matrix and the scheme's allowed moves; ``GET /healthz``; ``GET /`` the page.
+``{"words": [...], "confidences": [...], "path_probability": p}`` for a segmentation model;
+``GET /v1/model`` the model card; ``GET /v1/transitions`` a CRF's transition matrix and the
+scheme's allowed moves; ``GET /healthz``; ``GET /`` the page.
 
 Requests that arrive while the model runs, or within ``--batch-wait-ms`` of the first, are run
 as one padded batch of at most ``--max-batch`` texts (``--max-batch 1``: one request, one batch).
