@@ -53,14 +53,14 @@ def constrained_parameters(transitions, start=None, end=None, allowed_transition
         >>> T, s, e = constrained_parameters(crf.trans, allowed_transitions=allowed)
         >>> T[~allowed].max()          # -10000.0
     """
-    transitions = np.asarray(transitions, dtype=np.float64)
+    transitions = np.array(transitions, dtype=np.float64)          # a copy: set below
     if transitions.ndim != 2 or transitions.shape[0] != transitions.shape[1]:
         raise ValueError(f'transitions must be a square (num_labels, num_labels) matrix, '
                          f'got shape {transitions.shape}')
     num_labels = transitions.shape[0]
     vectors = []
     for name, vector in (('start', start), ('end', end)):
-        vector = np.zeros(num_labels) if vector is None else np.asarray(vector, dtype=np.float64)
+        vector = np.zeros(num_labels) if vector is None else np.array(vector, dtype=np.float64)
         if vector.shape != (num_labels,):
             raise ValueError(f'{name} must have shape ({num_labels},), got {vector.shape}')
         vectors.append(vector)
@@ -70,7 +70,7 @@ def constrained_parameters(transitions, start=None, end=None, allowed_transition
                                   (end, allowed_ends, 'allowed_ends')):
         allowed = _check_mask_array(allowed, scores.shape, name)
         if allowed is not None:
-            scores[~allowed] = DISALLOWED_SCORE     # the arrays above are fresh float64 copies
+            scores[~allowed] = DISALLOWED_SCORE     # on the copies: the caller's arrays stay
     return transitions, start, end
 
 

@@ -135,6 +135,17 @@ def test_constrained_paths_are_legal():
             assert case['allowed_transitions'][path[:-1], path[1:]].all()
 
 
+def test_constraints_leave_the_caller_s_arrays_unchanged():
+    """The constraints apply to copies: float64 transitions, start and end scores passed in are
+    not set to -1e4 where disallowed (they were, in place, before 2026-11-26)."""
+    rng = np.random.default_rng(2)
+    case = random_case(rng, 3, 4, 4, boundary=True, constrained=True)
+    before = {name: case[name].copy() for name in ('emissions', 'transitions', 'start', 'end')}
+    viterbi_decode(**case)
+    for name, array in before.items():
+        np.testing.assert_array_equal(case[name], array, err_msg=name)
+
+
 def test_mask_lengths_and_no_padding_information_agree():
     rng = np.random.default_rng(2)
     case = random_case(rng, 6, 7, 3, boundary=True)
