@@ -7,7 +7,9 @@ Two cases, each checked before it is timed:
   NumPy Viterbi; NumPy forward-backward marginals (``crf_lr.posteriors.Posteriors``); the
   probability of every decoded entity and path (forward-backward + one span message per entity);
   in-graph marginals (``crf_marginals``, XLA); and the CRF head's whole ``decode`` with and
-  without confidences;
+  without confidences, of the same scores read as characters (one piece each) and as words
+  of 1-3 pieces (a word's tag read off its pieces: the entity probabilities run a forward pass
+  through each entity);
 - prediction: ``Tagger.decode(Tagger.run(texts))`` of 32 texts of 126 characters (n = 128 with
   [CLS] and [SEP]) on ALBERT-tiny (4 layers, random weights: only time is measured) with a CRF
   head, with confidences and without (``confidences=False``). Target: at most 1.5x.
@@ -22,10 +24,17 @@ BATCH, N, TYPES = 32, 128, ['LOC', 'ORG', 'PER']
 TARGET = 1.5
 
 
-def _windows(scores):
-    """One :class:`~crf_lr.heads.Window` per row of ``scores`` (B, n, L): one piece per unit."""
+def _windows(scores, rng=None):
+    """One :class:`~crf_lr.heads.Window` per row of ``scores`` (B, n, L): one piece per unit,
+    or (``rng``) units of 1, 2 or 3 pieces, as WordPiece cuts English words."""
     from crf_lr.heads import Window
-    return [Window(0, 'x' * len(row), list(range(len(row) + 1)), row) for row in scores]
+    windows = []
+    for row in scores:
+        counts = [1] * len(row) if rng is None else rng.choice([1, 1, 1, 2, 3], size=len(row))
+        starts = np.concatenate([[0], np.cumsum(counts)])
+        starts = np.append(starts[starts < len(row)], len(row))
+        windows.append(Window(0, ['w'] * (len(starts) - 1), starts.tolist(), row))
+    return windows
 
 
 def decoding_case(tf, rounds, seed=0):
@@ -62,7 +71,7 @@ def decoding_case(tf, rounds, seed=0):
                          for p in (transitions, np.where(starts, 0.0, -1e4),
                                    np.where(ends, 0.0, -1e4)))
     head.crf = Fixed()
-    windows = _windows(emissions)
+    windows, words = _windows(emissions), _windows(emissions, rng)
     paths = viterbi_decode(emissions, **parameters)
     graph_inputs = [x.astype('float32') for x in (emissions, mask, constrained,
                                                   np.where(starts, 0.0, -1e4),
@@ -79,14 +88,21 @@ def decoding_case(tf, rounds, seed=0):
         'entity + path probabilities (NumPy)': entity_probabilities,
         'marginals (in-graph, XLA)': lambda: crf_marginals(*graph_inputs).numpy(),
         'CRFHead.decode without confidences': lambda: head.decode(windows, confidences=False),
-        'CRFHead.decode with confidences': lambda: head.decode(windows)}
+        'CRFHead.decode with confidences': lambda: head.decode(windows),
+        'CRFHead.decode of words without confidences':
+            lambda: head.decode(words, confidences=False),
+        'CRFHead.decode of words with confidences': lambda: head.decode(words)}
     timings = interleaved(calls, rounds=rounds)
     return {'name': 'confidence_decoding',
-            'shape': {'batch': BATCH, 'n': N, 'labels': len(labels), 'entities': entities},
+            'shape': {'batch': BATCH, 'n': N, 'labels': len(labels), 'entities': entities,
+                      'word_entities': sum(len(d.spans) for d in head.decode(words))},
             'timings': timings,
             'ratios': {'decode with / without confidences': ratio_summary(
                 timings, 'CRFHead.decode with confidences',
-                'CRFHead.decode without confidences')}}
+                'CRFHead.decode without confidences'),
+                'decode of words with / without confidences': ratio_summary(
+                timings, 'CRFHead.decode of words with confidences',
+                'CRFHead.decode of words without confidences')}}
 
 
 def prediction_case(keras, rounds, seed=0):
@@ -128,7 +144,9 @@ def report(cases, ranged, ratio_cell, markdown_table):
                  f"Prediction with confidence (ALBERT-tiny, {shape['layers']} layers)")
         out += [f"### {title}: batch {shape['batch']}, n = {shape['n']}"
                 f"{', ' + str(shape['labels']) + ' labels' if 'labels' in shape else ''}, "
-                f"{shape['entities']} entities", '',
+                f"{shape['entities']} entities"
+                + (f" ({shape['word_entities']} as words)" if 'word_entities' in shape else ''),
+                '',
                 markdown_table(['what', 'ms [min–max]', 'load'],
                                [[name, ranged(t), t['load_before']]
                                 for name, t in case['timings'].items()]), '',

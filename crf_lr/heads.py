@@ -23,7 +23,7 @@ from crf_lr.crf import ConditionalRandomField
 from crf_lr.global_pointer import EfficientGlobalPointer, GlobalPointer
 from crf_lr.losses import sparse_global_pointer_crossentropy, sparse_global_pointer_f1
 from crf_lr.pieces import piece_spans_to_unit_spans, unit_spans_to_piece_spans
-from crf_lr.posteriors import PositionProbabilities, Posteriors, span_events
+from crf_lr.posteriors import Posteriors, span_events, unit_reading
 from crf_lr.serialization import register
 from crf_lr.spans import decode_spans, non_overlapping, pad_sparse_targets, sparse_targets
 from crf_lr.tagging import get_scheme
@@ -241,17 +241,20 @@ class TagHead(Head):
         default the CRF that Viterbi decodes: ``p(path) ~ exp(score / temperature)``."""
         return Posteriors(scores, lengths=lengths, temperature=self.temperature, **parameters)
 
-    def _span_confidences(self, posteriors, spans, paths):
-        """Confidence of each entity ``(row, begin, stop, kind)`` (over pieces ``begin..stop-1``
-        of row ``row``; ``paths``: the rows' Viterbi paths): by default the exact probability
-        under the CRF (at ``temperature``) that these pieces hold exactly this entity, whatever
-        the rest of the text (``crf_lr.posteriors``)."""
+    def _span_confidences(self, posteriors, spans, starts):
+        """Confidence of each entity ``(row, begin, stop, kind)`` (over units ``begin..stop-1``
+        of row ``row``, whose pieces start at ``starts[row]``): the exact probability under
+        :meth:`_posteriors` (at ``temperature``) that the units read as exactly this entity,
+        whatever the rest of the text; a unit reads its label off its pieces as :meth:`_read`
+        does (``crf_lr.posteriors``)."""
         if not spans:
             return []
         rows, begins, stops, _ = zip(*spans)
-        events = [span_events(self.scheme, self.labels, kind, stop - begin)
+        labels = self.labels
+        events = [span_events(self.scheme, labels, kind, stop - begin)
                   for _, begin, stop, kind in spans]
-        return posteriors.span_probabilities(rows, begins, stops, events).tolist()
+        return posteriors.span_probabilities(rows, begins, stops, events, starts,
+                                             unit_reading(self.scheme, labels)).tolist()
 
     def decode(self, windows, constrain=True, marginals=False, confidences=True):
         """:class:`Decoded` of each window; all windows decoded together (batched Viterbi).
@@ -259,7 +262,8 @@ class TagHead(Head):
         Args:
             windows: list of :class:`Window` with ``output`` from :meth:`window_output`.
             constrain: forbid the scheme's impossible transitions, starts and ends.
-            marginals: also return each unit's label probabilities (its first piece's).
+            marginals: also return each unit's label probabilities (of the label read off its
+                pieces).
             confidences: compute each span's confidence and the path probability (False:
                 both None, and no forward-backward pass).
         """
@@ -295,7 +299,8 @@ class TagHead(Head):
 
     def _read(self, window, path):
         """The :class:`Decoded` of one window from its Viterbi ``path`` (no confidences yet)."""
-        tags = [self.labels[i] for i in path]
+        labels = self.labels
+        tags = [labels[i] for i in path]
         if self.label_pieces == 'all':
             word_index = np.repeat(np.arange(len(window.units)), np.diff(window.starts))
             tags = self.scheme.collect(word_index, tags, len(window.units))
@@ -305,17 +310,16 @@ class TagHead(Head):
         """Fill in the confidences, path probabilities and (``marginals``) unit marginals of
         the :class:`Decoded` of one batch of windows."""
         starts = [self._row_starts(window) for window in windows]
-        spans = [(row, starts[row][s], starts[row][e], kind)
+        spans = [(row, s, e, kind)
                  for row, reading in enumerate(readings) for s, e, kind in reading.spans]
-        found = iter(self._span_confidences(posteriors, spans, paths))
-        probabilities = posteriors.marginals() if marginals else None
+        found = iter(self._span_confidences(posteriors, spans, starts))
+        units = (posteriors.unit_marginals(starts, unit_reading(self.scheme, self.labels))
+                 if marginals else None)
         for row, (reading, path) in enumerate(zip(readings, paths)):
             reading.confidences = [next(found) for _ in reading.spans]
             reading.path_probability = posteriors.path_probability(row, path)
             if marginals:
-                first = np.minimum(starts[row][:-1], max(len(path) - 1, 0))
-                has_pieces = np.diff(starts[row]) > 0
-                reading.marginals = np.where(has_pieces[:, None], probabilities[row, first], 0.0)
+                reading.marginals = units[row]
 
 
 class CRFHead(TagHead):
@@ -388,13 +392,10 @@ class SoftmaxHead(TagHead):
                 np.zeros((len(self.labels),) * 2), None, None)
 
     def _posteriors(self, scores, lengths, parameters):
-        return PositionProbabilities(scores, lengths, self.temperature)
-
-    def _span_confidences(self, posteriors, spans, paths):
-        """The product of the per-piece probabilities of each span's decoded tags (the softmax
-        scores each piece alone; at ``temperature``)."""
-        return [posteriors.labels_probability(row, begin, paths[row][begin:stop])
-                for row, begin, stop, _ in spans]
+        """Independent positions: ``Posteriors`` of the log-probabilities with zero transitions
+        and no constraints, so a path's probability is the product of its tags' probabilities."""
+        return Posteriors(scores, parameters['transitions'], lengths=lengths,
+                          temperature=self.temperature)
 
 
 # ---------------------------------------------------------------------------------------------

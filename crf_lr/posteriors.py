@@ -9,9 +9,13 @@ log space and float64, and answers every question from its messages:
 - ``log_beta[b, t, j]``: log-sum of the scores of all suffixes after ``t`` given ``y_t = j``
   (the end score included);
 - ``marginals()``: ``p(y_t = j) = exp(log_alpha + log_beta - log Z)``, zero on padding rows;
-- ``span_probability``: the probability that positions ``begin..stop-1`` carry exactly one
+- ``span_probability``: the probability that units ``begin..stop-1`` carry exactly one
   :class:`SpanEvent`'s labels with an allowed label (or the sequence's edge) on either side:
-  a forward message into the span, the span's own score, a backward message out of it.
+  a forward message into the span, a forward pass through it, a backward message out of it.
+  A unit is one position by default; given ``unit_starts`` it is a run of positions (a word's
+  WordPieces) whose label is read off its first and last positions' labels (``reading``, see
+  :func:`unit_reading`), the positions between them free: the probability of what the heads
+  read, not of one labelling of every piece.
 
 :func:`span_events` turns a tagging scheme's reading of a span into such events, asking only
 the scheme's ``encode`` and ``decode``, so every scheme of ``crf_lr.tagging`` works alike
@@ -21,6 +25,9 @@ the scheme's ``encode`` and ``decode``, so every scheme of ``crf_lr.tagging`` wo
     >>> posteriors.marginals().shape                                   # (2, n, L)
     >>> events = span_events(get_scheme('BIO'), labels, 'PER', 2)
     >>> posteriors.span_probability(0, 1, 3, events)                   # p(tokens 1-2 are a PER)
+    >>> word = span_events(get_scheme('BIO'), labels, 'PER', 1)       # words of 1, 2, 2 pieces:
+    >>> posteriors.span_probability(0, 1, 2, word, unit_starts=[0, 1, 3, 5],
+    ...                             reading=unit_reading(get_scheme('BIO'), labels))
 """
 import dataclasses
 import functools
@@ -28,12 +35,6 @@ import functools
 import numpy as np
 
 from crf_lr.viterbi import DISALLOWED_SCORE, checked_chain
-
-
-def _logsumexp(x, axis):
-    """``log(sum(exp(x)))`` over ``axis``, stable for any finite scores."""
-    peak = x.max(axis=axis, keepdims=True)
-    return np.squeeze(peak, axis) + np.log(np.exp(x - peak).sum(axis=axis))
 
 
 class Posteriors:
@@ -84,12 +85,13 @@ class Posteriors:
             return log_alpha, log_beta
         log_alpha[:, 0] = self.start + emissions[:, 0]
         for t in range(1, n):
-            moved = _logsumexp(log_alpha[:, t - 1, :, None] + trans, axis=1) + emissions[:, t]
+            moved = _log_product(log_alpha[:, t - 1], trans) + emissions[:, t]
             log_alpha[:, t] = np.where((t < self.lengths)[:, None], moved, log_alpha[:, t - 1])
         log_beta[:, n - 1] = self.end
+        backward = trans.T
         for t in range(n - 2, -1, -1):
             # beta_t(i) = logsumexp_j trans[i, j] + emissions[t + 1, j] + beta_{t+1}(j)
-            moved = _logsumexp(trans + (emissions[:, t + 1] + log_beta[:, t + 1])[:, None], axis=2)
+            moved = _log_product(emissions[:, t + 1] + log_beta[:, t + 1], backward)
             log_beta[:, t] = np.where((t + 1 < self.lengths)[:, None], moved, self.end)
         return log_alpha, log_beta
 
@@ -101,6 +103,35 @@ class Posteriors:
         log_p = self.log_alpha + self.log_beta - self.log_z[:, None, None]
         live = np.arange(self.emissions.shape[1]) < self.lengths[:, None]
         return np.where(live[..., None], np.exp(np.minimum(log_p, 0)), 0.0)
+
+    def unit_marginals(self, unit_starts=None, reading=None):
+        """``p(unit u reads label j)`` of every sequence: a list (batch,) of float64 (units, L).
+
+        A unit of one position takes its position's marginals, and so does every unit when
+        ``reading`` reads the first position alone (BIO); a longer unit read off its first and
+        last positions (BIOES) is summed over both with :meth:`span_probabilities`' forward
+        pass. Arguments as in :meth:`span_probabilities`.
+
+            >>> posteriors.unit_marginals([[0, 1, 3]], unit_reading(get_scheme('BIOES'), labels))
+        """
+        starts, units, _ = self._unit_table(unit_starts)
+        marginals = self.marginals()
+        result = [marginals[row, starts[row, :count]] for row, count in enumerate(units)]
+        num_labels = self.emissions.shape[2]
+        if reading is None or (np.asarray(reading) == np.arange(num_labels)[:, None]).all():
+            return result
+        long = [(row, unit) for row, count in enumerate(units)
+                for unit in np.nonzero(np.diff(starts[row, :count + 1]) > 1)[0]]
+        if long:
+            anything = np.ones(num_labels, dtype=bool)
+            each_label = [[SpanEvent((label,), anything, anything, True, True)]
+                          for label in range(num_labels)]
+            rows, begins = (np.repeat(column, num_labels) for column in zip(*long))
+            found = self.span_probabilities(rows, begins, begins + 1, each_label * len(long),
+                                            unit_starts, reading).reshape(len(long), num_labels)
+            for (row, unit), probabilities in zip(long, found):
+                result[row][unit] = probabilities
+        return result
 
     def path_log_score(self, row, path):
         """Score ``s(path)`` of the label ids ``path`` (length ``lengths[row]``) of row ``row``."""
@@ -117,45 +148,91 @@ class Posteriors:
         """``exp(s(path) - log Z)`` of sequence ``row`` (1 for an empty sequence)."""
         return float(np.exp(min(self.path_log_score(row, path) - self.log_z[row], 0.0)))
 
-    def span_probability(self, row, begin, stop, events):
-        """Probability that positions ``begin..stop-1`` of sequence ``row`` hold one of ``events``.
+    def span_probability(self, row, begin, stop, events, unit_starts=None, reading=None):
+        """Probability that units ``begin..stop-1`` of sequence ``row`` hold one of ``events``.
 
         Args:
-            row: int; begin, stop: the span, ``0 <= begin < stop <= lengths[row]``.
+            row: int; begin, stop: the span of units, ``0 <= begin < stop <= units``.
             events: list of :class:`SpanEvent` of length ``stop - begin`` (disjoint: their label
                 sequences differ), e.g. from :func:`span_events`.
+            unit_starts: ints (units + 1,): where each unit's positions start, from 0 to
+                ``lengths[row]`` (default: one position per unit).
+            reading: int array (L, L): the label read for a unit whose first position holds
+                label ``a`` and last one label ``b`` (default: ``a``), e.g. :func:`unit_reading`.
         Returns:
             float in [0, 1].
         """
-        return float(self.span_probabilities([row], [begin], [stop], [events])[0])
+        starts = None
+        if unit_starts is not None:
+            starts = [None] * len(self.lengths)
+            starts[row] = unit_starts
+        return float(self.span_probabilities([row], [begin], [stop], [events], starts,
+                                             reading)[0])
 
-    def span_probabilities(self, rows, begins, stops, events):
+    def span_probabilities(self, rows, begins, stops, events, unit_starts=None, reading=None):
         """:meth:`span_probability` of many spans at once (vectorised over spans and events).
 
         Args:
-            rows, begins, stops: ints (S,); events: list (S,) of lists of :class:`SpanEvent`.
+            rows, begins, stops: ints (S,); events: list (S,) of lists of :class:`SpanEvent`;
+            unit_starts: None or a list (batch,) of each sequence's unit starts (None: one
+                position per unit); reading: as in :meth:`span_probability`.
         Returns:
             float64 array (S,).
         """
         rows, begins, stops = (np.asarray(x, dtype=np.intp).reshape(-1)
                                for x in (rows, begins, stops))
-        lengths = self.lengths[rows]
-        bad = ~((0 <= begins) & (begins < stops) & (stops <= lengths))
+        starts, units, several = self._unit_table(unit_starts)
+        bad = ~((0 <= begins) & (begins < stops) & (stops <= units[rows]))
         if bad.any():
             k = int(np.nonzero(bad)[0][0])
             raise ValueError(f'span ({begins[k]}, {stops[k]}) outside the sequence of length '
-                             f'{lengths[k]}')
+                             f'{units[rows[k]]}')
+        # spans whose units and neighbours are one position each take the closed form
+        low, high = np.maximum(begins - 1, 0), np.minimum(stops, units[rows] - 1) + 1
+        plain = several[rows, high] == several[rows, low]
+        num_labels = self.emissions.shape[2]
+        reading = (np.repeat(np.arange(num_labels)[:, None], num_labels, axis=1)
+                   if reading is None else np.asarray(reading))
         flat = [(k, event) for k, found in enumerate(events) for event in found]
         result = np.full(len(rows), -np.inf)
-        if flat:
-            owner = np.array([k for k, _ in flat])
-            terms = self._event_log_scores(rows[owner], begins[owner], stops[owner],
-                                           [event for _, event in flat])
-            np.logaddexp.at(result, owner, terms)
+        closed_form = [(k, event) for k, event in flat if plain[k]]
+        if closed_form:
+            owner = np.array([k for k, _ in closed_form])
+            np.logaddexp.at(result, owner, self._event_log_scores(
+                rows[owner], starts[rows[owner], begins[owner]],
+                starts[rows[owner], stops[owner]], [event for _, event in closed_form]))
+        passes = [(k, event) for k, event in flat if not plain[k]]
+        for chunk in range(0, len(passes), 512):            # bounded memory: (E, L, L, L) terms
+            part = passes[chunk:chunk + 512]
+            owner = np.array([k for k, _ in part])
+            windows = [_event_window(event, begins[k], stops[k], starts[rows[k]], units[rows[k]],
+                                     num_labels) for k, event in part]
+            np.logaddexp.at(result, owner, self._window_log_scores(rows[owner], windows, reading))
         return np.exp(np.minimum(result - self.log_z[rows], 0.0))
 
+    def _unit_table(self, unit_starts):
+        """Each sequence's unit starts padded into one array (batch, units + 1), its number of
+        units (batch,), and the running count of units of several positions (batch, units + 1);
+        ValueError unless each row's starts cut it into units of one or more positions."""
+        if unit_starts is not None and len(unit_starts) != len(self.lengths):
+            raise ValueError(f'{len(unit_starts)} unit starts for {len(self.lengths)} sequences')
+        table = []
+        for row, length in enumerate(self.lengths):
+            found = None if unit_starts is None else unit_starts[row]
+            starts = np.arange(length + 1) if found is None else np.asarray(found, np.intp)
+            if starts[0] != 0 or starts[-1] != length or (np.diff(starts) < 1).any():
+                raise ValueError(f'unit starts {starts.tolist()} do not cut the sequence of '
+                                 f'length {length} into units of one or more positions')
+            table.append(starts)
+        width = max((len(starts) for starts in table), default=1)
+        starts = np.array([np.pad(t, (0, width - len(t)), mode='edge') for t in table],
+                          dtype=np.intp).reshape(len(table), width)
+        several = np.cumsum(np.diff(starts, axis=1, prepend=0) > 1, axis=1)
+        return starts, np.array([len(t) - 1 for t in table], dtype=np.intp), several
+
     def _event_log_scores(self, rows, begins, stops, events):
-        """log-sum of the scores of all paths holding each event at its span: (E,)."""
+        """log-sum of the scores of all paths holding each event at positions
+        ``begins..stops-1``, one unit a position: (E,), in closed form (vectorised)."""
         sizes = stops - begins
         if any(len(event.labels) != size for event, size in zip(events, sizes)):
             raise ValueError('an event has a different number of labels than its span')
@@ -175,54 +252,99 @@ class Posteriors:
         into = self.log_alpha[rows, np.maximum(begins - 1, 0)] + self.transitions[:, first].T
         left = np.where(begins == 0,
                         np.where([e.at_start for e in events], self.start[first], -np.inf),
-                        _logsumexp_where(into, before))
+                        _logsumexp(np.where(before, into, -np.inf), axis=-1))
         following = np.minimum(stops, self.emissions.shape[1] - 1)
         out = (self.transitions[last] + self.emissions[rows, following]
                + self.log_beta[rows, following])
         right = np.where(stops == self.lengths[rows],
                          np.where([e.at_end for e in events], self.end[last], -np.inf),
-                         _logsumexp_where(out, after))
+                         _logsumexp(np.where(after, out, -np.inf), axis=-1))
         return left + inner + right
 
+    def _window_log_scores(self, rows, windows, reading):
+        """log-sum of the scores of all paths through each :class:`_Window` that it allows: (E,).
 
-class PositionProbabilities:
-    """Per-position label probabilities (a softmax head's), with :class:`Posteriors`'s reading
-    methods: under such a model positions are independent.
+        A forward pass over the window's positions whose state is (the label of the current
+        unit's first position, the current label); at a unit's last position the states whose
+        reading the window does not allow for that unit are dropped."""
+        size = max(window.size for window in windows)
+        count = len(windows)
+        offsets = np.arange(size)
+        sizes = np.array([window.size for window in windows])
+        firsts = np.array([window.first for window in windows])
+        active = offsets < sizes[:, None]
+        positions = np.minimum(firsts[:, None] + offsets, self.emissions.shape[1] - 1)
+        emissions = self.emissions[rows[:, None], positions]                  # (E, size, L)
+        opens = np.zeros((count, size), dtype=bool)
+        allowed = np.ones((count, size) + reading.shape, dtype=bool)         # (E, size, L, L)
+        for e, window in enumerate(windows):
+            opens[e, window.opens] = True
+            allowed[e, window.closes] = window.masks[:, reading]
+        diagonal = np.eye(reading.shape[0], dtype=bool)
+        incoming = np.where((firsts == 0)[:, None], self.start, _log_product(
+            self.log_alpha[rows, np.maximum(firsts - 1, 0)], self.transitions))
+        state = np.where(diagonal, (incoming + emissions[:, 0])[:, :, None], -np.inf)
+        state = np.where(allowed[:, 0], state, -np.inf)
+        for t in range(1, size):
+            opened = _log_product(_logsumexp(state, axis=1), self.transitions) + emissions[:, t]
+            moved = _log_product(state, self.transitions) + emissions[:, t, None, :]
+            step = np.where(opens[:, t, None, None],
+                            np.where(diagonal, opened[:, :, None], -np.inf), moved)
+            step = np.where(allowed[:, t], step, -np.inf)
+            state = np.where(active[:, t, None, None], step, state)
+        last = firsts + sizes - 1
+        total = _logsumexp(_logsumexp(state, axis=1) + self.log_beta[rows, last], axis=1)
+        return np.where([window.possible for window in windows], total, -np.inf)
 
-    Args:
-        log_probabilities: float array (batch, n, L); lengths: ints (batch,);
-        temperature: positive float: ``p ~ exp(log p / temperature)`` at each position.
 
-        >>> PositionProbabilities(np.log(p), [3]).path_probability(0, [0, 2, 1])
-    """
-
-    def __init__(self, log_probabilities, lengths, temperature=1.0):
-        scaled = np.asarray(log_probabilities, dtype=np.float64) / temperature
-        self.log_p = scaled - _logsumexp(scaled, axis=2)[..., None]
-        self.lengths = np.asarray(lengths)
-
-    def marginals(self):
-        """float64 (batch, n, L), padding rows 0."""
-        live = np.arange(self.log_p.shape[1]) < self.lengths[:, None]
-        return np.where(live[..., None], np.exp(self.log_p), 0.0)
-
-    def labels_probability(self, row, begin, labels):
-        """Product of the probabilities of ``labels`` at positions ``begin, begin + 1, ...``."""
-        labels = np.asarray(labels, dtype=np.intp)
-        return float(np.exp(self.log_p[row, np.arange(begin, begin + len(labels)), labels].sum()))
-
-    def path_probability(self, row, path):
-        """Product of the probabilities of ``path`` (length ``lengths[row]``) of row ``row``."""
-        return self.labels_probability(row, 0, path)
+@dataclasses.dataclass
+class _Window:
+    """The positions an event constrains: ``first`` and ``size`` (consecutive positions), the
+    offsets in it where a unit opens and closes, each closing unit's allowed labels (rows of
+    ``masks``), and whether the event is possible at all (a sequence edge it may not touch)."""
+    first: int
+    size: int
+    opens: list
+    closes: list
+    masks: np.ndarray
+    possible: bool
 
 
-def _logsumexp_where(x, allowed):
-    """logsumexp over the last axis of the entries of ``x`` where ``allowed``; -inf if none."""
-    x = np.where(allowed, x, -np.inf)
+def _event_window(event, begin, stop, starts, units, num_labels):
+    """The :class:`_Window` of ``event`` over units ``begin..stop-1`` (``starts``: the row's
+    unit starts, ``units`` of them): its units, and the neighbouring units whose labels it
+    restricts."""
+    constrained = [(begin + i, np.arange(num_labels) == label)
+                   for i, label in enumerate(event.labels)]
+    if begin > 0 and not event.before.all():
+        constrained.insert(0, (begin - 1, event.before))
+    if stop < units and not event.after.all():
+        constrained.append((stop, event.after))
+    first = starts[constrained[0][0]]
+    return _Window(
+        first, starts[constrained[-1][0] + 1] - first,
+        [starts[unit] - first for unit, _ in constrained],
+        [starts[unit + 1] - 1 - first for unit, _ in constrained],
+        np.array([mask for _, mask in constrained]),
+        (begin > 0 or event.at_start) and (stop < units or event.at_end))
+
+
+def _log_product(x, matrix):
+    """``log(exp(x) @ exp(matrix))`` = logsumexp over i of ``x[..., i] + matrix[i, j]``, as one
+    matrix product of shifted exponentials (-inf where every term is -inf)."""
     peak = x.max(axis=-1, keepdims=True)
     peak = np.where(np.isfinite(peak), peak, 0.0)
+    top = matrix.max(axis=0)
     with np.errstate(divide='ignore'):
-        return peak[..., 0] + np.log(np.exp(x - peak).sum(axis=-1))
+        return np.log(np.exp(x - peak) @ np.exp(matrix - top)) + peak + top
+
+
+def _logsumexp(x, axis):
+    """``log(sum(exp(x)))`` over ``axis``, stable for any scores; -inf where all are -inf."""
+    peak = x.max(axis=axis, keepdims=True)
+    peak = np.where(np.isfinite(peak), peak, 0.0)
+    with np.errstate(divide='ignore'):
+        return np.squeeze(peak, axis) + np.log(np.exp(x - peak).sum(axis=axis))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -281,3 +403,22 @@ def _span_events(scheme, labels, kind, size):
             np.array([reads(tags + [label], 0) for label in labels]),
             reads(tags, 0), reads(tags, 0)))
     return events
+
+
+def unit_reading(scheme, labels):
+    """The label ``scheme`` reads for a unit of several pieces from its first and last pieces'
+    labels (``Scheme.collect``, as the tag heads read words): an int array ``(L, L)``, row: the
+    first piece's label, column: the last one's. A one-piece unit reads its own label.
+
+        >>> reading = unit_reading(get_scheme('BIOES'), labels)
+        >>> labels[reading[labels.index('B-T'), labels.index('E-T')]]
+        'S-T'
+    """
+    return _unit_reading(scheme, tuple(labels)).copy()
+
+
+@functools.lru_cache(maxsize=256)
+def _unit_reading(scheme, labels):
+    index = {label: i for i, label in enumerate(labels)}
+    return np.array([[index[scheme.collect([0, 0], [first, last])[0]] for last in labels]
+                     for first in labels])

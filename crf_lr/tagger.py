@@ -34,7 +34,9 @@ class Prediction(Decoded):
     ``(units, L)`` in the order of ``head.labels``.
 
     Confidence: CRF head, the exact probability under the CRF that the text holds exactly this
-    entity; softmax head, the product of its pieces' tag probabilities; GlobalPointer heads,
+    entity (its units read as the head reads them: a word's tag off its pieces); softmax head,
+    the same probability with each piece's tag independent (a product of tag probabilities,
+    summed over the pieces that do not decide the reading); GlobalPointer heads,
     the logistic of the span's score (not a calibrated probability unless the head's
     temperature was fitted). See ``crf_lr.heads.Head.temperature``."""
 

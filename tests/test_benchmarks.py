@@ -292,6 +292,8 @@ def test_confidence_decoding_case_checks_then_times_and_reports():
                                     'marginals (in-graph, XLA)'}
     text = confidence.report([case], run.ranged, run.ratio_cell, run.markdown_table)
     assert '| Viterbi (NumPy) | ' in text and 'decode with / without confidences = ' in text
+    assert 'decode of words with / without confidences = ' in text
+    assert 0 < case['shape']['word_entities'] < case['shape']['entities']   # words: fewer units
 
 
 def test_step_profile_sorts_a_profiled_step_into_op_kinds():

@@ -195,6 +195,57 @@ def test_first_piece_crf_decodes_words_from_their_first_pieces_by_brute_force():
         assert decoded.tags == [head.labels[i] for i in best]
 
 
+@pytest.mark.parametrize('name, scheme', [('crf', 'BIO'), ('crf', 'BIOES'), ('softmax', 'BIOES')])
+def test_confidence_of_words_of_several_pieces_is_the_probability_of_their_reading(name, scheme):
+    """label_pieces='all' (a word's tag read off its pieces, ``Scheme.collect``): each decoded
+    entity's confidence = the summed probability of every piece path whose word reading holds
+    it (enumerated; CRF with the scheme's constraints, softmax tags independent), so at least
+    the decoded path's probability, which it contains; each word's marginals = the
+    probability of each tag read for it."""
+    from crf_lr.compat import keras
+    head = make_head(name, ['A'], scheme)
+    rng = np.random.default_rng(hash((name, scheme)) % 2**32)
+    size = len(head.labels)
+    if name == 'crf':
+        head.build(keras.Input((None, 4)))
+        head.crf._trans.assign(rng.normal(size=(size, size)).astype('float32'))
+        trans = head.crf.trans.numpy().astype(float)
+        allowed, allowed_starts, allowed_ends = head.scheme.allowed(head.labels)
+    else:
+        trans, allowed = np.zeros((size, size)), np.ones((size, size), dtype=bool)
+        allowed_starts = allowed_ends = np.ones(size, dtype=bool)
+    checked = 0
+    for _ in range(12):
+        counts = rng.integers(1, 4, rng.integers(2, 4))
+        starts = np.concatenate([[0], np.cumsum(counts)])
+        if starts[-1] > 6:
+            continue
+        scores = 2 * rng.normal(size=(starts[-1], size)) + 2 * (np.arange(size) > 0)
+        if name == 'softmax':
+            scores = np.exp(scores) / np.exp(scores).sum(axis=1, keepdims=True)
+        window = Window(0, ['w'] * len(counts), list(starts), head.window_output(scores, starts[-1]))
+        decoded = head.decode([window], marginals=True)[0]
+        paths, totals = _path_scores(scores if name == 'crf' else np.log(scores), trans)
+        legal = (allowed_starts[paths[:, 0]] & allowed_ends[paths[:, -1]]
+                 & np.all(allowed[paths[:, :-1], paths[:, 1:]], axis=1))
+        probabilities = np.where(legal, np.exp(totals - totals[legal].max()), 0.0)
+        probabilities /= probabilities.sum()
+        word_index = np.repeat(np.arange(len(counts)), counts)
+        word_tags = [head.scheme.collect(word_index, [head.labels[i] for i in path], len(counts))
+                     for path in paths]
+        readings = [head.scheme.decode(tags, strict=True) for tags in word_tags]
+        marginals = np.zeros((len(counts), size))
+        for p, tags in zip(probabilities, word_tags):
+            marginals[np.arange(len(counts)), [head.labels.index(t) for t in tags]] += p
+        np.testing.assert_allclose(decoded.marginals, marginals, atol=1e-9)
+        for span, confidence in zip(decoded.spans, decoded.confidences):
+            expected = sum(p for p, found in zip(probabilities, readings) if span in found)
+            np.testing.assert_allclose(confidence, expected, rtol=1e-6, atol=1e-12)
+            assert confidence >= decoded.path_probability * (1 - 1e-9)
+            checked += counts[span[0]:span[1]].max() > 1
+    assert checked >= 2                          # entities over words of several pieces seen
+
+
 def test_label_pieces_is_checked_and_saved_with_the_head():
     assert make_head('crf', ['A'], label_pieces='first').config()['label_pieces'] == 'first'
     assert make_head('crf', ['A']).label_pieces == 'all'

@@ -3,7 +3,7 @@ marginals, path probabilities and the probability of an entity span under each t
 import numpy as np
 import pytest
 
-from crf_lr.posteriors import Posteriors, span_events
+from crf_lr.posteriors import Posteriors, span_events, unit_reading
 from crf_lr.tagging import SCHEMES
 from crf_lr.viterbi import viterbi_decode
 from test_viterbi import brute_force_marginals, path_probabilities, random_case
@@ -106,3 +106,54 @@ def test_many_spans_at_once_equal_one_at_a_time():
                   for (r, b, e, _), ev in zip(spans, events)]
     np.testing.assert_allclose(together, one_by_one, rtol=1e-12, atol=1e-15)
     assert posteriors.span_probabilities([], [], [], []).shape == (0,)
+
+
+@pytest.mark.parametrize('name', ['BIO', 'IOB1', 'BIOES', 'BMES', 'SEG'])
+def test_span_probability_of_words_of_several_pieces_equals_brute_force(name):
+    """Units of 1-3 pieces read as the tag heads read words (``Scheme.collect``: first piece,
+    and the last one in closed schemes): for every unit span and type, the summed probability
+    of every piece path whose reading holds it; at least the decoded path's probability."""
+    scheme = SCHEMES[name]
+    types = [] if scheme.segmentation else ['A']
+    kinds = ['w'] if scheme.segmentation else types
+    rng = np.random.default_rng(hash((name, 'pieces')) % 2**32)
+    labels, case = scheme_case(rng, scheme, types, 1, 7)
+    reading = unit_reading(scheme, labels)
+    likeliest = 0.0
+    for starts in ([0, 2, 3, 6, 7], [0, 3, 4, 5, 7], [0, 1, 2, 4], [0, 2]):
+        length = starts[-1]
+        expected = {}
+        for path, p in path_probabilities(dict(case, lengths=[length]), 0).items():
+            word_index = np.repeat(np.arange(len(starts) - 1), np.diff(starts))
+            tags = scheme.collect(word_index, [labels[i] for i in path], len(starts) - 1)
+            for span in scheme.decode(tags, strict=True):
+                expected[span] = expected.get(span, 0.0) + p
+        posteriors = Posteriors(**dict(case, lengths=[length]))
+        spans = [(b, e, kind) for b in range(len(starts) - 1) for e in range(b + 1, len(starts))
+                 for kind in kinds]
+        got = posteriors.span_probabilities(
+            [0] * len(spans), [b for b, _, _ in spans], [e for _, e, _ in spans],
+            [span_events(scheme, labels, kind, e - b) for b, e, kind in spans], [starts], reading)
+        want = [expected.get(span, 0.0) for span in spans]
+        np.testing.assert_allclose(got, want, atol=1e-9, err_msg=f'{name} {starts}')
+        likeliest = max(likeliest, max(want))
+        path, = viterbi_decode(**dict(case, lengths=[length]))
+        word_index = np.repeat(np.arange(len(starts) - 1), np.diff(starts))
+        for b, e, kind in scheme.decode(
+                scheme.collect(word_index, [labels[i] for i in path], len(starts) - 1),
+                strict=True):
+            assert posteriors.span_probability(0, b, e, span_events(scheme, labels, kind, e - b),
+                                               starts, reading) >= \
+                posteriors.path_probability(0, path) * (1 - 1e-9)
+    assert likeliest > 0.05                            # some spans are likely: not all zeros
+
+
+def test_unit_reading_reads_first_and_last_pieces():
+    bioes = SCHEMES['BIOES']
+    labels = bioes.labels(['T'])
+    reading = unit_reading(bioes, labels)
+    assert labels[reading[labels.index('B-T'), labels.index('E-T')]] == 'S-T'
+    assert labels[reading[labels.index('I-T'), labels.index('I-T')]] == 'I-T'
+    assert [labels[reading[i, i]] for i in range(len(labels))] == labels   # one piece: itself
+    bio = SCHEMES['BIO']
+    assert (unit_reading(bio, bio.labels(['T'])) == np.arange(3)[:, None]).all()   # first piece

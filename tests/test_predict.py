@@ -156,7 +156,10 @@ def test_crf_confidences_and_path_probability_equal_brute_force(saved, name):
     np.testing.assert_allclose(prediction.marginals, expected, atol=1e-6)   # float32 model
 
 
-def test_softmax_confidence_is_the_product_of_the_span_s_tag_probabilities(saved):
+def test_softmax_confidence_is_the_probability_of_the_entity_under_independent_tags(saved):
+    """Softmax head: each entity's confidence = the summed probability (a product of per-unit
+    tag probabilities) of every tag path whose strict reading holds it, the next unit's tag
+    included; the path probability = the product along the decoded path."""
     from crf_lr.tagger import Tagger
     tagger = Tagger.load(saved['ner'])
     dense = tagger.model.get_layer('Tag-Scores')
@@ -165,13 +168,18 @@ def test_softmax_confidence_is_the_product_of_the_span_s_tag_probabilities(saved
     dense.set_weights([kernel, bias])
     text = '张三去上海'
     probabilities = _emissions(tagger, text)
+    labels = tagger.head.labels
     prediction, = tagger.decode(tagger.run([text]))
-    ids = [tagger.head.labels.index(t) for t in prediction.tags]
-    picked = probabilities[np.arange(len(text)), ids]
     assert prediction.spans
-    for (s, e, _), confidence in zip(prediction.spans, prediction.confidences):
-        np.testing.assert_allclose(confidence, picked[s:e].prod(), rtol=1e-5)
-    np.testing.assert_allclose(prediction.path_probability, picked.prod(), rtol=1e-5)
+    for span, confidence in zip(prediction.spans, prediction.confidences):
+        expected = sum(np.prod(probabilities[np.arange(len(text)), path])
+                       for path in itertools.product(range(len(labels)), repeat=len(text))
+                       if span in tagger.head.scheme.decode([labels[i] for i in path],
+                                                            strict=True))
+        np.testing.assert_allclose(confidence, expected, rtol=1e-5)
+    ids = [labels.index(t) for t in prediction.tags]
+    np.testing.assert_allclose(prediction.path_probability,
+                               probabilities[np.arange(len(text)), ids].prod(), rtol=1e-5)
 
 
 def test_json_carries_confidences_marginals_and_drops_the_unsure(saved, tmp_path, capsys):
