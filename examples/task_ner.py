@@ -53,7 +53,7 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    from crf_lr.calibration import calibrate
+    from crf_lr.calibration import bound_note, calibrate
     from crf_lr.distribute import make_strategy, worker_folder
     from crf_lr.heads import make_head
     from crf_lr.metrics import confusion_matrix, format_confusion_matrix, relaxed_scores, span_scores
@@ -164,6 +164,8 @@ def main(argv=None):
                              title=f'{head.name}, {split}')
             print(f'{split}: entity confidence ECE {report[split]["before"]["ece"]:.4f} -> '
                   f'{report[split]["after"]["ece"]:.4f} at temperature {report["temperature"]}')
+    if bound_note(report):
+        print(f'note: {bound_note(report)}')
     standard = ('command', 'machine', 'config', 'metric', 'epochs', 'best_epoch', 'best',
                 'first_epoch')
     written = run.write_results('dev_f1', **{k: v for k, v in results.items() if k not in standard},

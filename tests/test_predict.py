@@ -393,6 +393,23 @@ def test_calibrate_fits_a_temperature_that_lowers_the_nll_and_travels_with_the_m
     path = plot_reliability({'T = 1': dev['before']['outcomes'],
                              'fitted': dev['after']['outcomes']}, str(tmp_path / 'r.png'))
     assert open(path, 'rb').read(8) == b'\x89PNG\r\n\x1a\n'
+    assert report['bound'] is None and report['dev_right'] == sum(len(g) for g in gold)
+
+
+def test_a_temperature_at_the_end_of_its_range_is_named(saved):
+    """Every predicted dev entity wrong: the fit lowers the confidences as far as the range
+    lets it, and the report and its note say so (it was silent)."""
+    from crf_lr.calibration import TEMPERATURE_RANGE, bound_note, calibrate
+    from crf_lr.tagger import Tagger
+    tagger = Tagger.load(saved['ner_crf'])
+    texts = ['张三上海', '上海张三去', '张三去上海工作']
+    found = sum(len(p.spans) for p in tagger.decode(tagger.run(texts)))
+    report = calibrate(tagger, (texts, [[] for _ in texts]))
+    assert report['temperature'] == TEMPERATURE_RANGE[1] and report['bound'] == 'upper'
+    assert bound_note(report).startswith(
+        f'the temperature stopped at the top of its range (20.0): 0 of {found} dev entities '
+        f'are right, so the fit lowers every confidence')
+    assert bound_note(dict(report, bound=None)) is None
 
 
 @pytest.mark.parametrize('line, words', [
