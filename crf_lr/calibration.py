@@ -69,8 +69,8 @@ def correctness_nll(confidences, correct):
 
 def fit_temperature(loss, bounds=TEMPERATURE_RANGE, grid=25, iterations=20):
     """The temperature in ``bounds`` minimising ``loss(temperature)``: the best of a log-spaced
-    grid, refined by golden-section search between its neighbours (20 steps: to a relative
-    3e-5 from the grid's log-steps of 0.25, below the 4 digits that ``calibrate`` keeps).
+    grid, refined by golden-section search between its neighbours (20 steps narrow the grid's
+    log-steps of 0.25 to 3e-5 in log-temperature).
 
         >>> fit_temperature(lambda t: (np.log(t) - np.log(2)) ** 2)    # 2.0
     """

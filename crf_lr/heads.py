@@ -74,7 +74,8 @@ class Window:
     Attributes:
         offset: int, index of the window's first unit in the text.
         units: the window's units (str of characters or list of words).
-        starts: list of ``len(units) + 1`` ints, where each unit's pieces start.
+        starts: list of ``len(units) + 1`` ints, where each unit's pieces start (strictly
+            increasing: every unit has a piece).
         output: what the head keeps of the model's output (see :meth:`Head.window_output`).
     """
     offset: int

@@ -67,17 +67,22 @@ class Posteriors:
         self.emissions = np.maximum(emissions, DISALLOWED_SCORE) / temperature
         self.transitions, self.start, self.end = trans / temperature, start / temperature, \
             end / temperature
-        self.log_alpha, self.log_beta = self._messages()
-        last = np.maximum(self.lengths - 1, 0)
-        rows = np.arange(batch)
-        if n:
-            log_z = _logsumexp(self.log_alpha[rows, last] + self.end, axis=1)
-        else:
-            log_z = np.zeros(batch)
-        self.log_z = np.where(self.lengths > 0, log_z, 0.0)
+        allowed = trans > DISALLOWED_SCORE / 2                      # the allowed transitions
+        self._forward = _LogProduct(self.transitions, allowed)
+        self._backward = _LogProduct(self.transitions.T, allowed.T)
+        for exact in (False, True):
+            self.log_alpha, self.log_beta = self._messages(exact)
+            last = np.maximum(self.lengths - 1, 0)
+            log_z = (_logsumexp(self.log_alpha[np.arange(batch), last] + self.end, axis=1) if n
+                     else np.zeros(batch))
+            self.log_z = np.where(self.lengths > 0, log_z, 0.0)
+            if np.isfinite(self.log_z).all():       # else a sequence has no allowed path: the
+                break                               # disallowed moves' -1e4 scores decide
 
-    def _messages(self):
-        emissions, trans = self.emissions, self.transitions
+    def _messages(self, exact=False):
+        """``(log_alpha, log_beta)``; ``exact``: with the disallowed moves' scores (see
+        :class:`_LogProduct`)."""
+        emissions = self.emissions
         batch, n, num_labels = emissions.shape
         log_alpha = np.zeros((batch, n, num_labels))
         log_beta = np.zeros((batch, n, num_labels))
@@ -85,13 +90,12 @@ class Posteriors:
             return log_alpha, log_beta
         log_alpha[:, 0] = self.start + emissions[:, 0]
         for t in range(1, n):
-            moved = _log_product(log_alpha[:, t - 1], trans) + emissions[:, t]
+            moved = self._forward(log_alpha[:, t - 1], exact) + emissions[:, t]
             log_alpha[:, t] = np.where((t < self.lengths)[:, None], moved, log_alpha[:, t - 1])
         log_beta[:, n - 1] = self.end
-        backward = trans.T
         for t in range(n - 2, -1, -1):
             # beta_t(i) = logsumexp_j trans[i, j] + emissions[t + 1, j] + beta_{t+1}(j)
-            moved = _log_product(emissions[:, t + 1] + log_beta[:, t + 1], backward)
+            moved = self._backward(emissions[:, t + 1] + log_beta[:, t + 1], exact)
             log_beta[:, t] = np.where((t + 1 < self.lengths)[:, None], moved, self.end)
         return log_alpha, log_beta
 
@@ -112,13 +116,15 @@ class Posteriors:
         last positions (BIOES) is summed over both with :meth:`span_probabilities`' forward
         pass. Arguments as in :meth:`span_probabilities`.
 
-            >>> posteriors.unit_marginals([[0, 1, 3]], unit_reading(get_scheme('BIOES'), labels))
+            >>> Posteriors(scores, trans, lengths=[3]).unit_marginals(        # units of 1, 2
+            ...     [[0, 1, 3]], unit_reading(get_scheme('BIOES'), labels))[0].shape  # (2, L)
         """
         starts, units, _ = self._unit_table(unit_starts)
         marginals = self.marginals()
         result = [marginals[row, starts[row, :count]] for row, count in enumerate(units)]
         num_labels = self.emissions.shape[2]
-        if reading is None or (np.asarray(reading) == np.arange(num_labels)[:, None]).all():
+        reading = _checked_reading(reading, num_labels)
+        if (reading == np.arange(num_labels)[:, None]).all():        # the first position's
             return result
         long = [(row, unit) for row, count in enumerate(units)
                 for unit in np.nonzero(np.diff(starts[row, :count + 1]) > 1)[0]]
@@ -191,8 +197,10 @@ class Posteriors:
         low, high = np.maximum(begins - 1, 0), np.minimum(stops, units[rows] - 1) + 1
         plain = several[rows, high] == several[rows, low]
         num_labels = self.emissions.shape[2]
-        reading = (np.repeat(np.arange(num_labels)[:, None], num_labels, axis=1)
-                   if reading is None else np.asarray(reading))
+        reading = _checked_reading(reading, num_labels)
+        if any(len(event.labels) != stop - begin for found, begin, stop in
+               zip(events, begins, stops) for event in found):
+            raise ValueError('an event has a different number of labels than its span')
         flat = [(k, event) for k, found in enumerate(events) for event in found]
         result = np.full(len(rows), -np.inf)
         closed_form = [(k, event) for k, event in flat if plain[k]]
@@ -202,7 +210,7 @@ class Posteriors:
                 rows[owner], starts[rows[owner], begins[owner]],
                 starts[rows[owner], stops[owner]], [event for _, event in closed_form]))
         passes = [(k, event) for k, event in flat if not plain[k]]
-        for chunk in range(0, len(passes), 512):            # bounded memory: (E, L, L, L) terms
+        for chunk in range(0, len(passes), 512):            # bounded memory: (E, size, L, L)
             part = passes[chunk:chunk + 512]
             owner = np.array([k for k, _ in part])
             windows = [_event_window(event, begins[k], stops[k], starts[rows[k]], units[rows[k]],
@@ -220,7 +228,8 @@ class Posteriors:
         for row, length in enumerate(self.lengths):
             found = None if unit_starts is None else unit_starts[row]
             starts = np.arange(length + 1) if found is None else np.asarray(found, np.intp)
-            if starts[0] != 0 or starts[-1] != length or (np.diff(starts) < 1).any():
+            if (starts.ndim != 1 or not len(starts) or starts[0] != 0 or starts[-1] != length
+                    or (np.diff(starts) < 1).any()):
                 raise ValueError(f'unit starts {starts.tolist()} do not cut the sequence of '
                                  f'length {length} into units of one or more positions')
             table.append(starts)
@@ -234,8 +243,6 @@ class Posteriors:
         """log-sum of the scores of all paths holding each event at positions
         ``begins..stops-1``, one unit a position: (E,), in closed form (vectorised)."""
         sizes = stops - begins
-        if any(len(event.labels) != size for event, size in zip(events, sizes)):
-            raise ValueError('an event has a different number of labels than its span')
         labels = np.concatenate([event.labels for event in events]).astype(np.intp)
         owner = np.repeat(np.arange(len(events)), sizes)
         firsts = np.cumsum(sizes) - sizes
@@ -262,7 +269,7 @@ class Posteriors:
         return left + inner + right
 
     def _window_log_scores(self, rows, windows, reading):
-        """log-sum of the scores of all paths through each :class:`_Window` that it allows: (E,).
+        """log-sum of the scores of the paths through each :class:`_EventWindow` it allows: (E,).
 
         A forward pass over the window's positions whose state is (the label of the current
         unit's first position, the current label); at a unit's last position the states whose
@@ -281,13 +288,13 @@ class Posteriors:
             opens[e, window.opens] = True
             allowed[e, window.closes] = window.masks[:, reading]
         diagonal = np.eye(reading.shape[0], dtype=bool)
-        incoming = np.where((firsts == 0)[:, None], self.start, _log_product(
-            self.log_alpha[rows, np.maximum(firsts - 1, 0)], self.transitions))
+        incoming = np.where((firsts == 0)[:, None], self.start,
+                            self._forward(self.log_alpha[rows, np.maximum(firsts - 1, 0)]))
         state = np.where(diagonal, (incoming + emissions[:, 0])[:, :, None], -np.inf)
         state = np.where(allowed[:, 0], state, -np.inf)
         for t in range(1, size):
-            opened = _log_product(_logsumexp(state, axis=1), self.transitions) + emissions[:, t]
-            moved = _log_product(state, self.transitions) + emissions[:, t, None, :]
+            opened = self._forward(_logsumexp(state, axis=1)) + emissions[:, t]
+            moved = self._forward(state) + emissions[:, t, None, :]
             step = np.where(opens[:, t, None, None],
                             np.where(diagonal, opened[:, :, None], -np.inf), moved)
             step = np.where(allowed[:, t], step, -np.inf)
@@ -298,7 +305,7 @@ class Posteriors:
 
 
 @dataclasses.dataclass
-class _Window:
+class _EventWindow:
     """The positions an event constrains: ``first`` and ``size`` (consecutive positions), the
     offsets in it where a unit opens and closes, each closing unit's allowed labels (rows of
     ``masks``), and whether the event is possible at all (a sequence edge it may not touch)."""
@@ -311,7 +318,7 @@ class _Window:
 
 
 def _event_window(event, begin, stop, starts, units, num_labels):
-    """The :class:`_Window` of ``event`` over units ``begin..stop-1`` (``starts``: the row's
+    """The :class:`_EventWindow` of ``event`` over units ``begin..stop-1`` (``starts``: the row's
     unit starts, ``units`` of them): its units, and the neighbouring units whose labels it
     restricts."""
     constrained = [(begin + i, np.arange(num_labels) == label)
@@ -321,7 +328,7 @@ def _event_window(event, begin, stop, starts, units, num_labels):
     if stop < units and not event.after.all():
         constrained.append((stop, event.after))
     first = starts[constrained[0][0]]
-    return _Window(
+    return _EventWindow(
         first, starts[constrained[-1][0] + 1] - first,
         [starts[unit] - first for unit, _ in constrained],
         [starts[unit + 1] - 1 - first for unit, _ in constrained],
@@ -329,14 +336,51 @@ def _event_window(event, begin, stop, starts, units, num_labels):
         (begin > 0 or event.at_start) and (stop < units or event.at_end))
 
 
-def _log_product(x, matrix):
-    """``log(exp(x) @ exp(matrix))`` = logsumexp over i of ``x[..., i] + matrix[i, j]``, as one
-    matrix product of shifted exponentials (-inf where every term is -inf)."""
-    peak = x.max(axis=-1, keepdims=True)
-    peak = np.where(np.isfinite(peak), peak, 0.0)
-    top = matrix.max(axis=0)
-    with np.errstate(divide='ignore'):
-        return np.log(np.exp(x - peak) @ np.exp(matrix - top)) + peak + top
+def _checked_reading(reading, num_labels):
+    """``reading`` as an int array (L, L) (None: the first position's label), or ValueError
+    unless a unit of one position reads its own label (``reading[j, j] == j``)."""
+    if reading is None:
+        return np.repeat(np.arange(num_labels)[:, None], num_labels, axis=1)
+    reading = np.asarray(reading)
+    if reading.shape != (num_labels, num_labels) or (
+            np.diagonal(reading) != np.arange(num_labels)).any():
+        raise ValueError(f'reading must be an ({num_labels}, {num_labels}) table whose diagonal '
+                         f'reads each label as itself, got {reading.tolist()}')
+    return reading
+
+
+class _LogProduct:
+    """``x -> log(exp(x) @ exp(matrix))``: the log-sum over i of ``x[..., i] + matrix[i, j]``.
+
+    One matrix product of shifted exponentials over the allowed moves (``allowed``, bool
+    (L, L)); a disallowed move, scored -1e4, adds nothing. An entry whose allowed terms all
+    fall below 1e-300 of the shift (scores spread over more than ~690 nats, as at a low
+    temperature) is summed exactly instead. ``exact=True``: every entry by log-sum-exp, with
+    every move's score.
+    """
+
+    def __init__(self, matrix, allowed):
+        self.matrix = matrix
+        self.allowed = np.where(allowed, matrix, -np.inf)
+        top = self.allowed.max(axis=0)
+        self.top = np.where(np.isfinite(top), top, 0.0)
+        self.shifted = np.exp(self.allowed - self.top)
+        self.reach = allowed.astype(np.float64)
+
+    def __call__(self, x, exact=False):
+        if exact:
+            return _logsumexp(x[..., :, None] + self.matrix, axis=-2)
+        peak = x.max(axis=-1, keepdims=True)
+        peak = np.where(np.isfinite(peak), peak, 0.0)
+        with np.errstate(divide='ignore', under='ignore'):
+            product = np.exp(x - peak) @ self.shifted
+            result = np.log(product) + peak + self.top
+        small = product < 1e-300
+        if small.any():
+            lost = small & (np.isfinite(x).astype(np.float64) @ self.reach > 0)
+            where = np.nonzero(lost)
+            result[where] = _logsumexp(x[where[:-1]] + self.allowed[:, where[-1]].T, axis=-1)
+        return result
 
 
 def _logsumexp(x, axis):

@@ -36,7 +36,8 @@ class Prediction(Decoded):
     Confidence: CRF head, the exact probability under the CRF that the text holds exactly this
     entity (its units read as the head reads them: a word's tag off its pieces); softmax head,
     the same probability with each piece's tag independent (a product of tag probabilities,
-    summed over the pieces that do not decide the reading); GlobalPointer heads,
+    summed over the pieces that do not decide the reading; for word segmentation, whose reading
+    forgives ill-formed tags, over the word's well-formed tags only); GlobalPointer heads,
     the logistic of the span's score (not a calibrated probability unless the head's
     temperature was fitted). See ``crf_lr.heads.Head.temperature``."""
 

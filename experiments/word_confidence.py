@@ -2,8 +2,9 @@
 how many entities cover a word of several pieces, how many get a confidence below their
 sentence's decoded-path probability (impossible for the probability of what the model reads:
 that path is one of the paths that hold the entity), and the calibration a temperature fitted
-on dev gives (``crf_lr.calibration.calibrate``, timed: the run's encoder passes included). Run it with another checkout first on the path
-to compare revisions (docs/results.md, "Confidence calibration").
+on dev gives (``crf_lr.calibration.calibrate``, timed: the encoder's passes included). Run it
+with another checkout first on the path to compare revisions (docs/results.md, "Words of
+several pieces").
 
     python examples/task_ner.py --dataset conll2003 --train-limit 300 --output runs/en300
     python experiments/word_confidence.py runs/en300/model
@@ -19,7 +20,8 @@ import crf_lr  # noqa: F401  (environment before TensorFlow)
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('model', help='a task script run\'s model/ folder (a word model)')
-    parser.add_argument('--dataset', default='conll2003', help='benchmark of the dev and test splits')
+    parser.add_argument('--dataset', default='conll2003',
+                        help='the benchmark whose dev and test splits are read')
     args = parser.parse_args(argv)
     from crf_lr.calibration import calibrate
     from crf_lr.splits import load_splits

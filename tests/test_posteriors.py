@@ -3,17 +3,17 @@ marginals, path probabilities and the probability of an entity span under each t
 import numpy as np
 import pytest
 
-from crf_lr.posteriors import Posteriors, span_events, unit_reading
+from crf_lr.posteriors import Posteriors, SpanEvent, span_events, unit_reading
 from crf_lr.tagging import SCHEMES
 from crf_lr.viterbi import viterbi_decode
-from test_viterbi import brute_force_marginals, path_probabilities, random_case
+from test_viterbi import brute_force_marginals, path_probabilities, random_case, stable_seed
 
 
 @pytest.mark.parametrize('shape', [(6, 5, 3), (5, 4, 4), (3, 1, 5)])
 @pytest.mark.parametrize('boundary', [False, True])
 @pytest.mark.parametrize('constrained', [False, True])
 def test_marginals_and_path_probability_equal_brute_force(shape, boundary, constrained):
-    rng = np.random.default_rng(hash((shape, boundary, constrained, 'posteriors')) % 2**32)
+    rng = np.random.default_rng(stable_seed(shape, boundary, constrained, 'posteriors'))
     case = random_case(rng, *shape, boundary=boundary, constrained=constrained)
     posteriors = Posteriors(**case)
     marginals = posteriors.marginals()
@@ -50,7 +50,7 @@ def test_every_span_probability_equals_brute_force(name):
     """For every span and type: p(the strict reading of the path holds it) summed over all paths."""
     scheme = SCHEMES[name]
     types = [] if scheme.segmentation else ['A', 'B']
-    rng = np.random.default_rng(hash(name) % 2**32)
+    rng = np.random.default_rng(stable_seed(name))
     labels, case = scheme_case(rng, scheme, types, 4, 5 if len(types) < 2 or name == 'BIO' else 4)
     posteriors = Posteriors(**case)
     kinds = ['w'] if scheme.segmentation else types
@@ -116,7 +116,7 @@ def test_span_probability_of_words_of_several_pieces_equals_brute_force(name):
     scheme = SCHEMES[name]
     types = [] if scheme.segmentation else ['A']
     kinds = ['w'] if scheme.segmentation else types
-    rng = np.random.default_rng(hash((name, 'pieces')) % 2**32)
+    rng = np.random.default_rng(stable_seed(name, 'pieces'))
     labels, case = scheme_case(rng, scheme, types, 1, 7)
     reading = unit_reading(scheme, labels)
     likeliest = 0.0
@@ -157,3 +157,108 @@ def test_unit_reading_reads_first_and_last_pieces():
     assert [labels[reading[i, i]] for i in range(len(labels))] == labels   # one piece: itself
     bio = SCHEMES['BIO']
     assert (unit_reading(bio, bio.labels(['T'])) == np.arange(3)[:, None]).all()   # first piece
+
+
+def _read_units(path, starts, reading):
+    """The unit labels a piece path reads (brute force of ``unit_reading``'s use)."""
+    return [reading[path[starts[u]], path[starts[u + 1] - 1]] for u in range(len(starts) - 1)]
+
+
+def _random_starts(rng, length):
+    """Unit starts cutting ``length`` positions into units of one or more."""
+    cuts = rng.choice(np.arange(1, length), size=rng.integers(0, length), replace=False) \
+        if length > 1 else []
+    return [0] + sorted(int(c) for c in cuts) + [length] if length else [0]
+
+
+def test_any_event_on_units_equals_brute_force_in_one_batch():
+    """Random events (edges they may not touch, random neighbour masks), a random reading with
+    each label reading itself alone, rows of different lengths (one empty), one call for every
+    span of every row: each probability = the summed probability of the piece paths whose unit
+    reading holds the event; unit_marginals likewise."""
+    for seed in range(6):
+        rng = np.random.default_rng(stable_seed('events', seed))
+        size = 3
+        case = random_case(rng, 4, 6, size, boundary=True, constrained=seed % 2 == 1)
+        reading = rng.integers(0, size, size=(size, size))
+        np.fill_diagonal(reading, np.arange(size))
+        starts = [_random_starts(rng, int(length)) for length in case['lengths']]
+        posteriors = Posteriors(**case)
+        rows, begins, stops, events, expected = [], [], [], [], []
+        marginals = posteriors.unit_marginals(starts, reading)
+        for row, length in enumerate(case['lengths']):
+            units = len(starts[row]) - 1
+            read = {path: _read_units(path, starts[row], reading)
+                    for path in (path_probabilities(case, row) if length else {})}
+            if length:
+                want = np.zeros((units, size))
+                for path, p in path_probabilities(case, row).items():
+                    want[np.arange(units), read[path]] += p
+                np.testing.assert_allclose(marginals[row], want, atol=1e-12)
+            assert marginals[row].shape == (units, size)
+            for begin in range(units):
+                for stop in range(begin + 1, units + 1):
+                    found = []
+                    for _ in range(2):
+                        event = SpanEvent(tuple(rng.integers(0, size, stop - begin)),
+                                          rng.random(size) < 0.6, rng.random(size) < 0.6,
+                                          bool(rng.random() < 0.5), bool(rng.random() < 0.5))
+                        if not found or found[0].labels != event.labels:
+                            found.append(event)
+                    total = 0.0
+                    for path, p in path_probabilities(case, row).items():
+                        labels = read[path]
+                        total += p * any(
+                            tuple(labels[begin:stop]) == e.labels
+                            and (e.before[labels[begin - 1]] if begin else e.at_start)
+                            and (e.after[labels[stop]] if stop < units else e.at_end)
+                            for e in found)
+                    rows.append(row), begins.append(begin), stops.append(stop)
+                    events.append(found), expected.append(total)
+        got = posteriors.span_probabilities(rows, begins, stops, events, starts, reading)
+        np.testing.assert_allclose(got, expected, atol=1e-12, err_msg=f'seed {seed}')
+
+
+def test_low_temperatures_keep_exact_messages():
+    """Scores spread over more than 700 nats (BIO, temperature 0.05): a matrix product of
+    shifted exponentials would lose the only allowed path into I-A; marginals, log Z and a
+    word's probability still equal brute force."""
+    scheme = SCHEMES['BIO']
+    labels = scheme.labels(['A'])                           # O B-A I-A
+    allowed, starts, ends = scheme.allowed(labels)
+    emissions = np.array([[[0., -40., -40.], [0., 0., 45.], [0., 0., 0.]]])
+    case = dict(emissions=emissions, transitions=np.zeros((3, 3)), lengths=np.array([3]),
+                allowed_transitions=allowed, allowed_starts=starts, allowed_ends=ends)
+    scaled = dict(case, emissions=emissions / 0.05)
+    posteriors = Posteriors(**case, temperature=0.05)
+    np.testing.assert_allclose(posteriors.marginals(), brute_force_marginals(scaled), atol=1e-12)
+    expected = sum(p for path, p in path_probabilities(scaled, 0).items()
+                   if (0, 1, 'A') in scheme.decode(scheme.collect(
+                       [0, 0, 1], [labels[i] for i in path], 2), strict=True))
+    got = posteriors.span_probability(0, 0, 1, span_events(scheme, labels, 'A', 1), [0, 2, 3],
+                                      unit_reading(scheme, labels))
+    np.testing.assert_allclose(got, expected, atol=1e-12)
+    assert 0.5 < got < 1                               # a likely entity, not a lost one
+
+
+def test_a_sequence_without_an_allowed_path_keeps_the_disallowed_scores():
+    """Every path pays a disallowed move: the probabilities are those of the -1e4 scores
+    (brute force), not NaN."""
+    allowed = np.array([[False, True], [False, False]])        # 0 -> 1 only; no end allowed
+    case = dict(emissions=np.random.default_rng(0).normal(size=(1, 3, 2)),
+                transitions=np.zeros((2, 2)), lengths=np.array([3]), allowed_transitions=allowed)
+    posteriors = Posteriors(**case)
+    np.testing.assert_allclose(posteriors.marginals(), brute_force_marginals(case), atol=1e-9)
+    assert np.isfinite(posteriors.log_z).all()
+
+
+def test_bad_unit_starts_readings_and_events_are_named():
+    posteriors = Posteriors(np.zeros((1, 3, 3)), np.zeros((3, 3)))
+    events = span_events(SCHEMES['BIO'], SCHEMES['BIO'].labels(['A']), 'A', 1)
+    for starts in ([0, 0, 3], [0, 2], [], [[0, 3]]):
+        with pytest.raises(ValueError, match='do not cut the sequence of length 3'):
+            posteriors.span_probability(0, 0, 1, events, starts)
+    with pytest.raises(ValueError, match='diagonal reads each label as itself'):
+        posteriors.span_probability(0, 0, 1, events, [0, 1, 3], np.zeros((3, 3), dtype=int))
+    with pytest.raises(ValueError, match='different number of labels'):
+        posteriors.span_probability(0, 0, 2, events, [0, 1, 3])
