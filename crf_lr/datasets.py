@@ -19,7 +19,8 @@ of :data:`FORMATS` into a :class:`Dataset`. Conventions shared by all readers:
   file; so do undecodable bytes (naming GB18030 text, which ``iconv`` converts). Files are
   UTF-8 with or without a BOM (or UTF-16 with its BOM), with LF or CRLF line endings.
 - Tags that break their scheme (a stray ``I-X``, an entity never closed) are fixed by the conlleval rule
-  (``tagging.Scheme.repair``), as conlleval and seqeval read them: :func:`read_corpus`,
+  (``tagging.Scheme.repair``), as conlleval and seqeval read them; a few BIOES tags in a BIO file
+  (``E-X`` / ``S-X`` beside twenty times as many ``B-X``) are read as ``I-X`` / ``B-X``: :func:`read_corpus`,
   :func:`load_dataset` and the task scripts repair by default (``repair=True``), and each repaired tag's
   ``path:line`` is kept in ``Example.repaired_at``. ``repair=False`` (the scripts' ``--strict``; the
   default of the low-level ``read_bio`` / ``read_conll``) makes them an error naming the real fault.
@@ -377,6 +378,7 @@ _CHUNK_START_NOTE = 'an I-X tag opens the chunk (an entity cut by the chunking):
 _NESTED_NOTE = 'a nested span is left out of the flat tags (kept in spans)'
 _IOB1_NOTE = 'IOB1 tags (an entity opening with I-X) read as BIO'
 REPAIR_NOTE = 'a tag breaking its entity (a stray I-X, or an entity never closed): conlleval rule'
+STRAY_NOTE = 'a BIOES tag in a BIO file: E-X read as I-X, S-X as B-X'
 
 
 def note_line(note, count):
@@ -385,7 +387,8 @@ def note_line(note, count):
         >>> note_line(REPAIR_NOTE, 14)
         'repaired 14x: a tag breaking its entity (a stray I-X, or an entity never closed): conlleval rule'
     """
-    return f'{"repaired" if note in (REPAIR_NOTE, _CHUNK_START_NOTE) else "noted"} {count}x: {note}'
+    return (f'{"repaired" if note in (REPAIR_NOTE, _CHUNK_START_NOTE, STRAY_NOTE) else "noted"} '
+            f'{count}x: {note}')
 
 
 def _check_type(kind, types, path, number, what):
@@ -395,33 +398,43 @@ def _check_type(kind, types, path, number, what):
                                             f'training data {sorted(types)}')
 
 
-def _tag_checker(types, scheme, path):
+def _tag_checker(types, scheme, path, repair=False):
     """Function ``(tag, line) -> tag`` (interned) that raises DataFormatError for a tag unknown to the
-    scheme, or whose entity type is not among ``types`` when they are given."""
+    scheme, or whose entity type is not among ``types`` when they are given. With ``repair``, a
+    BIOES tag in a BIO file comes back as the BIO tag it means (``E-X`` -> ``I-X``, ``S-X`` ->
+    ``B-X``): the caller notes it (:data:`STRAY_NOTE`)."""
     known = {'O': 'O'}
 
     def check(tag, number):
         found = known.get(tag)
         if found is not None:
             return found
+        found = tag
+        if scheme is BIO and tag[:2] in ('E-', 'S-') and repair:
+            found = ('I-' if tag[0] == 'E' else 'B-') + tag[2:]
         try:
-            _, kind = scheme.parse(tag)
+            _, kind = scheme.parse(found)
         except ValueError:
             expected = "'O' or " + ', '.join(f"'{letter}-TYPE'" for letter in scheme.letters)
+            closing = (' (a BIOES tag among BIO ones: the default repair reads E-X as I-X and '
+                       'S-X as B-X)' if scheme is BIO and tag[:2] in ('E-', 'S-') else '')
             raise DataFormatError(path, number, f'unknown tag {echo(tag)} for the {scheme} scheme: '
-                                                f'expected {expected}') from None
+                                                f'expected {expected}{closing}') from None
         _check_type(kind, types, path, number, f'unknown tag {echo(tag)}: its entity type')
-        known[tag] = tag
-        return tag
+        known[tag] = found
+        return found
     return check
 
 
-def _tag_scheme(first_lines, path):
-    """``(scheme, reason)`` of a tagged file from the line where each tag prefix first occurs.
+def _tag_scheme(first_lines, path, counts):
+    """``(scheme, reason)`` of a tagged file from the line where each tag prefix first occurs and
+    how many tags (or distinct lines) carry it (``counts``).
 
-    M- makes BMES, else E- or S- makes BIOES, else BIO. Where two schemes fit they read the same
-    entities: B-/E-/S- tags without I- or M- (BIOES = BMES), and B- tags alone (BIOES would close each
-    as S-X, the entities BIO reads). I- and M- together fit no scheme.
+    M- makes BMES, else E- or S- makes BIOES, else BIO; but beside I- tags, E-/S- tags twenty
+    times fewer than B- tags are strays in a BIO file (in BIOES each B- entity closes with an E-).
+    Where two schemes fit they read the same entities: B-/E-/S- tags without I- or M- (BIOES =
+    BMES), and B- tags alone (BIOES would close each as S-X, the entities BIO reads). I- and M-
+    together fit no scheme.
     """
     if 'I' in first_lines and 'M' in first_lines:
         raise DataFormatError(path, max(first_lines['I'], first_lines['M']),
@@ -430,6 +443,11 @@ def _tag_scheme(first_lines, path):
                               f'BMES with M-')
     if 'M' in first_lines:
         return BMES, 'M- tags: BMES'
+    closing = counts.get('E', 0) + counts.get('S', 0)
+    if closing and 'I' in first_lines and 20 * closing <= counts.get('B', 0):
+        first = min(first_lines.get('E', np.inf), first_lines.get('S', np.inf))
+        return BIO, (f'B-/I- tags: BIO; the few E-/S- tags (first at line {first}; twenty times '
+                     f'fewer than B- tags) are read as I-/B-')
     if 'E' in first_lines or 'S' in first_lines:
         return BIOES, 'E-/S- tags: BIOES' + ('' if 'I' in first_lines else ' (BMES reads them alike)')
     if 'B' in first_lines or 'I' in first_lines:
@@ -438,16 +456,18 @@ def _tag_scheme(first_lines, path):
     return BIO, "only 'O' tags: BIO (every scheme reads them alike)"
 
 
-def _checked(tags, first_line, path, scheme, repair, notes=()):
+def _checked(tags, first_line, path, scheme, repair, notes=(), strays=()):
     """``(tags, spans, notes, repaired_at)`` of one sentence whose tags stand on the lines from
     ``first_line`` on: a tag breaking its entity is a DataFormatError naming the fault and its line,
-    or with ``repair`` is fixed by the conlleval rule, noted, and its ``path:line`` kept."""
-    repaired_at = ()
+    or with ``repair`` is fixed by the conlleval rule, noted, and its ``path:line`` kept; so are
+    the positions ``strays`` of the BIOES tags :func:`_tag_checker` read as BIO."""
+    notes += (STRAY_NOTE,) * len(strays)
+    repaired_at = tuple(f'{path}:{first_line + i}' for i in strays)
     if repair:
         fixed, count = scheme.repair(tags)
         notes += (REPAIR_NOTE,) * count
-        repaired_at = tuple(f'{path}:{first_line + i}'
-                            for i, (new, old) in enumerate(zip(fixed, tags)) if new != old)
+        repaired_at += tuple(f'{path}:{first_line + i}'
+                             for i, (new, old) in enumerate(zip(fixed, tags)) if new != old)
         tags = fixed
     else:
         try:
@@ -515,15 +535,16 @@ def read_bio(path, sep=None, types=None, scheme='BIO', repair=False, chunked=Tru
     scheme = get_scheme(scheme)
     if scheme not in (BIO, BIOES, BMES):
         raise ValueError(f"scheme must be 'BIO', 'BIOES' or 'BMES', got {str(scheme)!r}")
-    check = _tag_checker(types, scheme, path)
-    examples, chars, tags, first_line = [], [], [], 0
+    check = _tag_checker(types, scheme, path, repair)
+    examples, chars, tags, strays, first_line = [], [], [], [], 0
 
     def finish():
         notes = ()
         if chunked and scheme is BIO and tags[0][0] == 'I':
             tags[0] = 'B' + tags[0][1:]
             notes = (_CHUNK_START_NOTE,)
-        checked, spans, notes, repaired_at = _checked(tags, first_line, path, scheme, repair, notes)
+        checked, spans, notes, repaired_at = _checked(tags, first_line, path, scheme, repair, notes,
+                                                      strays)
         text = ''.join(chars)
         examples.append(Example(text=text, tokens=text, spans=spans, tags=checked,
                                 source=f'{path}:{first_line}', notes=notes,
@@ -537,7 +558,7 @@ def read_bio(path, sep=None, types=None, scheme='BIO', repair=False, chunked=Tru
         if not line or _document_start(line):
             if chars:
                 finish()
-                chars, tags = [], []
+                chars, tags, strays = [], [], []
             continue
         pair = parsed.get(line)
         if pair is None:
@@ -550,6 +571,8 @@ def read_bio(path, sep=None, types=None, scheme='BIO', repair=False, chunked=Tru
             first_line = number
         chars.append(pair[0])
         tags.append(check(pair[1], number))
+        if tags[-1] != pair[1]:
+            strays.append(len(tags) - 1)
     if chars:
         finish()
     return examples
@@ -797,15 +820,19 @@ def read_conll(path, types=None, repair=False):
             first_line = number
         words.append(fields[0])
         tags.append(_normal_tag(fields[-1]))
-    first_lines = {}
+    first_lines, counts = {}, Counter()
     for _, tags, first_line in sentences:
         for i, tag in enumerate(tags):
             if tag[1:2] == '-':
                 first_lines.setdefault(tag[0], first_line + i)
-    scheme, _ = _tag_scheme(first_lines, path)
-    check = _tag_checker(types, scheme, path)
-    sentences = [(words, [check(tag, first_line + i) for i, tag in enumerate(tags)], first_line)
-                 for words, tags, first_line in sentences]
+                counts[tag[0]] += 1
+    scheme, _ = _tag_scheme(first_lines, path, counts)
+    check = _tag_checker(types, scheme, path, repair)
+    sentences = [(words, [check(tag, first_line + i) for i, tag in enumerate(tags)], first_line,
+                  tags) for words, tags, first_line in sentences]
+    strays = {first_line: tuple(i for i, (new, old) in enumerate(zip(tags, read)) if new != old)
+              for _, tags, first_line, read in sentences}
+    sentences = [(words, tags, first_line) for words, tags, first_line, _ in sentences]
     if (scheme is BIO and not all(BIO.valid(tags) for _, tags, _ in sentences)
             and all(IOB1.valid(tags) for _, tags, _ in sentences)):
         sentences = [(words, iob1_to_iob2(tags), first_line, tags) for words, tags, first_line
@@ -813,7 +840,8 @@ def read_conll(path, types=None, repair=False):
     examples = []
     for words, tags, first_line, *iob1 in sentences:
         converted = (_IOB1_NOTE,) if iob1 and iob1[0] != tags else ()
-        _, spans, notes, repaired_at = _checked(tags, first_line, path, scheme, repair, converted)
+        _, spans, notes, repaired_at = _checked(tags, first_line, path, scheme, repair, converted,
+                                                strays[first_line])
         examples.append(Example(text=' '.join(words), tokens=words, spans=spans,
                                 tags=BIO.encode(spans, len(words)), words=words,
                                 source=f'{path}:{first_line}', notes=notes,
@@ -998,7 +1026,8 @@ def _detected(path):
             break
         if facts[line][1] != 'O':
             first_lines.setdefault(facts[line][1][0], number)
-    scheme, why = _tag_scheme(first_lines, path)
+    scheme, why = _tag_scheme(first_lines, path, Counter(
+        tag[0] for _, tag, _ in facts.values() if tag[1:2] == '-'))        # distinct lines
     read_as = _read_as(fields[-1] for fields, _, _ in facts.values())
     if read_as:
         why += f'; {read_as}'

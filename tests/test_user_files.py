@@ -400,3 +400,33 @@ def test_raw_text_opening_with_a_bracket_is_not_json(tmp_path):
         detect_format(path)
     pfr = write(tmp_path, 'pfr.txt', '[中央/n  人民/n  广播/vn  电台/n]nt  记者/n\n迈向/v  新/a\n')
     assert read_corpus(pfr)[0].words == ['中央', '人民', '广播', '电台', '记者']
+
+
+@pytest.mark.parametrize('layout', ['conll', 'char'])
+def test_a_few_bioes_tags_in_a_bio_file_are_read_as_bio_and_named(tmp_path, layout):
+    """Fifty BIO entities and two typos (an E-X closing one, an S-X for a single token): the
+    file stays BIO, the typos are read as I-X / B-X, repaired 2x with their lines, and --strict
+    names the first one; a true BIOES file (an E-X for every B-X) stays BIOES."""
+    if layout == 'conll':
+        entities = ['Peter B-PER\nBlack I-PER\nsaid O\n\n'] * 50
+        typos = 'Peter B-PER\nBlack E-PER\nsaid O\n\nParis S-LOC\nsaid O\n\n'
+    else:         # detection counts distinct lines: entities of other characters
+        entities = [f'{chr(0x4e00 + k)} B-PER\n{chr(0x5e00 + k)} I-PER\n说 O\n\n'
+                    for k in range(50)]
+        typos = '张 B-PER\n三 E-PER\n说 O\n\n京 S-LOC\n说 O\n\n'
+    path = write(tmp_path, 'train.txt', ''.join(entities[:25]) + typos + ''.join(entities[25:]))
+    first = 25 * 4 + 2                                         # the E- line
+    data = read_corpus(path)
+    assert data.format == ('conll' if layout == 'conll' else 'char-bio')
+    assert [e.spans for e in data][25:27] == [[(0, 2, 'PER')], [(0, 1, 'LOC')]]
+    assert sum(len(e.spans) for e in data) == 52
+    assert 'repaired 2x: a BIOES tag in a BIO file: E-X read as I-X, S-X as B-X' in data.summary()
+    assert [place for e in data for place in e.repaired_at] == [f'{path}:{first}',
+                                                                f'{path}:{first + 3}']
+    with raises_at(path, first, r"unknown tag 'E-PER' for the BIO scheme: .*the default repair "
+                                r'reads E-X as I-X and S-X as B-X\)$'):
+        read_corpus(path, repair=False)
+    genuine = read_corpus(write(tmp_path, 'bioes.txt',
+                                ''.join(entities).replace('I-PER', 'E-PER') + typos))
+    assert genuine.format == ('conll' if layout == 'conll' else 'char-bioes')
+    assert 'repaired' not in genuine.summary() and sum(len(e.spans) for e in genuine) == 52
