@@ -79,7 +79,8 @@ class Example:
         words: list of str, the gold segmentation (PKU, PFR), else None.
         source: str, ``'path:line'`` of the example's first line.
         notes: tuple of str, repairs made while reading this example.
-        repaired_at: tuple of ``'path:line'`` str, where a tag was repaired by the conlleval rule.
+        repaired_at: tuple of ``'path:line'`` str, where a tag was repaired (the conlleval rule,
+            or a BIOES tag in a BIO file).
     """
     text: str
     tokens: Sequence[str]

@@ -30,7 +30,7 @@ class Splits:
         nested: True when the training spans nest.
         names: dict role -> description of where its examples come from.
         repairs: Counter-like dict note -> count of tags repaired while reading.
-        repaired_at: list of ``'path:line'`` str, every tag repaired by the conlleval rule.
+        repaired_at: list of ``'path:line'`` str, every tag repaired (``Example.repaired_at``).
     """
     train: list
     dev: list
@@ -59,13 +59,14 @@ class Splits:
 
 
 def repair_line(places, shown=3):
-    """One line counting the tags repaired by the conlleval rule and naming the first places.
+    """One line counting the tags repaired (by the conlleval rule, or BIOES typos in a BIO
+    file) and naming the first places.
 
         >>> repair_line(['train.txt:1266', 'train.txt:1290'])
-        'repaired 2 tags by the conlleval rule (train.txt:1266, train.txt:1290); --strict refuses them'
+        'repaired 2 tags that broke their scheme (train.txt:1266, train.txt:1290); --strict refuses them'
     """
     more = ', …' if len(places) > shown else ''
-    return (f'repaired {len(places)} tag{"s" * (len(places) != 1)} by the conlleval rule '
+    return (f'repaired {len(places)} tag{"s" * (len(places) != 1)} that broke their scheme '
             f'({", ".join(places[:shown])}{more}); --strict refuses them')
 
 

@@ -97,7 +97,7 @@ def test_messy_tags_are_repaired_by_default_counted_and_placed(tmp_path):
     places = [f'{path}:{n}' for n in (2, 4, 11)]
     assert data.repaired_at == places
     assert repair_line(places) in data.describe().splitlines()
-    assert repair_line(places) == (f'repaired 3 tags by the conlleval rule ({", ".join(places)}); '
+    assert repair_line(places) == (f'repaired 3 tags that broke their scheme ({", ".join(places)}); '
                                    f'--strict refuses them')
     assert repair_line(places + ['x:1'], shown=3).endswith(', …); --strict refuses them')
     with pytest.raises(ValueError, match=re.escape(f'{path}:3: the entity opened by ') +
