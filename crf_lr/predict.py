@@ -163,14 +163,23 @@ def _model_error(parser, error):
     parser.exit(2, f'{parser.prog}: error: {error}\n')
 
 
-def _labelled_corpus(path):
-    """The format of ``path`` where it is a corpus with tags or entities (conll, char-*, char-seg,
-    jsonl), else None: raw and segmented text are what predict reads."""
+def _labelled_corpus(path, lines):
+    """The format of ``path`` (read as ``lines``) where it is a corpus with tags or entities
+    (conll, char-*, char-seg, jsonl), else None: raw and segmented text are what predict reads.
+    JSON needs a first line that is a whole JSON record, or that opens an array or a record
+    alone: text whose first line merely opens with ``{"`` is text."""
     from crf_lr.datasets import DataFormatError, detect_format
     try:
         found = detect_format(path)
     except DataFormatError:
         return None
+    if found == 'jsonl':
+        first = next((line.strip() for line in lines if line.strip()), '')
+        try:
+            whole = isinstance(json.loads(first), (dict, list))
+        except ValueError:
+            whole = False
+        return found if whole or first in ('[', '{') or first.startswith('[{') else None
     return None if found == 'segmented' else found
 
 
@@ -191,7 +200,7 @@ def main(argv=None):
         lines = (read_text(args.file) if args.file else sys.stdin.read()).splitlines()
     except (OSError, ValueError) as error:                   # ValueError: not decodable
         parser.exit(2, f'{parser.prog}: error: cannot read {args.file or "stdin"}: {error}\n')
-    labelled = args.file and _labelled_corpus(args.file)
+    labelled = args.file and _labelled_corpus(args.file, lines)
     if labelled:
         parser.exit(2, f'{parser.prog}: error: {args.file} is a labelled corpus (format '
                        f'{labelled}), not raw text: predict reads one sentence a line; to score '

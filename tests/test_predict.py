@@ -429,17 +429,34 @@ def test_english_lines_split_punctuation_off_as_conll_writes_it(line, words):
     assert found == words and [line[s:e] for s, e in offsets] == words
 
 
-def test_a_labelled_corpus_given_as_text_is_named(saved, tmp_path, capsys):
-    """A CoNLL or character-tag file is not raw text: predict says what it is and what to do."""
+@pytest.mark.parametrize('content, format', [
+    ('张 B-PER\n三 I-PER\n去 O\n', 'char-bio'),
+    ('{"text": "张三去", "label": {"name": {"张三": [[0, 1]]}}}\n', 'jsonl'),
+    ('[\n {"text": "张三去", "spans": [[0, 2, "name"]]}\n]\n', 'jsonl'),
+])
+def test_a_labelled_corpus_given_as_text_is_named(saved, tmp_path, capsys, content, format):
+    """A CoNLL, character-tag or JSON file is not raw text: predict says what it is and what
+    to do."""
     from crf_lr.predict import main
     corpus = tmp_path / 'test.txt'
-    corpus.write_text('张 B-PER\n三 I-PER\n去 O\n', encoding='utf-8')
+    corpus.write_text(content, encoding='utf-8')
     with pytest.raises(SystemExit) as exit_info:
         main([saved['ner'], str(corpus)])
     assert exit_info.value.code == 2
-    assert (f'{corpus} is a labelled corpus (format char-bio), not raw text: predict reads one '
+    assert (f'{corpus} is a labelled corpus (format {format}), not raw text: predict reads one '
             'sentence a line; to score a labelled file, pass it to the task script as '
             '--test-file') in capsys.readouterr().err
+
+
+def test_text_whose_first_line_opens_like_json_is_tagged(saved, tmp_path, capsys):
+    """A first line opening with '{"' that is no whole JSON record is text (it was refused as
+    a JSON corpus)."""
+    from crf_lr.predict import main
+    text = tmp_path / 'log.txt'
+    text.write_text('{"level": "info"} 张三去北京\n李四在上海\n', encoding='utf-8')
+    main([saved['ner'], str(text), '--format', 'json'])
+    records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r['text'] for r in records] == ['{"level": "info"} 张三去北京', '李四在上海']
 
 
 def test_predict_piped_into_a_reader_that_stops_ends_quietly(saved, tmp_path):
