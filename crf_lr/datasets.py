@@ -19,8 +19,9 @@ of :data:`FORMATS` into a :class:`Dataset`. Conventions shared by all readers:
   file; so do undecodable bytes (naming GB18030 text, which ``iconv`` converts). Files are
   UTF-8 with or without a BOM (or UTF-16 with its BOM), with LF or CRLF line endings.
 - Tags that break their scheme (a stray ``I-X``, an entity never closed) are fixed by the conlleval rule
-  (``tagging.Scheme.repair``), as conlleval and seqeval read them; a few BIOES tags in a BIO file
-  (``E-X`` / ``S-X`` beside twenty times as many ``B-X``) are read as ``I-X`` / ``B-X``: :func:`read_corpus`,
+  (``tagging.Scheme.repair``), as conlleval and seqeval read them; BIOES tags in a file read as
+  BIO (a few ``E-X`` / ``S-X`` typos: fewer ``E-`` than half the ``B-`` tags) are read as ``I-X`` /
+  ``B-X``: :func:`read_corpus`,
   :func:`load_dataset` and the task scripts repair by default (``repair=True``), and each repaired tag's
   ``path:line`` is kept in ``Example.repaired_at``. ``repair=False`` (the scripts' ``--strict``; the
   default of the low-level ``read_bio`` / ``read_conll``) makes them an error naming the real fault.
@@ -431,8 +432,9 @@ def _tag_scheme(first_lines, path, counts):
     """``(scheme, reason)`` of a tagged file from the line where each tag prefix first occurs and
     how many tags (or distinct lines) carry it (``counts``).
 
-    M- makes BMES, else E- or S- makes BIOES, else BIO; but beside I- tags, E-/S- tags twenty
-    times fewer than B- tags are strays in a BIO file (in BIOES each B- entity closes with an E-).
+    M- makes BMES, else E- or S- makes BIOES, else BIO; but where fewer E- tags than half the B-
+    tags close entities, the E-/S- tags are strays in a BIO file (in BIOES each B- entity closes
+    with an E-; read as BIO, a BIOES file's entities stay the same).
     Where two schemes fit they read the same entities: B-/E-/S- tags without I- or M- (BIOES =
     BMES), and B- tags alone (BIOES would close each as S-X, the entities BIO reads). I- and M-
     together fit no scheme.
@@ -444,11 +446,10 @@ def _tag_scheme(first_lines, path, counts):
                               f'BMES with M-')
     if 'M' in first_lines:
         return BMES, 'M- tags: BMES'
-    closing = counts.get('E', 0) + counts.get('S', 0)
-    if closing and 'I' in first_lines and 20 * closing <= counts.get('B', 0):
+    if ('E' in first_lines or 'S' in first_lines) and 2 * counts.get('E', 0) < counts.get('B', 0):
         first = min(first_lines.get('E', np.inf), first_lines.get('S', np.inf))
-        return BIO, (f'B-/I- tags: BIO; the few E-/S- tags (first at line {first}; twenty times '
-                     f'fewer than B- tags) are read as I-/B-')
+        return BIO, (f'B-/I- tags: BIO (fewer E- tags than half the B- tags); the E-/S- tags (first '
+                     f'at line {first}) are strays, read as I-/B-')
     if 'E' in first_lines or 'S' in first_lines:
         return BIOES, 'E-/S- tags: BIOES' + ('' if 'I' in first_lines else ' (BMES reads them alike)')
     if 'B' in first_lines or 'I' in first_lines:
@@ -463,18 +464,19 @@ def _checked(tags, first_line, path, scheme, repair, notes=(), strays=()):
     or with ``repair`` is fixed by the conlleval rule, noted, and its ``path:line`` kept; so are
     the positions ``strays`` of the BIOES tags :func:`_tag_checker` read as BIO."""
     notes += (STRAY_NOTE,) * len(strays)
-    repaired_at = tuple(f'{path}:{first_line + i}' for i in strays)
+    changed = set(strays)
     if repair:
-        fixed, count = scheme.repair(tags)
-        notes += (REPAIR_NOTE,) * count
-        repaired_at += tuple(f'{path}:{first_line + i}'
-                             for i, (new, old) in enumerate(zip(fixed, tags)) if new != old)
+        fixed, _ = scheme.repair(tags)
+        repaired = {i for i, (new, old) in enumerate(zip(fixed, tags)) if new != old} - changed
+        notes += (REPAIR_NOTE,) * len(repaired)          # a stray read as I-X then opening an
+        changed |= repaired                              # entity is one repair, the stray's
         tags = fixed
     else:
         try:
             scheme.check(tags, lines=range(first_line, first_line + len(tags)))
         except TagError as error:
             raise DataFormatError(path, first_line + error.position, error.fault) from None
+    repaired_at = tuple(f'{path}:{first_line + i}' for i in sorted(changed))
     return tags, scheme.decode(tags), notes, repaired_at
 
 
@@ -541,7 +543,7 @@ def read_bio(path, sep=None, types=None, scheme='BIO', repair=False, chunked=Tru
 
     def finish():
         notes = ()
-        if chunked and scheme is BIO and tags[0][0] == 'I':
+        if chunked and scheme is BIO and tags[0][0] == 'I' and 0 not in strays:
             tags[0] = 'B' + tags[0][1:]
             notes = (_CHUNK_START_NOTE,)
         checked, spans, notes, repaired_at = _checked(tags, first_line, path, scheme, repair, notes,
@@ -1027,8 +1029,10 @@ def _detected(path):
             break
         if facts[line][1] != 'O':
             first_lines.setdefault(facts[line][1][0], number)
-    scheme, why = _tag_scheme(first_lines, path, Counter(
-        tag[0] for _, tag, _ in facts.values() if tag[1:2] == '-'))        # distinct lines
+    counts = Counter()
+    if prefixes & {'E', 'S'}:                                   # tags, not distinct lines
+        counts = Counter(facts[line][1][0] for _, line in lines if facts[line][1][1:2] == '-')
+    scheme, why = _tag_scheme(first_lines, path, counts)
     read_as = _read_as(fields[-1] for fields, _, _ in facts.values())
     if read_as:
         why += f'; {read_as}'

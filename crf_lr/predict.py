@@ -166,20 +166,21 @@ def _model_error(parser, error):
 def _labelled_corpus(path, lines):
     """The format of ``path`` (read as ``lines``) where it is a corpus with tags or entities
     (conll, char-*, char-seg, jsonl), else None: raw and segmented text are what predict reads.
-    JSON needs a first line that is a whole JSON record, or that opens an array or a record
-    alone: text whose first line merely opens with ``{"`` is text."""
+    JSON needs a first line that opens an array (detection has read it as one), that is a whole
+    JSON record, or that opens a record alone: text whose first line merely opens with ``{"`` is
+    text."""
     from crf_lr.datasets import DataFormatError, detect_format
     try:
         found = detect_format(path)
     except DataFormatError:
         return None
     if found == 'jsonl':
-        first = next((line.strip() for line in lines if line.strip()), '')
+        first = next((line.strip(' \t\ufeff') for line in lines if line.strip()), '')
         try:
             whole = isinstance(json.loads(first), (dict, list))
         except ValueError:
             whole = False
-        return found if whole or first in ('[', '{') or first.startswith('[{') else None
+        return found if whole or first == '{' or first.startswith('[') else None
     return None if found == 'segmented' else found
 
 

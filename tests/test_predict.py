@@ -433,6 +433,9 @@ def test_english_lines_split_punctuation_off_as_conll_writes_it(line, words):
     ('张 B-PER\n三 I-PER\n去 O\n', 'char-bio'),
     ('{"text": "张三去", "label": {"name": {"张三": [[0, 1]]}}}\n', 'jsonl'),
     ('[\n {"text": "张三去", "spans": [[0, 2, "name"]]}\n]\n', 'jsonl'),
+    ('[ {"text": "张三去", "spans": [[0, 2, "name"]]},\n {"text": "李四", "spans": []} ]\n',
+     'jsonl'),
+    ('{\n "text": "张三去",\n "spans": [[0, 2, "name"]]\n}\n', 'jsonl'),
 ])
 def test_a_labelled_corpus_given_as_text_is_named(saved, tmp_path, capsys, content, format):
     """A CoNLL, character-tag or JSON file is not raw text: predict says what it is and what

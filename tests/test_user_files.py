@@ -404,29 +404,33 @@ def test_raw_text_opening_with_a_bracket_is_not_json(tmp_path):
 
 @pytest.mark.parametrize('layout', ['conll', 'char'])
 def test_a_few_bioes_tags_in_a_bio_file_are_read_as_bio_and_named(tmp_path, layout):
-    """Fifty BIO entities and two typos (an E-X closing one, an S-X for a single token): the
-    file stays BIO, the typos are read as I-X / B-X, repaired 2x with their lines, and --strict
-    names the first one; a true BIOES file (an E-X for every B-X) stays BIOES."""
+    """Ten BIO entities and three typos (an E-X closing one, an S-X for a single token, an E-X
+    after O): the file stays BIO, each typo is read as I-X / B-X and repaired once with its
+    line, and --strict names the first; a true BIOES file whose entities all end in one
+    character (one distinct E- line) stays BIOES, without repairs."""
     if layout == 'conll':
-        entities = ['Peter B-PER\nBlack I-PER\nsaid O\n\n'] * 50
-        typos = 'Peter B-PER\nBlack E-PER\nsaid O\n\nParis S-LOC\nsaid O\n\n'
-    else:         # detection counts distinct lines: entities of other characters
-        entities = [f'{chr(0x4e00 + k)} B-PER\n{chr(0x5e00 + k)} I-PER\n说 O\n\n'
-                    for k in range(50)]
-        typos = '张 B-PER\n三 E-PER\n说 O\n\n京 S-LOC\n说 O\n\n'
-    path = write(tmp_path, 'train.txt', ''.join(entities[:25]) + typos + ''.join(entities[25:]))
-    first = 25 * 4 + 2                                         # the E- line
+        entity = 'Peter B-PER\nBlack I-PER\nsaid O\n\n'
+        typos = 'Peter B-PER\nBlack E-PER\nsaid O\n\nParis S-LOC\nsaid O\n\nsaid O\nBlack E-PER\n\n'
+        company = 'at O\nAcme B-ORG\nSteel I-ORG\nInc E-ORG\n\n'
+    else:
+        entity = '张 B-PER\n三 I-PER\n说 O\n\n'
+        typos = '张 B-PER\n三 E-PER\n说 O\n\n京 S-LOC\n说 O\n\n说 O\n三 E-PER\n\n'
+        company = '在 O\n华 B-ORG\n公 I-ORG\n司 E-ORG\n\n'
+    path = write(tmp_path, 'train.txt', entity * 5 + typos + entity * 5)
+    first = 5 * 4 + 2                                          # the first E- line
     data = read_corpus(path)
     assert data.format == ('conll' if layout == 'conll' else 'char-bio')
-    assert [e.spans for e in data][25:27] == [[(0, 2, 'PER')], [(0, 1, 'LOC')]]
-    assert sum(len(e.spans) for e in data) == 52
-    assert 'repaired 2x: a BIOES tag in a BIO file: E-X read as I-X, S-X as B-X' in data.summary()
-    assert [place for e in data for place in e.repaired_at] == [f'{path}:{first}',
-                                                                f'{path}:{first + 3}']
+    assert [e.spans for e in data][5:8] == [[(0, 2, 'PER')], [(0, 1, 'LOC')], [(1, 2, 'PER')]]
+    assert sum(len(e.spans) for e in data) == 13
+    assert 'repaired 3x: a BIOES tag in a BIO file: E-X read as I-X, S-X as B-X' in data.summary()
+    assert 'conlleval' not in data.summary()                   # the E-X after O: one repair
+    assert [place for e in data for place in e.repaired_at] == [
+        f'{path}:{first}', f'{path}:{first + 3}', f'{path}:{first + 7}']
     with raises_at(path, first, r"unknown tag 'E-PER' for the BIO scheme: .*the default repair "
                                 r'reads E-X as I-X and S-X as B-X\)$'):
         read_corpus(path, repair=False)
-    genuine = read_corpus(write(tmp_path, 'bioes.txt',
-                                ''.join(entities).replace('I-PER', 'E-PER') + typos))
+    bioes = write(tmp_path, 'bioes.txt', company * 20)
+    genuine = read_corpus(bioes)
     assert genuine.format == ('conll' if layout == 'conll' else 'char-bioes')
-    assert 'repaired' not in genuine.summary() and sum(len(e.spans) for e in genuine) == 52
+    assert 'repaired' not in genuine.summary() and sum(len(e.spans) for e in genuine) == 20
+    assert read_corpus(bioes, repair=False) and 'BIOES' in detect_format(bioes, reason=True)[1]
