@@ -411,15 +411,14 @@ def _tag_checker(types, scheme, path, repair=False):
         found = known.get(tag)
         if found is not None:
             return found
-        found = tag
-        if scheme is BIO and tag[:2] in ('E-', 'S-') and repair:
-            found = ('I-' if tag[0] == 'E' else 'B-') + tag[2:]
+        stray = scheme is BIO and tag[:2] in ('E-', 'S-')
+        found = ('I-' if tag[0] == 'E' else 'B-') + tag[2:] if stray and repair else tag
         try:
             _, kind = scheme.parse(found)
         except ValueError:
             expected = "'O' or " + ', '.join(f"'{letter}-TYPE'" for letter in scheme.letters)
             closing = (' (a BIOES tag among BIO ones: the default repair reads E-X as I-X and '
-                       'S-X as B-X)' if scheme is BIO and tag[:2] in ('E-', 'S-') else '')
+                       'S-X as B-X)' if stray else '')
             raise DataFormatError(path, number, f'unknown tag {echo(tag)} for the {scheme} scheme: '
                                                 f'expected {expected}{closing}') from None
         _check_type(kind, types, path, number, f'unknown tag {echo(tag)}: its entity type')
@@ -430,14 +429,13 @@ def _tag_checker(types, scheme, path, repair=False):
 
 def _tag_scheme(first_lines, path, counts):
     """``(scheme, reason)`` of a tagged file from the line where each tag prefix first occurs and
-    how many tags (or distinct lines) carry it (``counts``).
+    how many tags carry it (``counts``; only E- and B- counts are read, where E- or S- occur).
 
     M- makes BMES, else E- or S- makes BIOES, else BIO; but where fewer E- tags than half the B-
     tags close entities, the E-/S- tags are strays in a BIO file (in BIOES each B- entity closes
-    with an E-; read as BIO, a BIOES file's entities stay the same).
-    Where two schemes fit they read the same entities: B-/E-/S- tags without I- or M- (BIOES =
-    BMES), and B- tags alone (BIOES would close each as S-X, the entities BIO reads). I- and M-
-    together fit no scheme.
+    with an E-; read as BIO, a BIOES file's entities stay the same). Where two schemes fit they
+    read the same entities: B-/E-/S- tags without I- or M- (BIOES = BMES), and B- tags alone
+    (BIOES would close each as S-X, the entities BIO reads). I- and M- together fit no scheme.
     """
     if 'I' in first_lines and 'M' in first_lines:
         raise DataFormatError(path, max(first_lines['I'], first_lines['M']),
@@ -831,11 +829,11 @@ def read_conll(path, types=None, repair=False):
                 counts[tag[0]] += 1
     scheme, _ = _tag_scheme(first_lines, path, counts)
     check = _tag_checker(types, scheme, path, repair)
-    sentences = [(words, [check(tag, first_line + i) for i, tag in enumerate(tags)], first_line,
-                  tags) for words, tags, first_line in sentences]
-    strays = {first_line: tuple(i for i, (new, old) in enumerate(zip(tags, read)) if new != old)
-              for _, tags, first_line, read in sentences}
-    sentences = [(words, tags, first_line) for words, tags, first_line, _ in sentences]
+    read = sentences
+    sentences = [(words, [check(tag, first_line + i) for i, tag in enumerate(tags)], first_line)
+                 for words, tags, first_line in read]
+    strays = {first_line: tuple(i for i, (new, old) in enumerate(zip(tags, old_tags)) if new != old)
+              for (_, tags, first_line), (_, old_tags, _) in zip(sentences, read)}
     if (scheme is BIO and not all(BIO.valid(tags) for _, tags, _ in sentences)
             and all(IOB1.valid(tags) for _, tags, _ in sentences)):
         sentences = [(words, iob1_to_iob2(tags), first_line, tags) for words, tags, first_line

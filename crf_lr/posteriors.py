@@ -119,7 +119,8 @@ class Posteriors:
             >>> Posteriors(scores, trans, lengths=[3]).unit_marginals(        # units of 1, 2
             ...     [[0, 1, 3]], unit_reading(get_scheme('BIOES'), labels))[0].shape  # (2, L)
         """
-        starts, units, _ = self._unit_table(unit_starts)
+        table = self._unit_table(unit_starts)
+        starts, units, _ = table
         marginals = self.marginals()
         result = [marginals[row, starts[row, :count]] for row, count in enumerate(units)]
         num_labels = self.emissions.shape[2]
@@ -133,8 +134,8 @@ class Posteriors:
             each_label = [[SpanEvent((label,), anything, anything, True, True)]
                           for label in range(num_labels)]
             rows, begins = (np.repeat(column, num_labels) for column in zip(*long))
-            found = self.span_probabilities(rows, begins, begins + 1, each_label * len(long),
-                                            unit_starts, reading).reshape(len(long), num_labels)
+            found = self._span_probabilities(rows, begins, begins + 1, each_label * len(long),
+                                             table, reading).reshape(len(long), num_labels)
             for (row, unit), probabilities in zip(long, found):
                 result[row][unit] = probabilities
         return result
@@ -187,7 +188,14 @@ class Posteriors:
         """
         rows, begins, stops = (np.asarray(x, dtype=np.intp).reshape(-1)
                                for x in (rows, begins, stops))
-        starts, units, several = self._unit_table(unit_starts)
+        return self._span_probabilities(rows, begins, stops, events,
+                                        self._unit_table(unit_starts),
+                                        _checked_reading(reading, self.emissions.shape[2]))
+
+    def _span_probabilities(self, rows, begins, stops, events, table, reading):
+        """:meth:`span_probabilities` with the unit table of :meth:`_unit_table` and a checked
+        reading."""
+        starts, units, several = table
         bad = ~((0 <= begins) & (begins < stops) & (stops <= units[rows]))
         if bad.any():
             k = int(np.nonzero(bad)[0][0])
@@ -197,7 +205,6 @@ class Posteriors:
         low, high = np.maximum(begins - 1, 0), np.minimum(stops, units[rows] - 1) + 1
         plain = several[rows, high] == several[rows, low]
         num_labels = self.emissions.shape[2]
-        reading = _checked_reading(reading, num_labels)
         if any(len(event.labels) != stop - begin for found, begin, stop in
                zip(events, begins, stops) for event in found):
             raise ValueError('an event has a different number of labels than its span')

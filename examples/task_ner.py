@@ -164,8 +164,9 @@ def main(argv=None):
                              title=f'{head.name}, {split}')
             print(f'{split}: entity confidence ECE {report[split]["before"]["ece"]:.4f} -> '
                   f'{report[split]["after"]["ece"]:.4f} at temperature {report["temperature"]}')
-    if bound_note(report):
-        print(f'note: {bound_note(report)}')
+    note = bound_note(report)
+    if note:
+        print(f'note: {note}')
     standard = ('command', 'machine', 'config', 'metric', 'epochs', 'best_epoch', 'best',
                 'first_epoch')
     written = run.write_results('dev_f1', **{k: v for k, v in results.items() if k not in standard},
