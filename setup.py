@@ -25,7 +25,7 @@ setup(
                   'transformers==5.24.0', 'pytorch-crf==0.7.2'],
         'serve': ['starlette>=0.40', 'uvicorn>=0.30'],                          # crf_lr.serve
     },
-    package_data={'crf_lr': ['static/*']},                                      # the served page
+    package_data={'crf_lr': ['static/*', 'kernels/*.cc']},          # the served page; C++ kernels
     entry_points={'console_scripts': [
         'crf-lr-convert=crf_lr.convert:main',
         'crf-lr-predict=crf_lr.predict:main',

@@ -15,6 +15,8 @@ rounds, each precision in its own rounds. ``--change``:
 * ``light_graph_optimisation``: grappler's default optimisation of the function at its first
   call against :func:`crf_lr.graph_optimisation.optimised_lightly` (one round, no memory or
   layout optimiser);
+* ``fused_kernels`` (``--part step``): TensorFlow's ops for bert4keras's GELU and the attention
+  softmax's gradient against :func:`crf_lr.fused_kernels.fused_kernels` (one kernel each);
 * ``inference_only`` (``--part predict``): the model saved and reloaded by
   :func:`crf_lr.precision.load_model` against the same with ``inference_only=True`` (bf16 encoder
   weights under mixed_bfloat16, as :meth:`crf_lr.tagger.Tagger.load` loads).
@@ -38,6 +40,7 @@ Everything else as the library runs it (prediction under ``flat_dense``, batched
     $ python benchmarks/graph_probe.py --change closed_form_layer_norm --part step
     $ python benchmarks/graph_probe.py --change fused_adam --part update
     $ python benchmarks/graph_probe.py --change light_graph_optimisation --part step
+    $ python benchmarks/graph_probe.py --change fused_kernels --part step
 """
 import argparse
 import contextlib
@@ -58,6 +61,7 @@ def changes():
     """{name: context manager factory taking on/off} (``inference_only`` is a way of loading)."""
     from crf_lr.attention import batched_attention
     from crf_lr.compat import flat_dense
+    from crf_lr.fused_kernels import fused_kernels
     from crf_lr.graph_optimisation import light_graph_optimisation, optimised_lightly
     from crf_lr.layer_norm import closed_form_layer_norm
     from crf_lr.optimizers import fused_adam
@@ -68,7 +72,7 @@ def changes():
             yield
     return {'flat_dense': flat_dense, 'batched_attention': batched_attention,
             'closed_form_layer_norm': closed_form_layer_norm, 'fused_adam': fused_adam,
-            'light_graph_optimisation': lightly_optimised,
+            'light_graph_optimisation': lightly_optimised, 'fused_kernels': fused_kernels,
             'inference_only': lambda on: contextlib.nullcontext()}
 
 
@@ -189,7 +193,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--change', required=True, choices=(
         'flat_dense', 'batched_attention', 'closed_form_layer_norm', 'fused_adam',
-        'light_graph_optimisation', 'inference_only'))
+        'light_graph_optimisation', 'fused_kernels', 'inference_only'))
     parser.add_argument('--part', choices=('predict', 'step', 'update'), default='predict')
     parser.add_argument('--rounds', type=int, default=7)
     parser.add_argument('--sentences', type=int, default=200, help='--part predict: test sentences')

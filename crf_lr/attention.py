@@ -28,6 +28,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from bert4keras.backend import K, apply_rotary_position_embeddings, keras  # noqa: E402
 
+from crf_lr import fused_kernels  # noqa: E402
 from crf_lr.patching import patch  # noqa: E402
 from crf_lr.switches import ThreadSwitch  # noqa: E402
 
@@ -76,7 +77,7 @@ def batched_pay_attention_to(layer, inputs, mask=None, **kwargs):
     key_mask = mask[1] if mask is not None else None
     if key_mask is not None:
         logits = logits + _key_mask_bias(key_mask, logits.dtype)
-    weights = K.softmax(logits)
+    weights = fused_kernels.softmax(logits)
     if layer.attention_dropout:
         weights = keras.layers.Dropout(layer.attention_dropout)(weights)
     return heads_first(tf.matmul(weights, heads_first(vw))), scores

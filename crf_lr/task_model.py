@@ -30,6 +30,7 @@ def build_task_model(args, strategy, units, make_head, examples):
     from crf_lr.cli import user_errors
     from crf_lr.compat import keras
     from crf_lr.encoders import default_learning_rate, load_encoder
+    from crf_lr.fused_kernels import status as fused_kernels_status
     from crf_lr.heads import piece_states
     from crf_lr.optimizers import LayerwiseAdam
     from crf_lr.pieces import UnitEncoder
@@ -39,6 +40,7 @@ def build_task_model(args, strategy, units, make_head, examples):
 
     set_check_numerics(True)            # the default, said: NaN/inf in a layer or loss stops the run
     print(set_precision(args.precision))                 # e.g. 'precision: float32 (...)'
+    print(fused_kernels_status())                        # built here the first time (~10 s)
     keras.utils.set_random_seed(args.seed)
     encoder, why = ((args.encoder, 'as given') if args.encoder else   # else by the text's script
                     choose_encoder(units_of for units_of, _, _ in examples))

@@ -128,8 +128,9 @@ def test_packaged_checkpoint_is_converted_once(converted):
 # ----------------------------------------------------------------------------- config mapping
 
 def test_gelu_variants_map_to_the_matching_bert4keras_activation():
-    from bert4keras.backend import gelu_erf, gelu_tanh
+    from bert4keras.backend import gelu_tanh
     from crf_lr.compat import keras
+    from crf_lr.fused_kernels import gelu_erf       # bert4keras's, one kernel in training calls
     base = dict(model_type='bert', vocab_size=8, hidden_size=4, num_hidden_layers=1,
                 num_attention_heads=1, intermediate_size=8)
     for hf_act, function in (('gelu', gelu_erf), ('gelu_new', gelu_tanh),

@@ -1,0 +1,145 @@
+"""One-pass CPU kernels for a training step: bert4keras's erf GELU and layer norm, each with its
+gradient, and the gradient of the attention's softmax.
+
+TensorFlow runs the GELU of every feed-forward layer as five element-wise ops and its gradient
+as about nine, a layer norm as seven each way and a softmax's gradient as four, each a pass
+over memory. The kernels of
+``crf_lr/kernels/fused_ops.cc`` make each of them one pass. They are compiled against the
+installed TensorFlow the first time they are needed (about 10 s; ``make install`` does it), cached
+per machine (:mod:`crf_lr.native_build`), and used only in training calls (``training=True``)
+of float32 and bfloat16 tensors outside XLA; prediction, export, XLA-compiled steps and a
+machine without a C++ compiler keep TensorFlow's own ops. The same values to float rounding (``tests/test_fused_kernels.py``); the
+step's speed is in docs/performance.md ("Fused element-wise kernels").
+
+:mod:`crf_lr.compat` installs the GELU for every model of the process, :mod:`crf_lr.attention`
+calls :func:`softmax` and :mod:`crf_lr.layer_norm` :func:`normalized`. Switch them off for a block (per thread, read
+when a function is traced):
+
+    >>> print(status())                  # fused kernels: on (...), or off and why
+    >>> with fused_kernels(False):       # TensorFlow's ops, e.g. to compare
+    ...     model.fit(x, y)
+"""
+import crf_lr  # noqa: F401  (sets TF_KERAS / TF_USE_LEGACY_KERAS before TensorFlow loads)
+
+import threading  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import tensorflow as tf  # noqa: E402
+
+from crf_lr.native_build import BuildError, timed_build  # noqa: E402
+from crf_lr.switches import ThreadSwitch  # noqa: E402
+
+SOURCE = Path(__file__).with_name('kernels') / 'fused_ops.cc'
+_ENABLED = ThreadSwitch(default=True)          # read when a layer is traced
+_DTYPES = (tf.float32, tf.bfloat16)
+_lock = threading.Lock()
+_loaded = {}                                   # 'ops' or 'error', once per process
+
+
+def fused_kernels(enabled=True):
+    """Within the block, training calls traced use the fused kernels (the default, where they
+    can be built) or, with ``enabled=False``, TensorFlow's ops. Per thread.
+
+        >>> with fused_kernels(False):
+        ...     loss = train_step(batch)        # traced with TensorFlow's ops
+    """
+    return _ENABLED.set(enabled)
+
+
+def _ops():
+    """The loaded op library, built first where needed; None where it cannot be."""
+    with _lock:
+        if not _loaded:
+            try:
+                path, seconds = timed_build(SOURCE, on_build=_announce_build)
+                _loaded['ops'] = tf.load_op_library(str(path))
+                _loaded['built_s'] = seconds
+            except (BuildError, tf.errors.NotFoundError) as error:
+                _loaded['error'] = str(error).splitlines()[0]
+        return _loaded.get('ops')
+
+
+def _announce_build():
+    print('building the fused kernels (once per machine and TensorFlow version, about 10 s)',
+          flush=True)
+
+
+def status():
+    """One line: whether the fused kernels are in use, and why not where they are not.
+
+        >>> status()
+        'fused kernels: on (built in 9.1 s, cached)'
+    """
+    if not _ENABLED.enabled:
+        return 'fused kernels: off (switched off)'
+    if _ops() is None:
+        return f'fused kernels: off ({_loaded["error"]}; TensorFlow\'s ops are used)'
+    built = _loaded['built_s']
+    return f'fused kernels: on ({f"built in {built:.1f} s, cached" if built else "cached"})'
+
+
+def applies(x):
+    """True where a training call traced now computes on ``x`` with the fused kernels: switched
+    on, float32 or bfloat16, ``training=True``, not compiled by XLA (which has no kernel for
+    them), and the kernels built."""
+    from tensorflow.python.framework.ops import get_default_graph
+    from tensorflow.python.ops.control_flow_util import GraphOrParentsInXlaContext
+    from tf_keras.src.engine.base_layer_utils import call_context
+    return (_ENABLED.enabled and x.dtype in _DTYPES and bool(call_context().training)
+            and not GraphOrParentsInXlaContext(get_default_graph()) and _ops() is not None)
+
+
+def gelu_erf(x):
+    """bert4keras's ``gelu_erf``, ``0.5 x (1 + erf(x / sqrt 2))``: one kernel each way in a
+    training call, bert4keras's ops elsewhere.
+
+        >>> gelu_erf(tf.constant([-1., 0., 1.]))        # [-0.1587, 0., 0.8413]
+    """
+    from bert4keras.backend import gelu_erf as bert4keras_gelu_erf
+    if not applies(x):
+        return bert4keras_gelu_erf(x)
+    return _ops().crf_lr_gelu(x)
+
+
+def softmax(x):
+    """``softmax(x)`` over the last axis (TensorFlow's op); in a training call its gradient is
+    one kernel.
+
+        >>> softmax(tf.constant([[0., 0.]]))         # [[0.5, 0.5]]
+    """
+    if not applies(x):
+        return tf.nn.softmax(x)
+
+    @tf.custom_gradient
+    def forward(x):
+        y = tf.nn.softmax(x)
+        return y, lambda dy: _ops().crf_lr_softmax_grad(dy, y)
+    return forward(x)
+
+
+def normalized(x, epsilon):
+    """``x`` centred and scaled to unit variance along its last axis (statistics in float32),
+    one kernel each way, for :func:`crf_lr.layer_norm.normalized` where :func:`applies`.
+
+        >>> normalized(tf.constant([[1., 2., 3.]]), 1e-12)     # [[-1.2247, 0., 1.2247]]
+    """
+    return _ops().crf_lr_layer_norm(x, epsilon=epsilon)[0]
+
+
+@tf.RegisterGradient('CrfLrGelu')
+def _gelu_gradient(op, dy):
+    return _ops().crf_lr_gelu_grad(dy, op.inputs[0])
+
+
+@tf.RegisterGradient('CrfLrLayerNorm')
+def _layer_norm_gradient(op, dx_hat, _):       # std is an output for the gradient alone
+    return _ops().crf_lr_layer_norm_grad(dx_hat, op.outputs[0], op.outputs[1])
+
+
+def install():
+    """Resolve the activations ``'gelu'`` and ``'gelu_erf'`` (bert4keras's BERT and ALBERT) to
+    :func:`gelu_erf` for the layers built from now on (idempotent). Saved configs keep the name
+    ``gelu_erf``, so a model saved here loads with bert4keras alone."""
+    from bert4keras.backend import keras
+    gelu_erf.__name__ = 'gelu_erf'
+    keras.utils.get_custom_objects().update({'gelu': gelu_erf, 'gelu_erf': gelu_erf})

@@ -1,0 +1,285 @@
+// One-pass CPU kernels for the training step of a BERT-family encoder (crf_lr.fused_kernels).
+//
+// TensorFlow runs bert4keras's erf GELU as five element-wise ops and its gradient as about nine,
+// and the gradient of a softmax as four, and a layer norm as seven each way: each a pass
+// over a (batch x n, 4 x hidden) or (batch, heads, n, n) tensor. These kernels make each one
+// pass, computing in float32 for float32 and bfloat16 tensors:
+//
+//   CrfLrGelu(x)                 0.5 x (1 + erf(x / sqrt 2)), bert4keras's gelu_erf
+//   CrfLrGeluGrad(dy, x)         dy (0.5 (1 + erf(x / sqrt 2)) + x exp(-x^2 / 2) / sqrt(2 pi))
+//   CrfLrSoftmaxGrad(dy, y)      y (dy - sum(dy y)) over the last axis, where y = softmax(x)
+//   CrfLrLayerNorm(x)            x_hat = (x - mean) / std, std = sqrt(variance + epsilon) per row
+//   CrfLrLayerNormGrad(dy, x_hat, std)   (dy - mean(dy) - x_hat mean(dy x_hat)) / std
+//
+// (bert4keras's layer norm: its statistics, and the layer norm's gradient, in float32 here.)
+//
+// Built against the installed TensorFlow by crf_lr/native_build.py; nothing here is needed to
+// run crf_lr (TensorFlow's own ops are used where it cannot be built).
+#define EIGEN_USE_THREADS
+#include "tensorflow/core/framework/common_shape_fns.h"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/util/work_sharder.h"
+#include "unsupported/Eigen/CXX11/Tensor"
+#include "unsupported/Eigen/SpecialFunctions"
+
+namespace crf_lr {
+
+using tensorflow::OpKernel;
+using tensorflow::OpKernelConstruction;
+using tensorflow::OpKernelContext;
+using tensorflow::Tensor;
+using CPUDevice = Eigen::ThreadPoolDevice;
+
+constexpr float kSqrt2 = 1.4142135623730951f;
+constexpr float kInvSqrt2Pi = 0.3989422804014327f;
+
+REGISTER_OP("CrfLrGelu")
+    .Input("x: T")
+    .Output("y: T")
+    .Attr("T: {float, bfloat16}")
+    .SetShapeFn(tensorflow::shape_inference::UnchangedShape);
+
+REGISTER_OP("CrfLrGeluGrad")
+    .Input("dy: T")
+    .Input("x: T")
+    .Output("dx: T")
+    .Attr("T: {float, bfloat16}")
+    .SetShapeFn(tensorflow::shape_inference::UnchangedShape);
+
+REGISTER_OP("CrfLrSoftmaxGrad")
+    .Input("dy: T")
+    .Input("y: T")
+    .Output("dx: T")
+    .Attr("T: {float, bfloat16}")
+    .SetShapeFn(tensorflow::shape_inference::UnchangedShape);
+
+REGISTER_OP("CrfLrLayerNorm")
+    .Input("x: T")
+    .Output("x_hat: T")
+    .Output("std: float")
+    .Attr("epsilon: float")
+    .Attr("T: {float, bfloat16}")
+    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
+      c->set_output(0, c->input(0));
+      tensorflow::shape_inference::ShapeHandle rows;
+      TF_RETURN_IF_ERROR(c->Subshape(c->input(0), 0, -1, &rows));
+      c->set_output(1, rows);
+      return tensorflow::OkStatus();
+    });
+
+REGISTER_OP("CrfLrLayerNormGrad")
+    .Input("dy: T")
+    .Input("x_hat: T")
+    .Input("std: float")
+    .Output("dx: T")
+    .Attr("T: {float, bfloat16}")
+    .SetShapeFn(tensorflow::shape_inference::UnchangedShape);
+
+bool SameShapes(OpKernelContext* context) {
+  if (context->input(0).shape() == context->input(1).shape()) return true;
+  context->CtxFailure(tensorflow::errors::InvalidArgument(
+      "inputs of different shapes: ", context->input(0).shape().DebugString(), " and ",
+      context->input(1).shape().DebugString()));
+  return false;
+}
+
+// Calls rows_from(begin, end) on the CPU worker threads for rows of n entries each.
+template <typename Rows>
+void ForEachRow(OpKernelContext* context, int64_t rows, int64_t n, Rows rows_from) {
+  auto* workers = context->device()->tensorflow_cpu_worker_threads();
+  tensorflow::Shard(workers->num_threads, workers->workers, rows, 6 * n, rows_from);
+}
+
+// (rows, entries per row) of a tensor seen as rows of its last axis.
+std::pair<int64_t, int64_t> RowsOf(const Tensor& t) {
+  const int64_t n = t.dims() > 0 ? t.dim_size(t.dims() - 1) : 1;
+  return {n > 0 ? t.NumElements() / n : 0, n};
+}
+
+template <typename T>
+class GeluOp : public OpKernel {
+ public:
+  explicit GeluOp(OpKernelConstruction* context) : OpKernel(context) {}
+
+  void Compute(OpKernelContext* context) override {
+    const Tensor& x = context->input(0);
+    Tensor* y = nullptr;
+    OP_REQUIRES_OK(context, context->allocate_output(0, x.shape(), &y));
+    auto x32 = x.flat<T>().template cast<float>();
+    // bert4keras's order: (0.5 x) (1 + erf(x / sqrt 2))
+    y->flat<T>().device(context->eigen_device<CPUDevice>()) =
+        ((x32 * 0.5f) * ((x32 / kSqrt2).erf() + 1.0f)).template cast<T>();
+  }
+};
+
+template <typename T>
+class GeluGradOp : public OpKernel {
+ public:
+  explicit GeluGradOp(OpKernelConstruction* context) : OpKernel(context) {}
+
+  void Compute(OpKernelContext* context) override {
+    if (!SameShapes(context)) return;
+    const Tensor& x = context->input(1);
+    Tensor* dx = nullptr;
+    OP_REQUIRES_OK(context,
+                   context->forward_input_or_allocate_output({0}, 0, x.shape(), &dx));
+    auto x32 = x.flat<T>().template cast<float>();
+    auto dy32 = context->input(0).flat<T>().template cast<float>();
+    dx->flat<T>().device(context->eigen_device<CPUDevice>()) =
+        (dy32 * (((x32 / kSqrt2).erf() + 1.0f) * 0.5f +
+                 x32 * (x32 * x32 * -0.5f).exp() * kInvSqrt2Pi))
+            .template cast<T>();
+  }
+};
+
+template <typename T>
+class SoftmaxGradOp : public OpKernel {
+ public:
+  explicit SoftmaxGradOp(OpKernelConstruction* context) : OpKernel(context) {}
+
+  void Compute(OpKernelContext* context) override {
+    if (!SameShapes(context)) return;
+    const Tensor& y = context->input(1);
+    OP_REQUIRES(context, y.dims() >= 1,
+                tensorflow::errors::InvalidArgument("a softmax of a scalar"));
+    Tensor* dx = nullptr;
+    OP_REQUIRES_OK(context,
+                   context->forward_input_or_allocate_output({0}, 0, y.shape(), &dx));
+    const auto [rows, n] = RowsOf(y);
+    const T* dy_data = context->input(0).flat<T>().data();
+    const T* y_data = y.flat<T>().data();
+    T* dx_data = dx->flat<T>().data();
+    auto rows_from = [=](int64_t begin, int64_t end) {
+      for (int64_t row = begin; row < end; ++row) {
+        const T* dy_row = dy_data + row * n;
+        const T* y_row = y_data + row * n;
+        T* dx_row = dx_data + row * n;   // may be dy_row: each entry is read before it is written
+        float dot = 0.f;
+#pragma omp simd reduction(+ : dot)
+        for (int64_t i = 0; i < n; ++i) {
+          dot += static_cast<float>(dy_row[i]) * static_cast<float>(y_row[i]);
+        }
+        for (int64_t i = 0; i < n; ++i) {
+          dx_row[i] = static_cast<T>(static_cast<float>(y_row[i]) *
+                                     (static_cast<float>(dy_row[i]) - dot));
+        }
+      }
+    };
+    ForEachRow(context, rows, n, rows_from);
+  }
+};
+
+template <typename T>
+class LayerNormOp : public OpKernel {
+ public:
+  explicit LayerNormOp(OpKernelConstruction* context) : OpKernel(context) {
+    OP_REQUIRES_OK(context, context->GetAttr("epsilon", &epsilon_));
+  }
+
+  void Compute(OpKernelContext* context) override {
+    const Tensor& x = context->input(0);
+    OP_REQUIRES(context, x.dims() >= 1,
+                tensorflow::errors::InvalidArgument("a layer norm of a scalar"));
+    tensorflow::TensorShape rows_shape = x.shape();
+    rows_shape.RemoveLastDims(1);
+    Tensor *x_hat = nullptr, *std_out = nullptr;
+    OP_REQUIRES_OK(context, context->allocate_output(0, x.shape(), &x_hat));
+    OP_REQUIRES_OK(context, context->allocate_output(1, rows_shape, &std_out));
+    const auto [rows, n] = RowsOf(x);
+    const T* x_data = x.flat<T>().data();
+    T* x_hat_data = x_hat->flat<T>().data();
+    float* std_data = std_out->flat<float>().data();
+    const float epsilon = epsilon_;
+    auto rows_from = [=](int64_t begin, int64_t end) {
+      for (int64_t row = begin; row < end; ++row) {
+        const T* x_row = x_data + row * n;
+        float sum = 0.f, squares = 0.f;
+#pragma omp simd reduction(+ : sum)
+        for (int64_t i = 0; i < n; ++i) sum += static_cast<float>(x_row[i]);
+        const float mean = sum / n;
+#pragma omp simd reduction(+ : squares)
+        for (int64_t i = 0; i < n; ++i) {
+          const float centred = static_cast<float>(x_row[i]) - mean;
+          squares += centred * centred;
+        }
+        const float std = std::sqrt(squares / n + epsilon);
+        const float inverse = std > 0.f ? 1.f / std : 0.f;     // divide_no_nan, as bert4keras
+        std_data[row] = std;
+        for (int64_t i = 0; i < n; ++i) {
+          x_hat_data[row * n + i] = static_cast<T>((static_cast<float>(x_row[i]) - mean) * inverse);
+        }
+      }
+    };
+    ForEachRow(context, rows, n, rows_from);
+  }
+
+ private:
+  float epsilon_;
+};
+
+template <typename T>
+class LayerNormGradOp : public OpKernel {
+ public:
+  explicit LayerNormGradOp(OpKernelConstruction* context) : OpKernel(context) {}
+
+  void Compute(OpKernelContext* context) override {
+    if (!SameShapes(context)) return;
+    const Tensor& x_hat = context->input(1);
+    const Tensor& std_in = context->input(2);
+    const auto [rows, n] = RowsOf(x_hat);
+    OP_REQUIRES(context, x_hat.dims() >= 1 && std_in.NumElements() == rows,
+                tensorflow::errors::InvalidArgument("std has ", std_in.NumElements(),
+                                                    " entries for ", rows, " rows"));
+    Tensor* dx = nullptr;
+    OP_REQUIRES_OK(context,
+                   context->forward_input_or_allocate_output({0}, 0, x_hat.shape(), &dx));
+    const T* dy_data = context->input(0).flat<T>().data();
+    const T* x_hat_data = x_hat.flat<T>().data();
+    const float* std_data = std_in.flat<float>().data();
+    T* dx_data = dx->flat<T>().data();
+    auto rows_from = [=](int64_t begin, int64_t end) {
+      for (int64_t row = begin; row < end; ++row) {
+        const T* dy_row = dy_data + row * n;
+        const T* x_hat_row = x_hat_data + row * n;
+        T* dx_row = dx_data + row * n;   // may be dy_row: each entry is read before it is written
+        float dy_sum = 0.f, dy_x_hat_sum = 0.f;
+#pragma omp simd reduction(+ : dy_sum, dy_x_hat_sum)
+        for (int64_t i = 0; i < n; ++i) {
+          const float dy = static_cast<float>(dy_row[i]);
+          dy_sum += dy;
+          dy_x_hat_sum += dy * static_cast<float>(x_hat_row[i]);
+        }
+        const float mean_dy = dy_sum / n, mean_dy_x_hat = dy_x_hat_sum / n;
+        const float inverse = std_data[row] > 0.f ? 1.f / std_data[row] : 0.f;
+        for (int64_t i = 0; i < n; ++i) {
+          dx_row[i] = static_cast<T>((static_cast<float>(dy_row[i]) - mean_dy -
+                                      static_cast<float>(x_hat_row[i]) * mean_dy_x_hat) *
+                                     inverse);
+        }
+      }
+    };
+    ForEachRow(context, rows, n, rows_from);
+  }
+};
+
+#define CRF_LR_REGISTER(T)                                                                  \
+  REGISTER_KERNEL_BUILDER(                                                                  \
+      Name("CrfLrGelu").Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"), GeluOp<T>);  \
+  REGISTER_KERNEL_BUILDER(                                                                  \
+      Name("CrfLrGeluGrad").Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"),          \
+      GeluGradOp<T>);                                                                       \
+  REGISTER_KERNEL_BUILDER(                                                                  \
+      Name("CrfLrSoftmaxGrad").Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"),       \
+      SoftmaxGradOp<T>);                                                                    \
+  REGISTER_KERNEL_BUILDER(                                                                  \
+      Name("CrfLrLayerNorm").Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"),         \
+      LayerNormOp<T>);                                                                      \
+  REGISTER_KERNEL_BUILDER(                                                                  \
+      Name("CrfLrLayerNormGrad").Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"),     \
+      LayerNormGradOp<T>);
+
+CRF_LR_REGISTER(float)
+CRF_LR_REGISTER(Eigen::bfloat16)
+
+}  // namespace crf_lr

@@ -1,0 +1,127 @@
+"""C++ TensorFlow kernels compiled once per machine and TensorFlow, cached, and loaded.
+
+``built_library(source)`` compiles a ``.cc`` file of custom ops against the installed
+TensorFlow's headers (``tf.sysconfig``) with the machine's instruction set, into
+``$CRF_LR_CACHE`` (default ``~/.cache/crf_lr``) under a name made from the source, TensorFlow's
+version, the compiler command and the CPU's flags: another machine, TensorFlow or source builds
+its own. The library is written under a temporary name and renamed (a killed build leaves
+nothing half-written), and a lock file makes concurrent processes build it once.
+
+    >>> path = built_library(Path('crf_lr/kernels/fused_ops.cc'))   # ~10 s the first time
+    >>> ops = tf.load_op_library(str(path))
+"""
+import contextlib
+import fcntl
+import hashlib
+import os
+import shlex
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+
+class BuildError(RuntimeError):
+    """The library could not be built; the message says why in one line."""
+
+
+def cache_dir():
+    """``$CRF_LR_CACHE``, else ``$XDG_CACHE_HOME/crf_lr``, else ``~/.cache/crf_lr``."""
+    if os.environ.get('CRF_LR_CACHE'):
+        return Path(os.environ['CRF_LR_CACHE'])
+    return Path(os.environ.get('XDG_CACHE_HOME') or Path.home() / '.cache') / 'crf_lr'
+
+
+def compiler():
+    """The C++ compiler: ``$CXX``, else ``g++``, else ``c++`` (None where there is none)."""
+    for name in (os.environ.get('CXX'), 'g++', 'c++'):
+        if name and shutil.which(name):
+            return name
+    return None
+
+
+def compile_command(source, output, cxx):
+    """The command that builds ``source`` into the shared library ``output``."""
+    from crf_lr.compat import tf
+    return ([cxx, '-shared', '-fPIC', '-O3', '-march=native', '-fopenmp-simd',
+             '-ffp-contract=off', '-w', str(source), '-o', str(output)]
+            + tf.sysconfig.get_compile_flags() + tf.sysconfig.get_link_flags())
+
+
+def _cpu_flags():
+    try:
+        with open('/proc/cpuinfo') as cpuinfo:
+            return next((line for line in cpuinfo if line.startswith('flags')), '')
+    except OSError:
+        return ''
+
+
+def library_path(source, cxx):
+    """Where ``source``'s library for this machine, TensorFlow and compiler is cached."""
+    from crf_lr.compat import tf
+    key = hashlib.sha256()
+    for part in (Path(source).read_bytes(), tf.__version__.encode(),
+                 shlex.join(compile_command(source, 'out', cxx)).encode(), _cpu_flags().encode()):
+        key.update(part)
+    return cache_dir() / f'{Path(source).stem}-{key.hexdigest()[:16]}.so'
+
+
+@contextlib.contextmanager
+def _locked(path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix('.lock'), 'w') as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def built_library(source, on_build=None):
+    """Path to ``source``'s library, compiled first where it is not cached (``on_build()`` is
+    called before compiling). Raises :class:`BuildError` with the reason (no compiler, an
+    unwritable cache, the compiler's first error line)."""
+    cxx = compiler()
+    if cxx is None:
+        raise BuildError('no C++ compiler (g++ or $CXX) to build it')
+    path = library_path(source, cxx)
+    if path.exists():
+        return path
+    try:
+        with _locked(path):
+            if path.exists():                                # built meanwhile by another process
+                return path
+            if on_build is not None:
+                on_build()
+            handle, partial = tempfile.mkstemp(suffix='.so', dir=path.parent)
+            os.close(handle)
+            try:
+                done = subprocess.run(compile_command(source, partial, cxx),
+                                      capture_output=True, text=True)
+                if done.returncode:
+                    errors = [line for line in done.stderr.splitlines() if 'error' in line]
+                    raise BuildError(f'{cxx} failed: '
+                                     f'{(errors or done.stderr.splitlines() or ["?"])[0]}')
+                os.replace(partial, path)
+            finally:
+                if os.path.exists(partial):
+                    os.remove(partial)
+    except OSError as error:
+        raise BuildError(f'cannot write {path.parent}: {error.strerror} (set CRF_LR_CACHE to '
+                         f'a writable folder)') from None
+    return path
+
+
+def timed_build(source, on_build=None):
+    """(path, seconds spent building: 0 where it was cached); ``on_build`` as in
+    :func:`built_library`."""
+    start = time.perf_counter()
+    built = []
+
+    def building():
+        built.append(True)
+        if on_build is not None:
+            on_build()
+    path = built_library(source, on_build=building)
+    return path, (time.perf_counter() - start) if built else 0.0

@@ -1,0 +1,247 @@
+"""crf_lr.fused_kernels and crf_lr.native_build: the one-pass GELU and layer norm with their
+gradients, and the softmax's gradient, against float64 closed forms and TensorFlow's own ops; a model's training calls use
+them, its other calls do not, and its gradients stay TensorFlow's to float rounding; the build
+is cached, atomic, and says why where it cannot run."""
+import math
+
+import numpy as np
+import pytest
+
+from crf_lr import fused_kernels, native_build
+from crf_lr.compat import tf
+
+
+@pytest.fixture(scope='module')
+def ops():
+    library = fused_kernels._ops()
+    if library is None:
+        pytest.skip(fused_kernels.status())
+    return library
+
+
+def _values(shape, seed=0, spread=3.0):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=shape) * spread
+    x.flat[:4] = [0.0, -12.0, 12.0, 1e-30]                   # zero, both tails, a denormal-ish
+    return x
+
+
+def _gelu64(x):
+    return 0.5 * x * (1 + np.vectorize(math.erf)(x / math.sqrt(2)))
+
+
+def _gelu_grad64(x):
+    return 0.5 * (1 + np.vectorize(math.erf)(x / math.sqrt(2))) + x * np.exp(-x * x / 2) / \
+        math.sqrt(2 * math.pi)
+
+
+def _bf16_tolerance(reference):
+    return 2.0 ** -8 * np.abs(reference) + 1e-6          # rounded once to 8 significant bits
+
+
+@pytest.mark.parametrize('dtype', ['float32', 'bfloat16'])
+def test_gelu_and_its_gradient_match_the_closed_form(ops, dtype):
+    x = _values((6, 257))
+    dy = _values((6, 257), seed=1, spread=1.0)
+    x_t, dy_t = tf.cast(x, dtype), tf.cast(dy, dtype)
+    x64 = tf.cast(x_t, tf.float64).numpy()                # what the kernel sees
+    y = tf.cast(ops.crf_lr_gelu(x_t), tf.float64).numpy()
+    dx = tf.cast(ops.crf_lr_gelu_grad(dy_t, x_t), tf.float64).numpy()
+    y_ref = _gelu64(x64)
+    dx_ref = tf.cast(dy_t, tf.float64).numpy() * _gelu_grad64(x64)
+    if dtype == 'float32':    # 1 + erf cancels in the left tail: absolute, as bert4keras's ops
+        np.testing.assert_allclose(y, y_ref, rtol=2e-6, atol=1e-6)
+        np.testing.assert_allclose(dx, dx_ref, rtol=2e-6, atol=1e-6)
+    else:
+        assert np.all(np.abs(y - y_ref) <= _bf16_tolerance(y_ref))
+        assert np.all(np.abs(dx - dx_ref) <= _bf16_tolerance(dx_ref))
+
+
+def test_gelu_matches_bert4keras_and_its_gradient_tensorflows(ops):
+    from bert4keras.backend import gelu_erf
+    x = tf.constant(_values((4, 300)), tf.float32)
+    dy = tf.constant(_values((4, 300), seed=2, spread=1.0), tf.float32)
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(x)
+        ours, theirs = ops.crf_lr_gelu(x), gelu_erf(x)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-6, atol=1e-6)
+    exact = _gelu64(x.numpy().astype(np.float64))                # no less accurate than theirs
+    assert np.abs(ours.numpy() - exact).max() <= 1.01 * np.abs(theirs.numpy() - exact).max()
+    np.testing.assert_allclose(tape.gradient(ours, x, output_gradients=dy),     # registered
+                               tape.gradient(theirs, x, output_gradients=dy), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize('dtype', ['float32', 'bfloat16'])
+@pytest.mark.parametrize('shape', [(2, 3, 5, 7), (4, 1), (0, 6), (3, 130)])
+def test_softmax_gradient_matches_tensorflows(ops, dtype, shape):
+    logits = _values(shape, seed=3)
+    if logits.size:
+        logits[..., -1] = -np.inf                          # a masked key, as attention's bias gives
+        logits[..., 0] = np.maximum(logits[..., 0], 0.0)   # every row keeps one key
+    if shape == (4, 1):
+        logits[:] = 0.0
+    dy = tf.cast(_values(shape, seed=4, spread=1.0), dtype)
+    y = tf.nn.softmax(tf.cast(logits, dtype))
+    dx = tf.cast(ops.crf_lr_softmax_grad(dy, y), tf.float64).numpy()
+    y64 = tf.cast(y, tf.float64)
+    with tf.GradientTape() as tape:
+        x64 = tf.constant(np.where(np.isinf(logits), -1e30, logits))
+        tape.watch(x64)
+        softmax64 = tf.nn.softmax(x64)
+    reference = tape.gradient(softmax64, x64, output_gradients=tf.cast(dy, tf.float64)).numpy()
+    if dtype == 'float32':                  # dy - sum(dy y) cancels: no worse than TensorFlow's
+        with tf.GradientTape() as tape:
+            x32 = tf.constant(logits, tf.float32)
+            tape.watch(x32)
+            softmax32 = tf.nn.softmax(x32)
+        theirs = tape.gradient(softmax32, x32, output_gradients=dy).numpy()
+        np.testing.assert_allclose(dx, reference, rtol=1e-5, atol=2e-6)
+        assert np.abs(dx - reference).max(initial=0) <= \
+            2 * np.abs(theirs - reference).max(initial=0) + 1e-9
+    else:        # from the bf16 y and dy: their rounding, not the kernel's, bounds the difference
+        own = (y64 * (tf.cast(dy, tf.float64)
+                      - tf.reduce_sum(tf.cast(dy, tf.float64) * y64, -1, keepdims=True))).numpy()
+        assert np.all(np.abs(dx - own) <= _bf16_tolerance(own) + 1e-5)
+    if logits.size and shape != (4, 1):
+        assert np.all(dx[..., -1] == 0)                    # no gradient reaches a masked key
+
+
+def _layer_norm64(x, epsilon):
+    centred = x - x.mean(-1, keepdims=True)
+    return centred / np.sqrt((centred ** 2).mean(-1, keepdims=True) + epsilon)
+
+
+@pytest.mark.parametrize('dtype', ['float32', 'bfloat16'])
+@pytest.mark.parametrize('shape', [(2, 3, 312), (5, 7), (0, 4)])
+def test_layer_norm_and_its_gradient_match_the_closed_form(ops, dtype, shape):
+    epsilon = 1e-12
+    x = _values(shape, seed=5) + 4.0                       # a mean away from 0, as residuals have
+    if x.size:
+        x[0] = 2.5                                          # a constant row: std = sqrt(epsilon)
+    x_t = tf.cast(x, dtype)
+    x64 = tf.cast(x_t, tf.float64)
+    dy = tf.cast(_values(shape, seed=6, spread=1.0), dtype)
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch([x_t, x64])
+        ours = fused_kernels.normalized(x_t, epsilon)
+        exact = tf.constant(0, tf.float64) + _layer_norm64_tf(x64, epsilon)
+    dx = tf.cast(tape.gradient(ours, x_t, output_gradients=dy), tf.float64).numpy()
+    dx_ref = tape.gradient(exact, x64, output_gradients=tf.cast(dy, tf.float64)).numpy()
+    ours, exact = tf.cast(ours, tf.float64).numpy(), exact.numpy()
+    np.testing.assert_allclose(exact, _layer_norm64(x64.numpy(), epsilon), atol=1e-12)
+    if dtype == 'float32':
+        np.testing.assert_allclose(ours, exact, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(dx, dx_ref, rtol=1e-4, atol=1e-4 * (np.abs(dx_ref).max(
+            initial=0) + 1))
+    else:
+        assert np.all(np.abs(ours - exact) <= _bf16_tolerance(exact) + 1e-4)
+        scale = np.abs(dx_ref).max(initial=0) + 1
+        assert np.all(np.abs(dx - dx_ref) <= 2.0 ** -7 * scale)
+
+
+def _layer_norm64_tf(x, epsilon):
+    centred = x - tf.reduce_mean(x, -1, keepdims=True)
+    return centred / tf.sqrt(tf.reduce_mean(centred ** 2, -1, keepdims=True) + epsilon)
+
+
+def test_inputs_of_different_shapes_are_refused(ops):
+    with pytest.raises(tf.errors.InvalidArgumentError, match='inputs of different shapes'):
+        ops.crf_lr_softmax_grad(tf.zeros([2, 3]), tf.zeros([2, 4]))
+    with pytest.raises(tf.errors.InvalidArgumentError, match='inputs of different shapes'):
+        ops.crf_lr_gelu_grad(tf.zeros([2, 3]), tf.zeros([3, 2]))
+    with pytest.raises(tf.errors.InvalidArgumentError, match='std has 3 entries for 2 rows'):
+        ops.crf_lr_layer_norm_grad(tf.zeros([2, 3]), tf.zeros([2, 3]), tf.ones([3]))
+
+
+def _tiny_model(tiny_bert_config_path):
+    from bert4keras.models import build_transformer_model
+    tf.keras.utils.set_random_seed(0)
+    return build_transformer_model(tiny_bert_config_path, model='bert')
+
+
+def _step_graph(model, inputs, training, jit_compile=False):
+    """(op types of a traced loss-and-gradient step, the gradients)."""
+    def step(token_ids, segment_ids):
+        with tf.GradientTape() as tape:
+            states = model([token_ids, segment_ids], training=training)
+            loss = tf.reduce_sum(states * tf.cos(tf.range(states.shape[-1], dtype=states.dtype)))
+        return tape.gradient(loss, model.trainable_weights)
+    traced = tf.function(step, jit_compile=jit_compile).get_concrete_function(*inputs)
+    return {op.type for op in traced.graph.get_operations()}, traced(*inputs)
+
+
+def test_training_calls_use_the_kernels_and_keep_the_gradients(ops, tiny_bert_config_path):
+    model = _tiny_model(tiny_bert_config_path)
+    token_ids = tf.constant([[2, 5, 9, 7, 3, 0, 0], [2, 4, 4, 8, 11, 6, 3]])
+    inputs = (token_ids, tf.zeros_like(token_ids))
+    fused_types, fused = _step_graph(model, inputs, training=True)
+    assert {'CrfLrGelu', 'CrfLrGeluGrad', 'CrfLrSoftmaxGrad', 'CrfLrLayerNorm',
+            'CrfLrLayerNormGrad'} <= fused_types
+    with fused_kernels.fused_kernels(False):
+        plain_types, plain = _step_graph(model, inputs, training=True)
+    assert not {t for t in plain_types if t.startswith('CrfLr')}
+    for ours, theirs in zip(fused, plain):
+        np.testing.assert_allclose(tf.convert_to_tensor(ours), tf.convert_to_tensor(theirs),
+                                   rtol=1e-4, atol=1e-5)
+    prediction_types, _ = _step_graph(model, inputs, training=False)
+    assert not {t for t in prediction_types if t.startswith('CrfLr')}   # oneDNN fuses these
+    xla_types, xla = _step_graph(model, inputs, training=True, jit_compile=True)
+    assert not {t for t in xla_types if t.startswith('CrfLr')}          # XLA has no kernel
+    for ours, theirs in zip(xla, plain):
+        np.testing.assert_allclose(tf.convert_to_tensor(ours), tf.convert_to_tensor(theirs),
+                                   rtol=1e-4, atol=1e-5)
+
+
+def test_saved_configs_keep_bert4keras_activation_name():
+    from bert4keras.layers import FeedForward
+    layer = FeedForward(8, activation='gelu')
+    assert layer.activation[0] is fused_kernels.gelu_erf
+    assert layer.get_config()['activation'] == ['gelu_erf']
+
+
+def test_without_a_compiler_tensorflows_ops_stand_in(monkeypatch, tiny_bert_config_path):
+    monkeypatch.setattr(native_build, 'compiler', lambda: None)
+    monkeypatch.setattr(fused_kernels, '_loaded', {})
+    assert fused_kernels.status() == ("fused kernels: off (no C++ compiler (g++ or $CXX) to "
+                                      "build it; TensorFlow's ops are used)")
+    model = _tiny_model(tiny_bert_config_path)
+    token_ids = tf.constant([[2, 5, 9, 3]])
+    types, gradients = _step_graph(model, (token_ids, tf.zeros_like(token_ids)), training=True)
+    assert not {t for t in types if t.startswith('CrfLr')}
+    assert all(np.isfinite(tf.convert_to_tensor(g)).all() for g in gradients)
+
+
+SMALL_SOURCE = 'extern "C" int crf_lr_probe() { return 1; }\n'
+
+
+def test_a_build_is_cached_atomic_and_keyed_by_its_source(tmp_path, monkeypatch):
+    monkeypatch.setenv('CRF_LR_CACHE', str(tmp_path / 'cache'))
+    source = tmp_path / 'probe.cc'
+    source.write_text(SMALL_SOURCE)
+    builds = []
+    path = native_build.built_library(source, on_build=lambda: builds.append(1))
+    assert path.exists() and path.parent == tmp_path / 'cache' and builds == [1]
+    assert native_build.built_library(source, on_build=lambda: builds.append(1)) == path
+    assert builds == [1]                                       # cached: not built again
+    assert sorted(p.suffix for p in path.parent.iterdir()) == ['.lock', '.so']   # no partial file
+    source.write_text(SMALL_SOURCE.replace('1;', '2;'))
+    assert native_build.built_library(source) != path          # another source, another library
+
+
+def test_a_failed_build_names_the_compilers_error(tmp_path, monkeypatch):
+    monkeypatch.setenv('CRF_LR_CACHE', str(tmp_path / 'cache'))
+    source = tmp_path / 'broken.cc'
+    source.write_text('int broken = ;\n')
+    with pytest.raises(native_build.BuildError, match=r"failed: .*broken\.cc:1:.*error"):
+        native_build.built_library(source)
+    assert [p.suffix for p in (tmp_path / 'cache').iterdir()] == ['.lock']   # nothing half-made
+
+
+def test_an_unwritable_cache_says_what_to_set(tmp_path, monkeypatch):
+    blocker = tmp_path / 'file'
+    blocker.write_text('')
+    monkeypatch.setenv('CRF_LR_CACHE', str(blocker / 'cache'))       # under a file: cannot exist
+    source = tmp_path / 'probe.cc'
+    source.write_text(SMALL_SOURCE)
+    with pytest.raises(native_build.BuildError, match='set CRF_LR_CACHE to a writable folder'):
+        native_build.built_library(source)
