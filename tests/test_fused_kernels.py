@@ -245,3 +245,21 @@ def test_an_unwritable_cache_says_what_to_set(tmp_path, monkeypatch):
     source.write_text(SMALL_SOURCE)
     with pytest.raises(native_build.BuildError, match='set CRF_LR_CACHE to a writable folder'):
         native_build.built_library(source)
+
+
+def test_processes_building_at_once_build_once(tmp_path):
+    import subprocess
+    import sys
+    source = tmp_path / 'probe.cc'
+    source.write_text(SMALL_SOURCE)
+    builds = tmp_path / 'builds.txt'
+    script = ('import sys, time; from pathlib import Path; from crf_lr import native_build; '
+              'print(native_build.built_library(Path(sys.argv[1]), on_build=lambda: ('
+              'open(sys.argv[2], "a").write("built\\n"), time.sleep(3))))')   # the other waits
+    env = dict(__import__('os').environ, CRF_LR_CACHE=str(tmp_path / 'cache'),
+               TF_CPP_MIN_LOG_LEVEL='3')
+    processes = [subprocess.Popen([sys.executable, '-c', script, str(source), str(builds)],
+                                  env=env, stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    paths = {process.communicate()[0].strip() for process in processes}
+    assert all(process.returncode == 0 for process in processes)
+    assert len(paths) == 1 and builds.read_text() == 'built\n'
