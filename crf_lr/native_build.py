@@ -89,7 +89,7 @@ def built_library(source, on_build=None):
     unwritable cache, the compiler's first error line)."""
     cxx = compiler()
     if cxx is None:
-        raise BuildError('no C++ compiler (g++ or $CXX) to build it')
+        raise BuildError('no C++ compiler to build them: install g++ or set $CXX')
     path = library_path(source, cxx)
     if path.exists():
         return path
