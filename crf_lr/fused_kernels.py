@@ -18,9 +18,14 @@ when a function is traced):
     >>> print(status())                  # fused kernels: on (...), or off and why
     >>> with fused_kernels(False):       # TensorFlow's ops, e.g. to compare
     ...     model.fit(x, y)
+
+The block is per thread: replicas of a ``MirroredStrategy`` trace in threads of their own and
+take the default, so set ``CRF_LR_FUSED_KERNELS=0`` in the environment to switch them off for the
+whole process.
 """
 import crf_lr  # noqa: F401  (sets TF_KERAS / TF_USE_LEGACY_KERAS before TensorFlow loads)
 
+import os  # noqa: E402
 import threading  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -65,13 +70,16 @@ def _announce_build():
 
 
 def status():
-    """One line: whether the fused kernels are in use, and why not where they are not.
+    """One line: whether the fused kernels are in use for training calls on this CPU, and why not
+    where they are not.
 
         >>> status()
         'fused kernels: on (built in 9.1 s, cached)'
     """
-    if not _ENABLED.enabled:
+    if not _ENABLED.enabled or os.environ.get('CRF_LR_FUSED_KERNELS', '1') == '0':
         return 'fused kernels: off (switched off)'
+    if tf.config.list_logical_devices('GPU'):
+        return 'fused kernels: off (a GPU is visible: they are CPU kernels)'
     if _ops() is None:
         return (f'fused kernels: off ({_loaded["error"]}; TensorFlow\'s ops are used, training '
                 f'steps about 1.1x slower)')
@@ -80,14 +88,19 @@ def status():
 
 
 def applies(x):
-    """True where a training call traced now computes on ``x`` with the fused kernels: switched
-    on, float32 or bfloat16, ``training=True``, not compiled by XLA (which has no kernel for
-    them), and the kernels built."""
+    """True where a call traced now computes on ``x`` with the fused kernels: switched on (the
+    block and ``CRF_LR_FUSED_KERNELS``), float32 or bfloat16, a training call (``training``
+    True, not a tensor, whose value a trace may not know) that is not being saved (a SavedModel holds TensorFlow's ops only), not
+    compiled by XLA (which has no kernel for them), no GPU (they are CPU kernels), and the
+    kernels built."""
     from tensorflow.python.framework.ops import get_default_graph
     from tensorflow.python.ops.control_flow_util import GraphOrParentsInXlaContext
     from tf_keras.src.engine.base_layer_utils import call_context
-    return (_ENABLED.enabled and x.dtype in _DTYPES and bool(call_context().training)
-            and not GraphOrParentsInXlaContext(get_default_graph()) and _ops() is not None)
+    context = call_context()
+    return (_ENABLED.enabled and os.environ.get('CRF_LR_FUSED_KERNELS', '1') != '0'
+            and x.dtype in _DTYPES and context.training is True and not context.saving
+            and not GraphOrParentsInXlaContext(get_default_graph())
+            and not tf.config.list_logical_devices('GPU') and _ops() is not None)
 
 
 def gelu_erf(x):
@@ -133,8 +146,13 @@ def _gelu_gradient(op, dy):
 
 
 @tf.RegisterGradient('CrfLrLayerNorm')
-def _layer_norm_gradient(op, dx_hat, _):       # std is an output for the gradient alone
-    return _ops().crf_lr_layer_norm_grad(dx_hat, op.outputs[0], op.outputs[1])
+def _layer_norm_gradient(op, dx_hat, dstd):
+    x_hat, std = op.outputs
+    dx = _ops().crf_lr_layer_norm_grad(dx_hat, x_hat, std)
+    if dstd is not None:                      # std used beyond the gradient: d std / dx = x_hat / n
+        n = tf.cast(tf.shape(x_hat)[-1], tf.float32)
+        dx += tf.cast(dstd[..., None] * tf.cast(x_hat, tf.float32) / n, dx.dtype)
+    return dx
 
 
 def install():

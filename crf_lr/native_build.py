@@ -20,6 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from crf_lr.atomic import atomic_write
+
 
 class BuildError(RuntimeError):
     """The library could not be built; the message says why in one line."""
@@ -85,37 +87,60 @@ def _locked(path):
 
 def built_library(source, on_build=None):
     """Path to ``source``'s library, compiled first where it is not cached (``on_build()`` is
-    called before compiling). Raises :class:`BuildError` with the reason (no compiler, an
+    called before compiling). A failed build is remembered beside it (``.failed``, the reason),
+    so later processes do not compile again until the source, TensorFlow, compiler or machine
+    changes. Raises :class:`BuildError` with the reason (no compiler, the source missing, an
     unwritable cache, the compiler's first error line)."""
     cxx = compiler()
     if cxx is None:
         raise BuildError('no C++ compiler to build them: install g++ or set $CXX')
-    path = library_path(source, cxx)
+    try:
+        path = library_path(source, cxx)
+    except OSError as error:
+        raise BuildError(f'cannot read {source}: {error.strerror}') from None
+    failed = path.with_suffix('.failed')
     if path.exists():
         return path
+    if failed.exists():
+        raise BuildError(f'{failed.read_text().strip()} (remembered: remove {failed} to try again)')
     try:
         with _locked(path):
             if path.exists():                                # built meanwhile by another process
                 return path
             if on_build is not None:
                 on_build()
-            handle, partial = tempfile.mkstemp(suffix='.so', dir=path.parent)
-            os.close(handle)
-            try:
-                done = subprocess.run(compile_command(source, partial, cxx),
-                                      capture_output=True, text=True)
-                if done.returncode:
-                    errors = [line for line in done.stderr.splitlines() if 'error' in line]
-                    raise BuildError(f'{cxx} failed: '
-                                     f'{(errors or done.stderr.splitlines() or ["?"])[0]}')
-                os.replace(partial, path)
-            finally:
-                if os.path.exists(partial):
-                    os.remove(partial)
+            _compile(source, path, cxx)
     except OSError as error:
         raise BuildError(f'cannot write {path.parent}: {error.strerror} (set CRF_LR_CACHE to '
                          f'a writable folder)') from None
+    except BuildError as error:
+        with atomic_write(str(failed)) as note:
+            note.write(f'{error}\n')
+        raise
     return path
+
+
+def _compile(source, path, cxx):
+    """Compile ``source`` into ``path`` (renamed into place, readable by every user the umask
+    lets read it)."""
+    handle, partial = tempfile.mkstemp(suffix='.so', dir=path.parent)
+    os.close(handle)
+    try:
+        try:
+            done = subprocess.run(compile_command(source, partial, cxx), capture_output=True,
+                                  text=True)
+        except OSError as error:
+            raise BuildError(f'cannot run {cxx}: {error.strerror}') from None
+        if done.returncode:
+            errors = [line for line in done.stderr.splitlines() if 'error' in line]
+            raise BuildError(f'{cxx} failed: {(errors or done.stderr.splitlines() or ["?"])[0]}')
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(partial, 0o755 & ~umask)                       # mkstemp made it 0600
+        os.replace(partial, path)
+    finally:
+        if os.path.exists(partial):
+            os.remove(partial)
 
 
 def timed_build(source, on_build=None):

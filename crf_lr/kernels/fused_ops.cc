@@ -88,13 +88,19 @@ bool SameShapes(OpKernelContext* context) {
 template <typename Rows>
 void ForEachRow(OpKernelContext* context, int64_t rows, int64_t n, Rows rows_from) {
   auto* workers = context->device()->tensorflow_cpu_worker_threads();
-  tensorflow::Shard(workers->num_threads, workers->workers, rows, 6 * n, rows_from);
+  tensorflow::Shard(workers->num_threads, workers->workers, rows, std::max<int64_t>(6 * n, 1),
+                    rows_from);
 }
 
-// (rows, entries per row) of a tensor seen as rows of its last axis.
-std::pair<int64_t, int64_t> RowsOf(const Tensor& t) {
-  const int64_t n = t.dims() > 0 ? t.dim_size(t.dims() - 1) : 1;
-  return {n > 0 ? t.NumElements() / n : 0, n};
+// Entries per row of a tensor seen as rows of its last axis (dims >= 1).
+int64_t RowLength(const Tensor& t) { return t.dim_size(t.dims() - 1); }
+
+// Rows of a tensor seen as rows of its last axis (dims >= 1): its leading dimensions' product,
+// which a last axis of length 0 does not change.
+int64_t RowCount(const Tensor& t) {
+  int64_t rows = 1;
+  for (int i = 0; i + 1 < t.dims(); ++i) rows *= t.dim_size(i);
+  return rows;
 }
 
 template <typename T>
@@ -146,7 +152,7 @@ class SoftmaxGradOp : public OpKernel {
     Tensor* dx = nullptr;
     OP_REQUIRES_OK(context,
                    context->forward_input_or_allocate_output({0}, 0, y.shape(), &dx));
-    const auto [rows, n] = RowsOf(y);
+    const int64_t rows = RowCount(y), n = RowLength(y);
     const T* dy_data = context->input(0).flat<T>().data();
     const T* y_data = y.flat<T>().data();
     T* dx_data = dx->flat<T>().data();
@@ -186,7 +192,7 @@ class LayerNormOp : public OpKernel {
     Tensor *x_hat = nullptr, *std_out = nullptr;
     OP_REQUIRES_OK(context, context->allocate_output(0, x.shape(), &x_hat));
     OP_REQUIRES_OK(context, context->allocate_output(1, rows_shape, &std_out));
-    const auto [rows, n] = RowsOf(x);
+    const int64_t rows = RowCount(x), n = RowLength(x);
     const T* x_data = x.flat<T>().data();
     T* x_hat_data = x_hat->flat<T>().data();
     float* std_data = std_out->flat<float>().data();
@@ -197,13 +203,13 @@ class LayerNormOp : public OpKernel {
         float sum = 0.f, squares = 0.f;
 #pragma omp simd reduction(+ : sum)
         for (int64_t i = 0; i < n; ++i) sum += static_cast<float>(x_row[i]);
-        const float mean = sum / n;
+        const float mean = n > 0 ? sum / n : 0.f;
 #pragma omp simd reduction(+ : squares)
         for (int64_t i = 0; i < n; ++i) {
           const float centred = static_cast<float>(x_row[i]) - mean;
           squares += centred * centred;
         }
-        const float std = std::sqrt(squares / n + epsilon);
+        const float std = std::sqrt((n > 0 ? squares / n : 0.f) + epsilon);
         const float inverse = std > 0.f ? 1.f / std : 0.f;     // divide_no_nan, as bert4keras
         std_data[row] = std;
         for (int64_t i = 0; i < n; ++i) {
@@ -227,8 +233,10 @@ class LayerNormGradOp : public OpKernel {
     if (!SameShapes(context)) return;
     const Tensor& x_hat = context->input(1);
     const Tensor& std_in = context->input(2);
-    const auto [rows, n] = RowsOf(x_hat);
-    OP_REQUIRES(context, x_hat.dims() >= 1 && std_in.NumElements() == rows,
+    OP_REQUIRES(context, x_hat.dims() >= 1,
+                tensorflow::errors::InvalidArgument("a layer norm of a scalar"));
+    const int64_t rows = RowCount(x_hat), n = RowLength(x_hat);
+    OP_REQUIRES(context, std_in.NumElements() == rows,
                 tensorflow::errors::InvalidArgument("std has ", std_in.NumElements(),
                                                     " entries for ", rows, " rows"));
     Tensor* dx = nullptr;
@@ -250,7 +258,8 @@ class LayerNormGradOp : public OpKernel {
           dy_sum += dy;
           dy_x_hat_sum += dy * static_cast<float>(x_hat_row[i]);
         }
-        const float mean_dy = dy_sum / n, mean_dy_x_hat = dy_x_hat_sum / n;
+        const float mean_dy = n > 0 ? dy_sum / n : 0.f;
+        const float mean_dy_x_hat = n > 0 ? dy_x_hat_sum / n : 0.f;
         const float inverse = std_data[row] > 0.f ? 1.f / std_data[row] : 0.f;
         for (int64_t i = 0; i < n; ++i) {
           dx_row[i] = static_cast<T>((static_cast<float>(dy_row[i]) - mean_dy -
