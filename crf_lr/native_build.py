@@ -132,8 +132,10 @@ def _compile(source, path, cxx):
         except OSError as error:
             raise BuildError(f'cannot run {cxx}: {error.strerror}') from None
         if done.returncode:
-            errors = [line for line in done.stderr.splitlines() if 'error' in line]
-            raise BuildError(f'{cxx} failed: {(errors or done.stderr.splitlines() or ["?"])[0]}')
+            lines = done.stderr.splitlines()
+            first = ([line for line in lines if 'error' in line] or lines
+                     or [f'exit status {done.returncode}, no message'])[0]
+            raise BuildError(f'{cxx} failed: {first}')
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(partial, 0o755 & ~umask)                       # mkstemp made it 0600

@@ -348,3 +348,13 @@ def test_processes_building_at_once_build_once(tmp_path):
     paths = {process.communicate()[0].strip() for process in processes}
     assert all(process.returncode == 0 for process in processes)
     assert len(paths) == 1 and builds.read_text() == 'built\n'
+
+
+def test_a_compiler_that_fails_silently_is_named_with_its_exit_status(tmp_path, monkeypatch):
+    monkeypatch.setenv('CRF_LR_CACHE', str(tmp_path / 'cache'))
+    monkeypatch.setenv('CXX', '/bin/false')
+    source = tmp_path / 'probe.cc'
+    source.write_text(SMALL_SOURCE)
+    with pytest.raises(native_build.BuildError,
+                       match=r'^/bin/false failed: exit status 1, no message$'):
+        native_build.built_library(source)
