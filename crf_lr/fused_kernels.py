@@ -3,17 +3,17 @@ gradient, and the gradient of the attention's softmax.
 
 TensorFlow runs the GELU of every feed-forward layer as five element-wise ops and its gradient
 as about nine, a layer norm as seven each way and a softmax's gradient as four, each a pass
-over memory. The kernels of
-``crf_lr/kernels/fused_ops.cc`` make each of them one pass. They are compiled against the
-installed TensorFlow the first time they are needed (about 10 s; ``make install`` does it), cached
-per machine (:mod:`crf_lr.native_build`), and used only in training calls (``training=True``)
-of float32 and bfloat16 tensors outside XLA; prediction, export, XLA-compiled steps and a
-machine without a C++ compiler keep TensorFlow's own ops. The same values to float rounding (``tests/test_fused_kernels.py``); the
+over memory. The kernels of ``crf_lr/kernels/fused_ops.cc`` make each of them one pass. They
+are compiled against the installed TensorFlow the first time they are needed (about 10 s;
+``make install`` does it), cached per machine (:mod:`crf_lr.native_build`), and used only in
+training calls (``training=True``) of float32 and bfloat16 tensors outside XLA; prediction,
+export, saving, XLA-compiled steps, a visible GPU and a machine without a C++ compiler keep
+TensorFlow's own ops. The same values to float rounding (``tests/test_fused_kernels.py``); the
 step's speed is in docs/performance.md ("Fused element-wise kernels").
 
 :mod:`crf_lr.compat` installs the GELU for every model of the process, :mod:`crf_lr.attention`
-calls :func:`softmax` and :mod:`crf_lr.layer_norm` :func:`normalized`. Switch them off for a block (per thread, read
-when a function is traced):
+calls :func:`softmax` and :mod:`crf_lr.layer_norm` :func:`normalized`. Switch them off for a
+block (per thread, read when a function is traced):
 
     >>> print(status())                  # fused kernels: on (...), or off and why
     >>> with fused_kernels(False):       # TensorFlow's ops, e.g. to compare
@@ -38,7 +38,7 @@ SOURCE = Path(__file__).with_name('kernels') / 'fused_ops.cc'
 _ENABLED = ThreadSwitch(default=True)          # read when a layer is traced
 _DTYPES = (tf.float32, tf.bfloat16)
 _lock = threading.Lock()
-_loaded = {}                                   # 'ops' or 'error', once per process
+_loaded = {}                # 'ops' and 'built_s', or 'error': filled once per process
 
 
 def fused_kernels(enabled=True):
@@ -69,6 +69,18 @@ def _announce_build():
           flush=True)
 
 
+def _why_off():
+    """Why this thread's training calls would not use the kernels now, or None: switched off
+    (the block or ``CRF_LR_FUSED_KERNELS=0``), a GPU visible, or the kernels not built."""
+    if not _ENABLED.enabled or os.environ.get('CRF_LR_FUSED_KERNELS', '1') == '0':
+        return 'switched off'
+    if tf.config.list_logical_devices('GPU'):
+        return 'a GPU is visible: they are CPU kernels'
+    if _ops() is None:
+        return f"{_loaded['error']}; TensorFlow's ops are used, training steps about 1.1x slower"
+    return None
+
+
 def status():
     """One line: whether the fused kernels are in use for training calls on this CPU, and why not
     where they are not.
@@ -76,31 +88,24 @@ def status():
         >>> status()
         'fused kernels: on (built in 9.1 s, cached)'
     """
-    if not _ENABLED.enabled or os.environ.get('CRF_LR_FUSED_KERNELS', '1') == '0':
-        return 'fused kernels: off (switched off)'
-    if tf.config.list_logical_devices('GPU'):
-        return 'fused kernels: off (a GPU is visible: they are CPU kernels)'
-    if _ops() is None:
-        return (f'fused kernels: off ({_loaded["error"]}; TensorFlow\'s ops are used, training '
-                f'steps about 1.1x slower)')
+    why = _why_off()
+    if why is not None:
+        return f'fused kernels: off ({why})'
     built = _loaded['built_s']
     return f'fused kernels: on ({f"built in {built:.1f} s, cached" if built else "cached"})'
 
 
 def applies(x):
-    """True where a call traced now computes on ``x`` with the fused kernels: switched on (the
-    block and ``CRF_LR_FUSED_KERNELS``), float32 or bfloat16, a training call (``training``
-    True, not a tensor, whose value a trace may not know) that is not being saved (a SavedModel holds TensorFlow's ops only), not
-    compiled by XLA (which has no kernel for them), no GPU (they are CPU kernels), and the
-    kernels built."""
+    """True where a call traced now computes on ``x`` with the fused kernels: float32 or
+    bfloat16, a training call (``training`` True, not a tensor, whose value a trace may not
+    know) that is not being saved (a SavedModel holds TensorFlow's ops only), not compiled by
+    XLA (which has no kernel for them), and none of :func:`_why_off`'s reasons."""
     from tensorflow.python.framework.ops import get_default_graph
     from tensorflow.python.ops.control_flow_util import GraphOrParentsInXlaContext
     from tf_keras.src.engine.base_layer_utils import call_context
     context = call_context()
-    return (_ENABLED.enabled and os.environ.get('CRF_LR_FUSED_KERNELS', '1') != '0'
-            and x.dtype in _DTYPES and context.training is True and not context.saving
-            and not GraphOrParentsInXlaContext(get_default_graph())
-            and not tf.config.list_logical_devices('GPU') and _ops() is not None)
+    return (x.dtype in _DTYPES and context.training is True and not context.saving
+            and not GraphOrParentsInXlaContext(get_default_graph()) and _why_off() is None)
 
 
 def gelu_erf(x):

@@ -16,11 +16,10 @@ import os
 import shlex
 import shutil
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
-from crf_lr.atomic import atomic_write
+from crf_lr.atomic import atomic_path, atomic_write
 
 
 class BuildError(RuntimeError):
@@ -50,20 +49,14 @@ def compile_command(source, output, cxx):
             + tf.sysconfig.get_compile_flags() + tf.sysconfig.get_link_flags())
 
 
-def _cpu_flags():
-    try:
-        with open('/proc/cpuinfo') as cpuinfo:
-            return next((line for line in cpuinfo if line.startswith('flags')), '')
-    except OSError:
-        return ''
-
-
 def library_path(source, cxx):
     """Where ``source``'s library for this machine, TensorFlow and compiler is cached."""
     from crf_lr.compat import tf
+    from crf_lr.precision import cpu_flags
     key = hashlib.sha256()
     for part in (Path(source).read_bytes(), tf.__version__.encode(),
-                 shlex.join(compile_command(source, 'out', cxx)).encode(), _cpu_flags().encode()):
+                 shlex.join(compile_command(source, 'out', cxx)).encode(),
+                 ' '.join(sorted(cpu_flags())).encode()):
         key.update(part)
     return cache_dir() / f'{Path(source).stem}-{key.hexdigest()[:16]}.so'
 
@@ -121,11 +114,9 @@ def built_library(source, on_build=None):
 
 
 def _compile(source, path, cxx):
-    """Compile ``source`` into ``path`` (renamed into place, readable by every user the umask
-    lets read it)."""
-    handle, partial = tempfile.mkstemp(suffix='.so', dir=path.parent)
-    os.close(handle)
-    try:
+    """Compile ``source`` into ``path``, written under a temporary name and renamed
+    (:func:`crf_lr.atomic.atomic_path`)."""
+    with atomic_path(path) as partial:
         try:
             done = subprocess.run(compile_command(source, partial, cxx), capture_output=True,
                                   text=True)
@@ -136,13 +127,6 @@ def _compile(source, path, cxx):
             first = ([line for line in lines if 'error' in line] or lines
                      or [f'exit status {done.returncode}, no message'])[0]
             raise BuildError(f'{cxx} failed: {first}')
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(partial, 0o755 & ~umask)                       # mkstemp made it 0600
-        os.replace(partial, path)
-    finally:
-        if os.path.exists(partial):
-            os.remove(partial)
 
 
 def timed_build(source, on_build=None):

@@ -32,6 +32,21 @@ ENCODER_LAYERS = ('Embedding', 'PositionEmbedding', 'SinusoidalPositionEmbedding
 NATIVE_BF16_FLAGS = ('amx_bf16', 'avx512_bf16')
 
 
+def cpu_flags(cpuinfo='/proc/cpuinfo'):
+    """The set of CPU flags that ``cpuinfo`` (a Linux ``/proc/cpuinfo``-format file) lists;
+    empty where the file cannot be read.
+
+        >>> 'avx512f' in cpu_flags()
+        True
+    """
+    try:
+        with open(cpuinfo, encoding='utf-8', errors='replace') as f:
+            return {flag for line in f if line.startswith('flags')
+                    for flag in line.partition(':')[2].split()}
+    except OSError:
+        return set()
+
+
 def native_bf16(cpuinfo='/proc/cpuinfo'):
     """The CPU flags of native bf16 matrix arithmetic that ``cpuinfo`` lists (empty: none).
 
@@ -43,14 +58,7 @@ def native_bf16(cpuinfo='/proc/cpuinfo'):
         >>> native_bf16()
         ('avx512_bf16',)
     """
-    try:
-        with open(cpuinfo, encoding='utf-8', errors='replace') as f:
-            flags = set()
-            for line in f:
-                if line.startswith('flags'):
-                    flags.update(line.partition(':')[2].split())
-    except OSError:
-        return ()
+    flags = cpu_flags(cpuinfo)
     return tuple(flag for flag in NATIVE_BF16_FLAGS if flag in flags)
 
 
