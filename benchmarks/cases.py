@@ -19,6 +19,9 @@ GRAD_TOL = 1e-3           # max |g - g_ref| / max(1, max |g_ref|) allowed on eve
 # compilable: XLA has no kernel for the FakeParam op of its tf.cond).
 XLA_COMPILED = ('crf_lr sparse_loss', 'bert4keras sparse_loss', 'softmax cross-entropy')
 XLA = ' [XLA]'
+# crf_lr's sparse loss also traced without XLA: its forward-backward pass as one kernel
+# (crf_lr.fused_kernels, what crf_lr.runs.train_steps runs) and as TensorFlow's ops
+WITHOUT_XLA = {' [one kernel]': True, ' [TensorFlow ops]': False}
 # The headline ratios of a CRF-loss case: label -> (numerator, denominator) implementations
 CRF_RATIOS = {
     'bert4keras sparse / crf_lr sparse': ('bert4keras sparse_loss', 'crf_lr sparse_loss'),
@@ -27,7 +30,11 @@ CRF_RATIOS = {
     'TFA / crf_lr sparse': ('TFA crf_log_likelihood', 'crf_lr sparse_loss'),
     'XLA: bert4keras sparse / crf_lr sparse': ('bert4keras sparse_loss' + XLA,
                                                'crf_lr sparse_loss' + XLA),
-    'XLA: crf_lr sparse / softmax': ('crf_lr sparse_loss' + XLA, 'softmax cross-entropy' + XLA)}
+    'XLA: crf_lr sparse / softmax': ('crf_lr sparse_loss' + XLA, 'softmax cross-entropy' + XLA),
+    'crf_lr sparse: XLA pass / one kernel': ('crf_lr sparse_loss',
+                                             'crf_lr sparse_loss [one kernel]'),
+    'crf_lr sparse: TensorFlow ops / one kernel': ('crf_lr sparse_loss [TensorFlow ops]',
+                                                   'crf_lr sparse_loss [one kernel]')}
 
 
 def load_tensorflow():
@@ -100,6 +107,17 @@ def loss_and_gradient(tf, implementation, jit_compile=False):
     return step
 
 
+def traced_without_xla(tf, implementation, args, kernel):
+    """:func:`loss_and_gradient` traced for ``args`` with the CRF's forward-backward pass out of
+    XLA: one kernel (``kernel``, where it can be built) or TensorFlow's ops."""
+    from crf_lr.crf import use_xla
+    from crf_lr.fused_kernels import fused_kernels
+    step = loss_and_gradient(tf, implementation)
+    with use_xla(False), fused_kernels(kernel):
+        step.get_concrete_function(*args)
+    return step
+
+
 def check_crf_losses(results, lengths):
     """Check that every exact implementation gives the reference's loss and gradients.
 
@@ -142,11 +160,15 @@ def crf_loss_case(tf, tfa, n, labels, rounds, seed=0):
     rng = np.random.default_rng(seed)
     emissions, tags, lengths, transitions = crf_inputs(rng, CRF_BATCH, n, labels)
     implementations = crf_loss_implementations(tf, tfa, transitions)
+    args = (tf.constant(emissions), tf.constant(tags), tf.constant(lengths))
     steps = {name: loss_and_gradient(tf, impl) for name, impl in implementations.items()}
     for name in XLA_COMPILED:
         implementations[name + XLA] = implementations[name]
         steps[name + XLA] = loss_and_gradient(tf, implementations[name], jit_compile=True)
-    args = (tf.constant(emissions), tf.constant(tags), tf.constant(lengths))
+    for suffix, kernel in WITHOUT_XLA.items():
+        implementations['crf_lr sparse_loss' + suffix] = implementations['crf_lr sparse_loss']
+        steps['crf_lr sparse_loss' + suffix] = traced_without_xla(
+            tf, implementations['crf_lr sparse_loss'], args, kernel)
     outputs = {name: steps[name](*args) for name in steps}
     check = check_crf_losses({name: (loss.numpy(), [g.numpy() for g in grads])
                               for name, (loss, grads) in outputs.items()
@@ -160,12 +182,13 @@ def crf_loss_case(tf, tfa, n, labels, rounds, seed=0):
 
 def crf_loss_ratios(timings):
     """The headline ratios (``CRF_RATIOS``) of one CRF-loss case, each the ``ratio_summary`` of
-    its per-round ratios in ``timings`` (``interleaved`` results); TFA's only where it was timed.
+    its per-round ratios in ``timings`` (``interleaved`` results); only those whose two sides
+    were timed (TFA's where it is installed, one kernel's in runs since it exists).
 
         >>> crf_loss_ratios(case['timings'])['TFA / crf_lr sparse']['median']
     """
     return {label: ratio_summary(timings, *pair) for label, pair in CRF_RATIOS.items()
-            if pair[0] in timings}
+            if pair[0] in timings and pair[1] in timings}
 
 
 def viterbi_ratios(timings):

@@ -67,6 +67,11 @@ STEP = dict(matmul_rounds=10, precision_steps=[(4, 32, 128, 5)],
             precision_heads=FULL['precision_heads'], first_epoch=None)
 QUICK_STEP = dict(STEP, matmul_rounds=5, precision_steps=[(4, 32, 128, 3)],
                   precision_heads=('CRF (crf_lr)',))
+# --part crf_loss: the CRF loss and gradient alone (batch 32), up to 121 labels (40 entity
+# types in BIO)
+CRF_LOSS = dict(crf_shapes=[(128, 7), (256, 7), (128, 21), (128, 61), (128, 121)],
+                crf_rounds=10, matmul_rounds=3)
+QUICK_CRF_LOSS = dict(CRF_LOSS, crf_shapes=[(128, 7)], crf_rounds=5)
 STEP_BATCH = 16
 
 
@@ -189,12 +194,14 @@ def precision_part(tf, keras, plan, results, progress):
 def run(quick, out, part='all', heads=None, variants=None):
     """Every comparison of the plan (``part='precision'``: the matmul rates and
     :func:`precision_part` only; ``part='confidence'``: the matmul rate and
-    :func:`confidence_part` only); returns the results dict. ``heads`` / ``variants`` narrow
+    :func:`confidence_part` only; ``part='crf_loss'``: the CRF loss cases only); returns the
+    results dict. ``heads`` / ``variants`` narrow
     the precision step table (default: the plan's heads, every variant). After each
     comparison, the results so far are written to ``out`` (JSON), so a failure late in a run
     keeps the rest."""
-    plan = dict((QUICK_STEP if quick else STEP) if part == 'step' else QUICK if quick else FULL)
-    plan['precision_heads'] = heads or plan['precision_heads']
+    plans = {'step': (STEP, QUICK_STEP), 'crf_loss': (CRF_LOSS, QUICK_CRF_LOSS)}
+    plan = dict(plans.get(part, (FULL, QUICK))[quick])
+    plan['precision_heads'] = heads or plan.get('precision_heads')
     plan['precision_variants'] = variants or VARIANTS
     started = datetime.datetime.now(datetime.timezone.utc)
     tf, tfa = cases.load_tensorflow()
@@ -235,6 +242,10 @@ def run(quick, out, part='all', heads=None, variants=None):
     for n, labels in plan['crf_shapes']:
         results['crf_loss'].append(cases.crf_loss_case(tf, tfa, n, labels, plan['crf_rounds']))
         progress(f'CRF loss n={n} labels={labels}: {medians(results["crf_loss"][-1]["ratios"])}')
+    if part == 'crf_loss':
+        results['load_average_end'] = list(os.getloadavg())
+        save(results, out)
+        return results
     results['viterbi'] = cases.viterbi_case(tf, tfa, plan['viterbi_rounds'])
     progress(f'Viterbi: {medians(results["viterbi"]["ratios"])}')
     confidence_part(tf, keras, plan, results, progress)
@@ -367,8 +378,32 @@ def restated(results):
     return results
 
 
+def crf_loss_tables(crf):
+    """The CRF loss cases' tables (Markdown lines): milliseconds per call, per-round ratios."""
+    names = list(crf[0]['timings'])
+    ratio_names = list(crf[0]['ratios'])
+    return ['### CRF negative log-likelihood + gradient (batch 32, float32, tf.function)', '',
+            'Milliseconds per call; `[XLA]`: the whole loss + gradient function compiled with '
+            '`jit_compile=True` (TFA\'s loss does not compile); crf_lr\'s plain loss runs its '
+            'forward-backward pass compiled by XLA, `[one kernel]` and `[TensorFlow ops]` without '
+            'XLA.', '',
+            markdown_table(['n', 'labels'] + names + ['load'],
+                           [[c['shape']['n'], c['shape']['labels']]
+                            + [ranged(c['timings'][k]) for k in names]
+                            + [c['timings'][names[0]]['load_before']] for c in crf]), '',
+            'Per-round ratios (> 1: crf_lr faster, except the softmax ratios: crf_lr / softmax):',
+            '', markdown_table(['n', 'labels'] + ratio_names,
+                               [[c['shape']['n'], c['shape']['labels']]
+                                + [ratio_cell(c['ratios'][k]) for k in ratio_names]
+                                for c in crf]), '']
+
+
 def report(results):
     """The Markdown tables of a results dict."""
+    if 'crf_loss' in results and 'viterbi' not in results:        # --part crf_loss
+        return '\n'.join([f"CRF loss cases ({results['date_utc']} UTC, "
+                          f"{results['machine']['cpu_model']})", ''] + crf_loss_tables(
+                              results['crf_loss']))
     if 'crf_loss' not in results:                          # --part precision / confidence
         if 'confidence' in results:
             return confidence.report(results['confidence'], ranged, ratio_cell, markdown_table)
@@ -410,20 +445,7 @@ def report(results):
             f"{max(e['grad_err'] for e in errors):.1e} (max abs difference / max(1, max abs)); "
             f"every Viterbi decoder returned identical paths on "
             f"{results['viterbi']['sequences_checked']} sequences.", '']
-    names = list(crf[0]['timings'])
-    ratio_names = list(crf[0]['ratios'])
-    out += ['### CRF negative log-likelihood + gradient (batch 32, float32, tf.function)', '',
-            'Milliseconds per call; `[XLA]`: the whole loss + gradient function compiled with '
-            '`jit_compile=True` (TFA\'s loss does not compile).', '',
-            markdown_table(['n', 'labels'] + names + ['load'],
-                           [[c['shape']['n'], c['shape']['labels']]
-                            + [ranged(c['timings'][k]) for k in names]
-                            + [c['timings'][names[0]]['load_before']] for c in crf]), '',
-            'Per-round ratios (> 1: crf_lr faster, except the softmax ratios: crf_lr / softmax):',
-            '', markdown_table(['n', 'labels'] + ratio_names,
-                               [[c['shape']['n'], c['shape']['labels']]
-                                + [ratio_cell(c['ratios'][k]) for k in ratio_names]
-                                for c in crf]), '']
+    out += crf_loss_tables(crf)
     viterbi = results['viterbi']
     shape = viterbi['shape']
     out += [f"### Viterbi: {shape['batch']} sequences of length {shape['lengths'][0]}–"
@@ -605,13 +627,14 @@ def main():
     parser.add_argument('--plots', default=None, help='folder for the PNG plots (default docs/ for '
                         'a full run, none with --quick)')
     parser.add_argument('--report', metavar='JSON', help='print the tables of a saved run and exit')
-    parser.add_argument('--part', choices=('all', 'precision', 'confidence', 'step'),
+    parser.add_argument('--part', choices=('all', 'precision', 'confidence', 'step', 'crf_loss'),
                         default='all',
                         help='precision: only the float32 / XLA / bf16 step table and the first '
                         'epoch case (results.precision.json); confidence: only marginals, '
                         'entity probabilities and predictions with confidences '
                         '(results.confidence.json); step: only the step table at batch 32, '
-                        'n = 128 (results.step.json)')
+                        'n = 128 (results.step.json); crf_loss: only the CRF loss and gradient '
+                        '(results.crf_loss.json)')
     parser.add_argument('--heads', nargs='+', choices=FULL['precision_heads'], metavar='HEAD',
                         help="only these of the precision step table's heads "
                         f"({', '.join(FULL['precision_heads'])}; default: all)")

@@ -11,7 +11,9 @@ An empty sequence (``l = 0``) has ``s = log Z = 0``, hence log-likelihood 0 and 
 ``log Z`` and its gradients (the label marginals) come from one forward-backward pass in exponent
 space, rescaled at every step, in float64 (scores may differ by ~700 nats before anything
 underflows), compiled with XLA (``use_xla``) and exposed as a custom-gradient op
-(``_forward_backward``).
+(``_forward_backward``). Without XLA, a training step's loss (a gradient being recorded) runs the
+same pass as one CPU kernel (``crf_lr.fused_kernels.crf_forward_backward``, where it can be built;
+the same outputs to float64 rounding), and everything else TensorFlow's ops.
 Measured on 2 CPU cores (batch 32, n = 256, 7 labels, loss + gradient in a ``tf.function``): about
 10x faster than bert4keras's CRF and 3x the cost of a softmax cross-entropy. A parallel scan (tree
 of batched L x L products) and chunked GEMMs were slower here: they do L times more work, and
@@ -227,28 +229,42 @@ def use_xla(enabled):
         USE_XLA = previous
 
 
-@tf.custom_gradient
-def _objective_op(emissions, labels, mask, transitions, start, end):
-    # stop_gradient: an outer tape must not record the compiled call itself (its gradient is
-    # below), or TensorFlow asks the XLA program for its loop's intermediates and fails
-    inputs = [tf.stop_gradient(x) for x in (emissions, labels, mask, transitions, start, end)]
-    objective, (d_emissions, d_start, d_end), (labels, alphas, following, exp_trans) = \
-        _COMPILED[USE_XLA](*inputs)
-    num_labels = emissions.shape[-1]
+def _objective_op(forward_backward):
+    """``_objective``'s op with ``forward_backward`` (``_forward_backward`` or a pass with its
+    outputs) inside, as a custom gradient."""
+    @tf.custom_gradient
+    def objective_op(emissions, labels, mask, transitions, start, end):
+        # stop_gradient: an outer tape must not record the compiled call itself (its gradient is
+        # below), or TensorFlow asks the XLA program for its loop's intermediates and fails
+        inputs = [tf.stop_gradient(x) for x in (emissions, labels, mask, transitions, start, end)]
+        objective, (d_emissions, d_start, d_end), (labels, alphas, following, exp_trans) = \
+            forward_backward(*inputs)
+        num_labels = emissions.shape[-1]
 
-    def pair_sum(weights, left, right):
-        """sum_b weights_b sum_t left[t-1, b] (outer) right[t, b]: (L, L), one GEMM."""
-        left = tf.reshape(weights[None, :, None] * left[:-1], [-1, num_labels])
-        return tf.matmul(left, tf.reshape(right[1:], [-1, num_labels]), transpose_a=True)
+        def pair_sum(weights, left, right):
+            """sum_b weights_b sum_t left[t-1, b] (outer) right[t, b]: (L, L), one GEMM."""
+            left = tf.reshape(weights[None, :, None] * left[:-1], [-1, num_labels])
+            return tf.matmul(left, tf.reshape(right[1:], [-1, num_labels]), transpose_a=True)
 
-    def gradient(upstream):
-        # d objective / d transitions = label pair counts - pair marginals
-        d_trans = (pair_sum(upstream, labels, labels)
-                   - exp_trans * pair_sum(upstream, alphas, following))
-        return (upstream[:, None, None] * d_emissions, None, None, d_trans,
-                tf.linalg.matvec(d_start, upstream, transpose_a=True),
-                tf.linalg.matvec(d_end, upstream, transpose_a=True))
-    return objective, gradient
+        def gradient(upstream):
+            # d objective / d transitions = label pair counts - pair marginals
+            d_trans = (pair_sum(upstream, labels, labels)
+                       - exp_trans * pair_sum(upstream, alphas, following))
+            return (upstream[:, None, None] * d_emissions, None, None, d_trans,
+                    tf.linalg.matvec(d_start, upstream, transpose_a=True),
+                    tf.linalg.matvec(d_end, upstream, transpose_a=True))
+        return objective, gradient
+    return objective_op
+
+
+def _forward_backward_pass(emissions):
+    """The forward-backward pass a function traced now runs: XLA's program under ``USE_XLA``,
+    else one CPU kernel where it applies (``crf_lr.fused_kernels.crf_applies``: a training
+    step's loss), else TensorFlow's ops."""
+    from crf_lr import fused_kernels
+    if not USE_XLA and fused_kernels.crf_applies(emissions):
+        return fused_kernels.crf_forward_backward
+    return _COMPILED[USE_XLA]
 
 
 def _objective(emissions, labels, mask, transitions, start, end):
@@ -256,11 +272,12 @@ def _objective(emissions, labels, mask, transitions, start, end):
     dtype (computed in float64).
 
     ``labels`` (B, n, L) one-hot or soft; all zeros gives ``-log Z``. The value and all its
-    gradients come from one compiled forward-backward pass wrapped as a custom gradient, so an
-    outer tape never walks the loop. Gradients w.r.t. labels: none."""
+    gradients come from one forward-backward pass (compiled, or one kernel) wrapped as a custom
+    gradient, so an outer tape never walks the loop. Gradients w.r.t. labels: none."""
     emissions, labels, mask, transitions, start, end = _padded(emissions, labels, mask,
                                                                transitions, start, end)
-    return _objective_op(emissions, tf.stop_gradient(labels), mask, transitions, start, end)
+    return _objective_op(_forward_backward_pass(emissions))(
+        emissions, tf.stop_gradient(labels), mask, transitions, start, end)
 
 
 def _padded(emissions, labels, mask, transitions, start, end):

@@ -1,19 +1,22 @@
 """One-pass CPU kernels for a training step: bert4keras's erf GELU and layer norm, each with its
-gradient, and the gradient of the attention's softmax.
+gradient, the gradient of the attention's softmax, and the CRF's forward-backward pass.
 
 TensorFlow runs the GELU of every feed-forward layer as five element-wise ops and its gradient
 as about nine, a layer norm as seven each way and a softmax's gradient as four, each a pass
-over memory. The kernels of ``crf_lr/kernels/fused_ops.cc`` make each of them one pass. They
-are compiled against the installed TensorFlow the first time they are needed (about 10 s;
-``make install`` does it), cached per machine (:mod:`crf_lr.native_build`), and used only in
-training calls (``training=True``) of float32 and bfloat16 tensors outside XLA; prediction,
+over memory. The kernels of ``crf_lr/kernels/fused_ops.cc`` make each of them one pass, and
+``crf_lr/kernels/crf_forward_backward.cc`` makes the CRF loss's loop over positions (some 400
+ops to trace, optimise and schedule) one op. They are compiled against the installed TensorFlow
+the first time they are needed (about 17 s; ``make install`` does it), cached per machine
+(:mod:`crf_lr.native_build`), and used only in training calls (``training=True``) of float32 and
+bfloat16 tensors and in losses whose gradient is being recorded, outside XLA; prediction,
 export, saving, XLA-compiled steps, a visible GPU and a machine without a C++ compiler keep
 TensorFlow's own ops. The same values to float rounding (``tests/test_fused_kernels.py``); the
 step's speed is in docs/performance.md ("Fused element-wise kernels").
 
 :mod:`crf_lr.compat` installs the GELU for every model of the process, :mod:`crf_lr.attention`
-calls :func:`softmax` and :mod:`crf_lr.layer_norm` :func:`normalized`. Switch them off for a
-block (per thread, read when a function is traced):
+calls :func:`softmax`, :mod:`crf_lr.layer_norm` :func:`normalized` and :mod:`crf_lr.crf`
+:func:`crf_forward_backward` (a training step's loss, where the CRF is not XLA-compiled).
+Switch them off for a block (per thread, read when a function is traced):
 
     >>> print(status())                  # fused kernels: on (...), or off and why
     >>> with fused_kernels(False):       # TensorFlow's ops, e.g. to compare
@@ -34,7 +37,8 @@ import tensorflow as tf  # noqa: E402
 from crf_lr.native_build import BuildError, timed_build  # noqa: E402
 from crf_lr.switches import ThreadSwitch  # noqa: E402
 
-SOURCE = Path(__file__).with_name('kernels') / 'fused_ops.cc'
+SOURCES = tuple(Path(__file__).with_name('kernels') / name
+                for name in ('fused_ops.cc', 'crf_forward_backward.cc'))
 _ENABLED = ThreadSwitch(default=True)          # read when a layer is traced
 _DTYPES = (tf.float32, tf.bfloat16)
 _lock = threading.Lock()
@@ -56,7 +60,7 @@ def _ops():
     with _lock:
         if not _loaded:
             try:
-                path, seconds = timed_build(SOURCE, on_build=_announce_build)
+                path, seconds = timed_build(SOURCES, on_build=_announce_build)
                 _loaded['ops'] = tf.load_op_library(str(path))
                 _loaded['built_s'] = seconds
             except (BuildError, tf.errors.NotFoundError) as error:
@@ -65,7 +69,7 @@ def _ops():
 
 
 def _announce_build():
-    print('building the fused kernels (once per machine and TensorFlow version, about 10 s)',
+    print('building the fused kernels (once per machine and TensorFlow version, about 17 s)',
           flush=True)
 
 
@@ -95,17 +99,47 @@ def status():
     return f'fused kernels: on ({f"built in {built:.1f} s, cached" if built else "cached"})'
 
 
+def _graph_takes_them():
+    """True where a function traced now may hold the kernels: not being saved (a SavedModel
+    holds TensorFlow's ops only), not compiled by XLA (which has no kernel for them), and none
+    of :func:`_why_off`'s reasons."""
+    from tensorflow.python.framework.ops import get_default_graph
+    from tensorflow.python.ops.control_flow_util import GraphOrParentsInXlaContext
+    from tensorflow.python.saved_model.save_context import in_save_context
+    from tf_keras.src.engine.base_layer_utils import call_context
+    return (not call_context().saving and not in_save_context()
+            and not GraphOrParentsInXlaContext(get_default_graph()) and _why_off() is None)
+
+
 def applies(x):
     """True where a call traced now computes on ``x`` with the fused kernels: float32 or
     bfloat16, a training call (``training`` True, not a tensor, whose value a trace may not
-    know) that is not being saved (a SavedModel holds TensorFlow's ops only), not compiled by
-    XLA (which has no kernel for them), and none of :func:`_why_off`'s reasons."""
-    from tensorflow.python.framework.ops import get_default_graph
-    from tensorflow.python.ops.control_flow_util import GraphOrParentsInXlaContext
+    know), and :func:`_graph_takes_them`."""
     from tf_keras.src.engine.base_layer_utils import call_context
-    context = call_context()
-    return (x.dtype in _DTYPES and context.training is True and not context.saving
-            and not GraphOrParentsInXlaContext(get_default_graph()) and _why_off() is None)
+    return x.dtype in _DTYPES and call_context().training is True and _graph_takes_them()
+
+
+def crf_applies(emissions):
+    """True where a CRF loss traced now runs its forward-backward pass as one kernel
+    (:func:`crf_forward_backward`): float32 or float64 ``emissions``, a gradient being recorded
+    (a training step; evaluation, prediction and export keep TensorFlow's ops), and
+    :func:`_graph_takes_them`."""
+    from tensorflow.python.eager.record import could_possibly_record
+    return (emissions.dtype in (tf.float32, tf.float64) and could_possibly_record()
+            and _graph_takes_them())
+
+
+def crf_forward_backward(emissions, labels, mask, transitions, start, end):
+    """``crf_lr.crf._forward_backward``'s outputs from one kernel (float64 inside, as there):
+    ``(objective, [d_emissions, d_start, d_end], [labels, alphas, following, exp_trans])``.
+
+        >>> objective, gradients, pair_factors = crf_forward_backward(
+        ...     emissions, labels, mask, transitions, start, end)
+    """
+    from crf_lr.viterbi import DISALLOWED_SCORE
+    outputs = _ops().crf_lr_forward_backward(emissions, labels, mask, transitions, start, end,
+                                             floor=DISALLOWED_SCORE)
+    return outputs[0], list(outputs[1:4]), list(outputs[4:])
 
 
 def gelu_erf(x):
@@ -143,6 +177,9 @@ def normalized(x, epsilon):
         >>> normalized(tf.constant([[1., 2., 3.]]), 1e-12)     # [[-1.2247, 0., 1.2247]]
     """
     return _ops().crf_lr_layer_norm(x, epsilon=epsilon)[0]
+
+
+tf.no_gradient('CrfLrForwardBackward')   # crf_lr.crf's custom gradient uses its outputs
 
 
 @tf.RegisterGradient('CrfLrGelu')

@@ -1,13 +1,13 @@
 """C++ TensorFlow kernels compiled once per machine and TensorFlow, cached, and loaded.
 
-``built_library(source)`` compiles a ``.cc`` file of custom ops against the installed
-TensorFlow's headers (``tf.sysconfig``) with the machine's instruction set, into
-``$CRF_LR_CACHE`` (default ``~/.cache/crf_lr``) under a name made from the source, TensorFlow's
+``built_library(sources)`` compiles ``.cc`` files of custom ops into one library against the
+installed TensorFlow's headers (``tf.sysconfig``) with the machine's instruction set, into
+``$CRF_LR_CACHE`` (default ``~/.cache/crf_lr``) under a name made from the sources, TensorFlow's
 version, the compiler command and the CPU's flags: another machine, TensorFlow or source builds
 its own. The library is written under a temporary name and renamed (a killed build leaves
 nothing half-written), and a lock file makes concurrent processes build it once.
 
-    >>> path = built_library(Path('crf_lr/kernels/fused_ops.cc'))   # ~10 s the first time
+    >>> path = built_library([Path('crf_lr/kernels/fused_ops.cc')])   # ~10 s the first time
     >>> ops = tf.load_op_library(str(path))
 """
 import contextlib
@@ -41,24 +41,34 @@ def compiler():
     return None
 
 
-def compile_command(source, output, cxx):
-    """The command that builds ``source`` into the shared library ``output``."""
+def source_paths(sources):
+    """``sources`` (one path or several) as a list of paths."""
+    if isinstance(sources, (str, os.PathLike)):
+        return [Path(sources)]
+    return [Path(source) for source in sources]
+
+
+def compile_command(sources, output, cxx):
+    """The command that builds ``sources`` (one path or several) into the shared library
+    ``output``."""
     from crf_lr.compat import tf
     return ([cxx, '-shared', '-fPIC', '-O3', '-march=native', '-fopenmp-simd',
-             '-ffp-contract=off', '-w', str(source), '-o', str(output)]
+             '-ffp-contract=off', '-w', *map(str, source_paths(sources)), '-o', str(output)]
             + tf.sysconfig.get_compile_flags() + tf.sysconfig.get_link_flags())
 
 
-def library_path(source, cxx):
-    """Where ``source``'s library for this machine, TensorFlow and compiler is cached."""
+def library_path(sources, cxx):
+    """Where the library of ``sources`` (one path or several) for this machine, TensorFlow and
+    compiler is cached; named after the first."""
     from crf_lr.compat import tf
     from crf_lr.precision import cpu_flags
+    paths = source_paths(sources)
     key = hashlib.sha256()
-    for part in (Path(source).read_bytes(), tf.__version__.encode(),
-                 shlex.join(compile_command(source, 'out', cxx)).encode(),
+    for part in (*(path.read_bytes() for path in paths), tf.__version__.encode(),
+                 shlex.join(compile_command(paths, 'out', cxx)).encode(),
                  ' '.join(sorted(cpu_flags())).encode()):
         key.update(part)
-    return cache_dir() / f'{Path(source).stem}-{key.hexdigest()[:16]}.so'
+    return cache_dir() / f'{paths[0].stem}-{key.hexdigest()[:16]}.so'
 
 
 @contextlib.contextmanager
@@ -78,19 +88,19 @@ def _locked(path):
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def built_library(source, on_build=None):
-    """Path to ``source``'s library, compiled first where it is not cached (``on_build()`` is
-    called before compiling). A failed build is remembered beside it (``.failed``, the reason),
-    so later processes do not compile again until the source, TensorFlow, compiler or machine
-    changes. Raises :class:`BuildError` with the reason (no compiler, the source missing, an
-    unwritable cache, the compiler's first error line)."""
+def built_library(sources, on_build=None):
+    """Path to the library of ``sources`` (one path or several), compiled first where it is not
+    cached (``on_build()`` is called before compiling). A failed build is remembered beside it
+    (``.failed``, the reason), so later processes do not compile again until a source,
+    TensorFlow, compiler or machine changes. Raises :class:`BuildError` with the reason (no
+    compiler, a source missing, an unwritable cache, the compiler's first error line)."""
     cxx = compiler()
     if cxx is None:
         raise BuildError('no C++ compiler to build them: install g++ or set $CXX')
     try:
-        path = library_path(source, cxx)
+        path = library_path(sources, cxx)
     except OSError as error:
-        raise BuildError(f'cannot read {source}: {error.strerror}') from None
+        raise BuildError(f'cannot read {error.filename}: {error.strerror}') from None
     failed = path.with_suffix('.failed')
     if path.exists():
         return path
@@ -102,7 +112,7 @@ def built_library(source, on_build=None):
                 return path
             if on_build is not None:
                 on_build()
-            _compile(source, path, cxx)
+            _compile(sources, path, cxx)
     except OSError as error:
         raise BuildError(f'cannot write {path.parent}: {error.strerror} (set CRF_LR_CACHE to '
                          f'a writable folder)') from None
@@ -113,12 +123,12 @@ def built_library(source, on_build=None):
     return path
 
 
-def _compile(source, path, cxx):
-    """Compile ``source`` into ``path``, written under a temporary name and renamed
+def _compile(sources, path, cxx):
+    """Compile ``sources`` into ``path``, written under a temporary name and renamed
     (:func:`crf_lr.atomic.atomic_path`)."""
     with atomic_path(path) as partial:
         try:
-            done = subprocess.run(compile_command(source, partial, cxx), capture_output=True,
+            done = subprocess.run(compile_command(sources, partial, cxx), capture_output=True,
                                   text=True)
         except OSError as error:
             raise BuildError(f'cannot run {cxx}: {error.strerror}') from None
@@ -129,7 +139,7 @@ def _compile(source, path, cxx):
             raise BuildError(f'{cxx} failed: {first}')
 
 
-def timed_build(source, on_build=None):
+def timed_build(sources, on_build=None):
     """(path, seconds spent building: 0 where it was cached); ``on_build`` as in
     :func:`built_library`."""
     start = time.perf_counter()
@@ -139,5 +149,5 @@ def timed_build(source, on_build=None):
         built.append(True)
         if on_build is not None:
             on_build()
-    path = built_library(source, on_build=building)
+    path = built_library(sources, on_build=building)
     return path, (time.perf_counter() - start) if built else 0.0

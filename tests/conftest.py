@@ -1,4 +1,5 @@
-"""Shared fixtures: tiny bert4keras models built once per session, and the real-data folder."""
+"""Shared fixtures: tiny bert4keras models built once per session, the real-data folder and
+crf_lr's op library."""
 import json
 import os
 
@@ -75,3 +76,13 @@ def trained_ner_dir(tmp_path_factory):
     model.fit(inputs, targets, batch_size=16, epochs=20, verbose=0)
     Tagger(model, unit_encoder, head, 32).save(str(root / 'model'))
     return str(root / 'model')
+
+
+@pytest.fixture(scope='session')
+def fused_ops():
+    """crf_lr's op library (crf_lr.fused_kernels), built where needed; skips where it cannot be."""
+    from crf_lr import fused_kernels
+    library = fused_kernels._ops()
+    if library is None:
+        pytest.skip(fused_kernels.status())
+    return library

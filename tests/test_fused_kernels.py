@@ -12,14 +12,6 @@ from crf_lr import fused_kernels, native_build
 from crf_lr.compat import tf
 
 
-@pytest.fixture(scope='module')
-def ops():
-    library = fused_kernels._ops()
-    if library is None:
-        pytest.skip(fused_kernels.status())
-    return library
-
-
 def _values(shape, seed=0, spread=3.0):
     rng = np.random.default_rng(seed)
     x = rng.normal(size=shape) * spread
@@ -41,13 +33,13 @@ def _bf16_tolerance(reference):
 
 
 @pytest.mark.parametrize('dtype', ['float32', 'bfloat16'])
-def test_gelu_and_its_gradient_match_the_closed_form(ops, dtype):
+def test_gelu_and_its_gradient_match_the_closed_form(fused_ops, dtype):
     x = _values((600, 257))                  # several threads' share
     dy = _values((600, 257), seed=1, spread=1.0)
     x_t, dy_t = tf.cast(x, dtype), tf.cast(dy, dtype)
     x64 = tf.cast(x_t, tf.float64).numpy()                # what the kernel sees
-    y = tf.cast(ops.crf_lr_gelu(x_t), tf.float64).numpy()
-    dx = tf.cast(ops.crf_lr_gelu_grad(dy_t, x_t), tf.float64).numpy()
+    y = tf.cast(fused_ops.crf_lr_gelu(x_t), tf.float64).numpy()
+    dx = tf.cast(fused_ops.crf_lr_gelu_grad(dy_t, x_t), tf.float64).numpy()
     y_ref = _gelu64(x64)
     dx_ref = tf.cast(dy_t, tf.float64).numpy() * _gelu_grad64(x64)
     if dtype == 'float32':    # 1 + erf cancels in the left tail: absolute, as bert4keras's ops
@@ -58,13 +50,13 @@ def test_gelu_and_its_gradient_match_the_closed_form(ops, dtype):
         assert np.all(np.abs(dx - dx_ref) <= _bf16_tolerance(dx_ref))
 
 
-def test_gelu_matches_bert4keras_and_its_gradient_tensorflows(ops):
+def test_gelu_matches_bert4keras_and_its_gradient_tensorflows(fused_ops):
     from bert4keras.backend import gelu_erf
     x = tf.constant(_values((4, 300)), tf.float32)
     dy = tf.constant(_values((4, 300), seed=2, spread=1.0), tf.float32)
     with tf.GradientTape(persistent=True) as tape:
         tape.watch(x)
-        ours, theirs = ops.crf_lr_gelu(x), gelu_erf(x)
+        ours, theirs = fused_ops.crf_lr_gelu(x), gelu_erf(x)
     np.testing.assert_allclose(ours, theirs, rtol=1e-6, atol=1e-6)
     exact = _gelu64(x.numpy().astype(np.float64))                # no less accurate than theirs
     assert np.abs(ours.numpy() - exact).max() <= 1.01 * np.abs(theirs.numpy() - exact).max()
@@ -74,7 +66,7 @@ def test_gelu_matches_bert4keras_and_its_gradient_tensorflows(ops):
 
 @pytest.mark.parametrize('dtype', ['float32', 'bfloat16'])
 @pytest.mark.parametrize('shape', [(2, 3, 5, 7), (4, 1), (0, 6), (3, 0), (3, 130), (2, 12, 64, 128)])
-def test_softmax_gradient_matches_tensorflows(ops, dtype, shape):
+def test_softmax_gradient_matches_tensorflows(fused_ops, dtype, shape):
     logits = _values(shape, seed=3)
     if logits.size:
         logits[..., -1] = -np.inf                          # a masked key, as attention's bias gives
@@ -83,7 +75,7 @@ def test_softmax_gradient_matches_tensorflows(ops, dtype, shape):
         logits[:] = 0.0
     dy = tf.cast(_values(shape, seed=4, spread=1.0), dtype)
     y = tf.nn.softmax(tf.cast(logits, dtype))
-    dx = tf.cast(ops.crf_lr_softmax_grad(dy, y), tf.float64).numpy()
+    dx = tf.cast(fused_ops.crf_lr_softmax_grad(dy, y), tf.float64).numpy()
     y64 = tf.cast(y, tf.float64)
     with tf.GradientTape() as tape:
         x64 = tf.constant(np.where(np.isinf(logits), -1e30, logits))
@@ -114,7 +106,7 @@ def _layer_norm64(x, epsilon):
 
 @pytest.mark.parametrize('dtype', ['float32', 'bfloat16'])
 @pytest.mark.parametrize('shape', [(2, 3, 312), (5, 7), (0, 4), (3, 0), (2048, 312)])
-def test_layer_norm_and_its_gradient_match_the_closed_form(ops, dtype, shape):
+def test_layer_norm_and_its_gradient_match_the_closed_form(fused_ops, dtype, shape):
     epsilon = 1e-12
     x = _values(shape, seed=5) + 4.0                       # a mean away from 0, as residuals have
     if x.size:
@@ -141,18 +133,18 @@ def test_layer_norm_and_its_gradient_match_the_closed_form(ops, dtype, shape):
         assert np.all(np.abs(dx - dx_ref) <= 2.0 ** -6 * row_scale)
 
 
-def test_the_layer_norms_std_output_has_its_gradient(ops):
+def test_the_layer_norms_std_output_has_its_gradient(fused_ops):
     x = tf.constant(_values((3, 9), seed=7), tf.float32)
     with tf.GradientTape(persistent=True) as tape:
         tape.watch(x)
-        x_hat, std = ops.crf_lr_layer_norm(x, epsilon=1e-6)
+        x_hat, std = fused_ops.crf_lr_layer_norm(x, epsilon=1e-6)
         ours = tf.reduce_sum(x_hat * tf.cos(x)) + tf.reduce_sum(std * std)
         centred = x - tf.reduce_mean(x, -1, keepdims=True)
         std_ref = tf.sqrt(tf.reduce_mean(centred ** 2, -1, keepdims=True) + 1e-6)
         theirs = tf.reduce_sum(centred / std_ref * tf.cos(x)) + tf.reduce_sum(std_ref ** 2)
     np.testing.assert_allclose(tape.gradient(ours, x), tape.gradient(theirs, x), rtol=1e-4,
                                atol=1e-5)
-    np.testing.assert_allclose(ops.crf_lr_layer_norm(tf.zeros([3, 0]), epsilon=1e-6)[1],
+    np.testing.assert_allclose(fused_ops.crf_lr_layer_norm(tf.zeros([3, 0]), epsilon=1e-6)[1],
                                [1e-3] * 3, rtol=1e-6)        # no entries: sqrt(epsilon)
 
 
@@ -161,13 +153,13 @@ def _layer_norm64_tf(x, epsilon):
     return centred / tf.sqrt(tf.reduce_mean(centred ** 2, -1, keepdims=True) + epsilon)
 
 
-def test_inputs_of_different_shapes_are_refused(ops):
+def test_inputs_of_different_shapes_are_refused(fused_ops):
     with pytest.raises(tf.errors.InvalidArgumentError, match='inputs of different shapes'):
-        ops.crf_lr_softmax_grad(tf.zeros([2, 3]), tf.zeros([2, 4]))
+        fused_ops.crf_lr_softmax_grad(tf.zeros([2, 3]), tf.zeros([2, 4]))
     with pytest.raises(tf.errors.InvalidArgumentError, match='inputs of different shapes'):
-        ops.crf_lr_gelu_grad(tf.zeros([2, 3]), tf.zeros([3, 2]))
+        fused_ops.crf_lr_gelu_grad(tf.zeros([2, 3]), tf.zeros([3, 2]))
     with pytest.raises(tf.errors.InvalidArgumentError, match='std has 3 entries for 2 rows'):
-        ops.crf_lr_layer_norm_grad(tf.zeros([2, 3]), tf.zeros([2, 3]), tf.ones([3]))
+        fused_ops.crf_lr_layer_norm_grad(tf.zeros([2, 3]), tf.zeros([2, 3]), tf.ones([3]))
 
 
 def _tiny_model(tiny_bert_config_path):
@@ -187,7 +179,7 @@ def _step_graph(model, inputs, training, jit_compile=False):
     return {op.type for op in traced.graph.get_operations()}, traced(*inputs)
 
 
-def test_training_calls_use_the_kernels_and_keep_the_gradients(ops, tiny_bert_config_path):
+def test_training_calls_use_the_kernels_and_keep_the_gradients(fused_ops, tiny_bert_config_path):
     model = _tiny_model(tiny_bert_config_path)
     token_ids = tf.constant([[2, 5, 9, 7, 3, 0, 0], [2, 4, 4, 8, 11, 6, 3]])
     inputs = (token_ids, tf.zeros_like(token_ids))
@@ -214,7 +206,7 @@ def _ops_in(types):
 
 
 def test_the_kernels_stay_out_of_saved_models_tensor_flags_and_a_process_switched_off(
-        ops, tiny_bert_config_path, tmp_path, monkeypatch):
+        fused_ops, tiny_bert_config_path, tmp_path, monkeypatch):
     model = _tiny_model(tiny_bert_config_path)
     token_ids = tf.constant([[2, 5, 9, 7, 3]])
     inputs = (token_ids, tf.zeros_like(token_ids))
@@ -235,7 +227,7 @@ def test_the_kernels_stay_out_of_saved_models_tensor_flags_and_a_process_switche
     assert fused_kernels.status() == 'fused kernels: off (switched off)'
 
 
-def test_bf16_gradients_come_no_further_from_float32s(ops, tiny_bert_config_path):
+def test_bf16_gradients_come_no_further_from_float32s(fused_ops, tiny_bert_config_path):
     from crf_lr.precision import set_precision
     token_ids = tf.constant([[2, 5, 9, 7, 3, 0, 0], [2, 4, 4, 8, 11, 6, 3]])
     inputs = (token_ids, tf.zeros_like(token_ids))
@@ -293,6 +285,21 @@ def test_a_build_is_cached_atomic_and_keyed_by_its_source(tmp_path, monkeypatch)
     assert sorted(p.suffix for p in path.parent.iterdir()) == ['.lock', '.so']   # no partial file
     source.write_text(SMALL_SOURCE.replace('1;', '2;'))
     assert native_build.built_library(source) != path          # another source, another library
+
+
+def test_several_sources_make_one_library_keyed_by_each(tmp_path, monkeypatch):
+    import ctypes
+    monkeypatch.setenv('CRF_LR_CACHE', str(tmp_path / 'cache'))
+    first, second = tmp_path / 'probe.cc', tmp_path / 'second.cc'
+    first.write_text(SMALL_SOURCE)
+    second.write_text('extern "C" int crf_lr_second() { return 7; }\n')
+    path = native_build.built_library([first, second])
+    assert path.name.startswith('probe-') and ctypes.CDLL(str(path)).crf_lr_second() == 7
+    second.write_text('extern "C" int crf_lr_second() { return 8; }\n')
+    assert native_build.built_library([first, second]) != path  # the second source keys it too
+    second.unlink()
+    with pytest.raises(native_build.BuildError, match=r'cannot read .*second\.cc'):
+        native_build.built_library([first, second])
 
 
 def test_a_failed_build_names_the_compilers_error_and_is_remembered(tmp_path, monkeypatch):
