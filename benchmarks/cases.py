@@ -19,9 +19,10 @@ GRAD_TOL = 1e-3           # max |g - g_ref| / max(1, max |g_ref|) allowed on eve
 # compilable: XLA has no kernel for the FakeParam op of its tf.cond).
 XLA_COMPILED = ('crf_lr sparse_loss', 'bert4keras sparse_loss', 'softmax cross-entropy')
 XLA = ' [XLA]'
-# crf_lr's sparse loss also traced without XLA: its forward-backward pass as one kernel
-# (crf_lr.fused_kernels, what crf_lr.runs.train_steps runs) and as TensorFlow's ops
-WITHOUT_XLA = {' [one kernel]': True, ' [TensorFlow ops]': False}
+# crf_lr's losses run their forward-backward pass as one CPU kernel under a tape (where it is
+# built: the case's 'kernels' line); its sparse loss is also traced with the kernels off, the
+# pass compiled by XLA (use_xla(True)) and as TensorFlow's ops (use_xla(False))
+KERNELS_OFF = {' [XLA pass]': True, ' [TensorFlow ops]': False}
 # The headline ratios of a CRF-loss case: label -> (numerator, denominator) implementations
 CRF_RATIOS = {
     'bert4keras sparse / crf_lr sparse': ('bert4keras sparse_loss', 'crf_lr sparse_loss'),
@@ -31,10 +32,10 @@ CRF_RATIOS = {
     'XLA: bert4keras sparse / crf_lr sparse': ('bert4keras sparse_loss' + XLA,
                                                'crf_lr sparse_loss' + XLA),
     'XLA: crf_lr sparse / softmax': ('crf_lr sparse_loss' + XLA, 'softmax cross-entropy' + XLA),
-    'crf_lr sparse: XLA pass / one kernel': ('crf_lr sparse_loss',
-                                             'crf_lr sparse_loss [one kernel]'),
+    'crf_lr sparse: XLA pass / one kernel': ('crf_lr sparse_loss [XLA pass]',
+                                             'crf_lr sparse_loss'),
     'crf_lr sparse: TensorFlow ops / one kernel': ('crf_lr sparse_loss [TensorFlow ops]',
-                                                   'crf_lr sparse_loss [one kernel]')}
+                                                   'crf_lr sparse_loss')}
 
 
 def load_tensorflow():
@@ -107,13 +108,13 @@ def loss_and_gradient(tf, implementation, jit_compile=False):
     return step
 
 
-def traced_without_xla(tf, implementation, args, kernel):
-    """:func:`loss_and_gradient` traced for ``args`` with the CRF's forward-backward pass out of
-    XLA: one kernel (``kernel``, where it can be built) or TensorFlow's ops."""
+def traced_without_kernels(tf, implementation, args, xla):
+    """:func:`loss_and_gradient` traced for ``args`` with crf_lr's kernels off: the CRF's
+    forward-backward pass compiled by XLA (``xla``) or TensorFlow's ops."""
     from crf_lr.crf import use_xla
     from crf_lr.fused_kernels import fused_kernels
     step = loss_and_gradient(tf, implementation)
-    with use_xla(False), fused_kernels(kernel):
+    with use_xla(xla), fused_kernels(False):
         step.get_concrete_function(*args)
     return step
 
@@ -165,17 +166,18 @@ def crf_loss_case(tf, tfa, n, labels, rounds, seed=0):
     for name in XLA_COMPILED:
         implementations[name + XLA] = implementations[name]
         steps[name + XLA] = loss_and_gradient(tf, implementations[name], jit_compile=True)
-    for suffix, kernel in WITHOUT_XLA.items():
+    for suffix, xla in KERNELS_OFF.items():
         implementations['crf_lr sparse_loss' + suffix] = implementations['crf_lr sparse_loss']
-        steps['crf_lr sparse_loss' + suffix] = traced_without_xla(
-            tf, implementations['crf_lr sparse_loss'], args, kernel)
+        steps['crf_lr sparse_loss' + suffix] = traced_without_kernels(
+            tf, implementations['crf_lr sparse_loss'], args, xla)
     outputs = {name: steps[name](*args) for name in steps}
     check = check_crf_losses({name: (loss.numpy(), [g.numpy() for g in grads])
                               for name, (loss, grads) in outputs.items()
                               if implementations[name].exact}, lengths)
     timings = interleaved({name: (lambda s=step: s(*args)[0].numpy())
                            for name, step in steps.items()}, rounds=rounds)
-    return {'name': 'crf_loss_and_gradient',
+    from crf_lr.fused_kernels import status
+    return {'name': 'crf_loss_and_gradient', 'kernels': status(),
             'shape': {'batch': CRF_BATCH, 'n': n, 'labels': labels},
             'timings': timings, 'check': check, 'ratios': crf_loss_ratios(timings)}
 

@@ -384,9 +384,10 @@ def crf_loss_tables(crf):
     ratio_names = list(crf[0]['ratios'])
     return ['### CRF negative log-likelihood + gradient (batch 32, float32, tf.function)', '',
             'Milliseconds per call; `[XLA]`: the whole loss + gradient function compiled with '
-            '`jit_compile=True` (TFA\'s loss does not compile); crf_lr\'s plain loss runs its '
-            'forward-backward pass compiled by XLA, `[one kernel]` and `[TensorFlow ops]` without '
-            'XLA.', '',
+            '`jit_compile=True` (TFA\'s loss does not compile); crf_lr\'s losses run their '
+            'forward-backward pass as one kernel where it is built ('
+            + '; '.join(sorted({c.get('kernels', 'no kernel: an earlier run') for c in crf}))
+            + '), `[XLA pass]` and `[TensorFlow ops]` with the kernels off.', '',
             markdown_table(['n', 'labels'] + names + ['load'],
                            [[c['shape']['n'], c['shape']['labels']]
                             + [ranged(c['timings'][k]) for k in names]

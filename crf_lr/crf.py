@@ -11,9 +11,10 @@ An empty sequence (``l = 0``) has ``s = log Z = 0``, hence log-likelihood 0 and 
 ``log Z`` and its gradients (the label marginals) come from one forward-backward pass in exponent
 space, rescaled at every step, in float64 (scores may differ by ~700 nats before anything
 underflows), compiled with XLA (``use_xla``) and exposed as a custom-gradient op
-(``_forward_backward``). Without XLA, a training step's loss (a gradient being recorded) runs the
-same pass as one CPU kernel (``crf_lr.fused_kernels.crf_forward_backward``, where it can be built;
-the same outputs to float64 rounding), and everything else TensorFlow's ops.
+(``_forward_backward``). A training step's loss on a CPU (a gradient being recorded, outside an
+XLA-compiled step) runs the same pass as one kernel instead
+(``crf_lr.fused_kernels.crf_forward_backward``, where it can be built; the same outputs to float64
+rounding); ``use_xla(False)`` gives TensorFlow's ops elsewhere.
 Measured on 2 CPU cores (batch 32, n = 256, 7 labels, loss + gradient in a ``tf.function``): about
 10x faster than bert4keras's CRF and 3x the cost of a softmax cross-entropy. A parallel scan (tree
 of batched L x L products) and chunked GEMMs were slower here: they do L times more work, and
@@ -202,24 +203,25 @@ def _safe_divisor(x):
 _COMPILED = {True: tf.function(_forward_backward, jit_compile=True, autograph=False),
              False: tf.function(_forward_backward, autograph=False, reduce_retracing=True)}
 
-# Compile the forward-backward pass with XLA: the loss + gradient alone is 3.5-4x faster on CPU
-# than without. XLA compiles one program per (batch size, padded length), about a second each on
-# 2 CPU cores, so the sequence axis is padded to a multiple of _LENGTH_BUCKET and batches of
-# varying length share a few programs. Read when a function is traced: see use_xla.
+# Compile the forward-backward pass with XLA where the CPU kernel does not run it (evaluation,
+# prediction, a GPU, no compiler): the loss + gradient alone is 3.5-4x faster on CPU than
+# TensorFlow's ops. XLA compiles one program per (batch size, padded length), about a second
+# each on 2 CPU cores, so the sequence axis is padded to a multiple of _LENGTH_BUCKET and batches
+# of varying length share a few programs. Read when a function is traced: see use_xla.
 USE_XLA = True
 _LENGTH_BUCKET = 32
 
 
 @contextlib.contextmanager
 def use_xla(enabled):
-    """Within the block, the CRF's forward-backward is compiled with XLA (``enabled``) or not;
-    the previous setting comes back after it. A ``tf.function`` keeps the choice it was traced
-    with. Without XLA the maths is the same and no sequence is padded; a training step gains
-    that way on CPU, where the XLA programs' compilations (one per batch size and length bucket)
-    cost more than they save (``crf_lr.runs.train_steps`` traces without it; docs/performance.md).
+    """Within the block, the CRF's forward-backward is compiled with XLA (``enabled``) or not,
+    where the CPU kernel does not run it: a training step's loss on a CPU runs the kernel either
+    way (``crf_lr.fused_kernels.crf_applies``; ``fused_kernels(False)`` to compare). The
+    previous setting comes back after the block; a ``tf.function`` keeps the choice it was
+    traced with. Without XLA the maths is the same and no sequence is padded.
 
         >>> with use_xla(False):
-        ...     model.train_on_batch(x, y)              # traced here: the CRF without XLA
+        ...     log_z = tf.function(crf_log_partition)(emissions, mask, trans)  # TF's ops
     """
     global USE_XLA
     previous, USE_XLA = USE_XLA, bool(enabled)
@@ -258,11 +260,12 @@ def _objective_op(forward_backward):
 
 
 def _forward_backward_pass(emissions):
-    """The forward-backward pass a function traced now runs: XLA's program under ``USE_XLA``,
-    else one CPU kernel where it applies (``crf_lr.fused_kernels.crf_applies``: a training
-    step's loss), else TensorFlow's ops."""
+    """The forward-backward pass a function traced now runs: one CPU kernel where it applies
+    (``crf_lr.fused_kernels.crf_applies``: a training step's loss on a CPU; faster than XLA's
+    program at the median of every shape measured, and nothing to compile per shape), else
+    XLA's program under ``USE_XLA``, else TensorFlow's ops."""
     from crf_lr import fused_kernels
-    if not USE_XLA and fused_kernels.crf_applies(emissions):
+    if fused_kernels.crf_applies(emissions):
         return fused_kernels.crf_forward_backward
     return _COMPILED[USE_XLA]
 
@@ -274,17 +277,18 @@ def _objective(emissions, labels, mask, transitions, start, end):
     ``labels`` (B, n, L) one-hot or soft; all zeros gives ``-log Z``. The value and all its
     gradients come from one forward-backward pass (compiled, or one kernel) wrapped as a custom
     gradient, so an outer tape never walks the loop. Gradients w.r.t. labels: none."""
-    emissions, labels, mask, transitions, start, end = _padded(emissions, labels, mask,
-                                                               transitions, start, end)
-    return _objective_op(_forward_backward_pass(emissions))(
+    forward_backward = _forward_backward_pass(emissions)
+    emissions, labels, mask, transitions, start, end = _padded(
+        emissions, labels, mask, transitions, start, end, forward_backward is _COMPILED[True])
+    return _objective_op(forward_backward)(
         emissions, tf.stop_gradient(labels), mask, transitions, start, end)
 
 
-def _padded(emissions, labels, mask, transitions, start, end):
-    """The forward-backward pass's inputs: the sequence axis padded to the XLA length bucket,
-    zeros for a missing start / end."""
+def _padded(emissions, labels, mask, transitions, start, end, for_xla):
+    """The forward-backward pass's inputs: the sequence axis padded to the XLA length bucket
+    (``for_xla``) or to at least 1, zeros for a missing start / end."""
     n = tf.shape(emissions)[1]
-    bucket = _LENGTH_BUCKET if USE_XLA else 1                            # XLA: few programs
+    bucket = _LENGTH_BUCKET if for_xla else 1                            # XLA: few programs
     padded = tf.maximum(n + (-n) % bucket, bucket)                       # n = 0 included
     padding = [[0, 0], [0, padded - n], [0, 0]]
     zeros = tf.zeros_like(transitions[0])
@@ -296,7 +300,7 @@ def _marginals(emissions, mask, transitions, start, end):
     """``p(y_t = j)`` (B, n, L) of validated inputs, 0 on padding rows: the forward-backward
     pass's gradient of ``-log Z`` with respect to the emissions (no gradient flows back)."""
     inputs = [tf.stop_gradient(x) for x in _padded(
-        emissions, tf.zeros_like(emissions), mask, transitions, start, end)]
+        emissions, tf.zeros_like(emissions), mask, transitions, start, end, USE_XLA)]
     _, (d_emissions, _, _), _ = _COMPILED[USE_XLA](*inputs)
     return tf.zeros_like(emissions) - d_emissions[:, :tf.shape(emissions)[1]]
 

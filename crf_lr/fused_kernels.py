@@ -15,7 +15,7 @@ step's speed is in docs/performance.md ("Fused element-wise kernels").
 
 :mod:`crf_lr.compat` installs the GELU for every model of the process, :mod:`crf_lr.attention`
 calls :func:`softmax`, :mod:`crf_lr.layer_norm` :func:`normalized` and :mod:`crf_lr.crf`
-:func:`crf_forward_backward` (a training step's loss, where the CRF is not XLA-compiled).
+:func:`crf_forward_backward` (a training step's loss, outside a step compiled whole by XLA).
 Switch them off for a block (per thread, read when a function is traced):
 
     >>> print(status())                  # fused kernels: on (...), or off and why
@@ -122,8 +122,9 @@ def applies(x):
 def crf_applies(emissions):
     """True where a CRF loss traced now runs its forward-backward pass as one kernel
     (:func:`crf_forward_backward`): float32 or float64 ``emissions``, a gradient being recorded
-    (a training step; evaluation, prediction and export keep TensorFlow's ops), and
-    :func:`_graph_takes_them`."""
+    (a training step; Keras's evaluation and prediction functions, traced without a tape, keep
+    XLA's program or TensorFlow's ops), and :func:`_graph_takes_them`. Decided when a function
+    is traced: one first traced under an outer tape keeps the kernel in later calls."""
     from tensorflow.python.eager.record import could_possibly_record
     return (emissions.dtype in (tf.float32, tf.float64) and could_possibly_record()
             and _graph_takes_them())

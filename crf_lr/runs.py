@@ -422,7 +422,8 @@ def train_steps(model, batches, crf_xla=False):
     ``train_on_batch`` run, under the model's distribution strategy), fed from a ``tf.data``
     dataset whose signature is the first batch's with every dimension None, traced once per
     model by :func:`trace_once` (for batches of every size and length, without AutoGraph where
-    the model allows, the CRF's forward-backward compiled by XLA only if ``crf_xla``) and called
+    the model allows, the CRF's forward-backward one CPU kernel, or where the kernel does not
+    run compiled by XLA only if ``crf_xla``) and called
     within :func:`crf_lr.graph_optimisation.optimised_lightly` (on CPU, grappler's passes in one
     round at the first call: step 1 about 0.3 s shorter, docs/performance.md).
 
@@ -462,8 +463,10 @@ def trace_once(model, batch, crf_xla=False, iterator=None):
     (which forgets the traced step); a second call with the same ``crf_xla`` keeps the step.
 
     Traced without AutoGraph where the model allows (:func:`_traced_without_autograph`), with
-    the CRF's forward-backward compiled by XLA only if ``crf_xla`` (:func:`crf_lr.crf.use_xla`):
-    in a training step on CPU its compilations cost more than they save. With several replicas
+    the CRF's forward-backward as one CPU kernel (:mod:`crf_lr.fused_kernels`), or where the
+    kernel does not run (a GPU, no compiler, switched off) compiled by XLA only if ``crf_xla``
+    (:func:`crf_lr.crf.use_xla`): in a training step on CPU XLA's compilations cost more than
+    they save. With several replicas
     it only prepares the step and Keras traces it at the first call. Creates the optimiser's
     slots and the compiled loss and metrics first, and sets
     ``model.distribute_reduction_method = 'first'``: Keras's metrics are reduced over every
@@ -495,11 +498,11 @@ def trace_once(model, batch, crf_xla=False, iterator=None):
 @contextlib.contextmanager
 def _tracing(model, crf_xla):
     """Where ``model``'s train step is traced: its strategy's scope, the CRF's forward-backward
-    in XLA only if ``crf_xla`` (:func:`crf_lr.crf.use_xla`), and dense layers on flattened
-    inputs (:func:`crf_lr.compat.flat_dense`: 182 fewer ops to trace in the scripts' 4-layer
-    ALBERT step with the CRF head, "A shorter trace", and the same step time, "Fused dense layers
-    in prediction", in docs/performance.md). Per thread: replicas of a ``MirroredStrategy``,
-    which trace in threads of their own, keep Keras's dense layers."""
+    in XLA only if ``crf_xla`` where its kernel does not run (:func:`crf_lr.crf.use_xla`), and
+    dense layers on flattened inputs (:func:`crf_lr.compat.flat_dense`: 182 fewer ops to trace
+    in the scripts' 4-layer ALBERT step with the CRF head, "A shorter trace", and the same step
+    time, "Fused dense layers in prediction", in docs/performance.md). Per thread: replicas of a
+    ``MirroredStrategy``, which trace in threads of their own, keep Keras's dense layers."""
     from crf_lr.compat import flat_dense
     from crf_lr.crf import use_xla
     with model.distribute_strategy.scope(), use_xla(crf_xla), flat_dense():

@@ -285,13 +285,16 @@ def test_report_restates_a_run_that_predates_min_max():
 def test_a_crf_loss_case_checks_the_kernel_and_ops_forms_and_reports_alone():
     import run
     case = cases.crf_loss_case(tf, None, n=16, labels=4, rounds=3)
-    assert {'crf_lr sparse_loss [one kernel]', 'crf_lr sparse_loss [TensorFlow ops]'} <= set(
+    assert {'crf_lr sparse_loss [XLA pass]', 'crf_lr sparse_loss [TensorFlow ops]'} <= set(
         case['check'])                                    # checked against crf_lr's loss
+    from crf_lr.fused_kernels import status
+    assert case['kernels'] == status()                # whether crf_lr's loss ran the kernel
     assert 'crf_lr sparse: XLA pass / one kernel' in case['ratios']
     text = run.report({'crf_loss': [case], 'date_utc': '2026-11-26 17:19',
                        'machine': {'cpu_model': 'a CPU'}})
     assert text.startswith('CRF loss cases (2026-11-26 17:19 UTC, a CPU)')
     assert '| 16 | 4 |' in text and 'TensorFlow ops / one kernel' in text
+    assert f'one kernel where it is built ({status()})' in text
 
 
 def test_confidence_decoding_case_checks_then_times_and_reports():

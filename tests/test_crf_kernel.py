@@ -45,44 +45,65 @@ CASES = [dict(batch=4, n=9, num_labels=5), dict(batch=6, n=17, num_labels=7, sof
          dict(batch=64, n=40, num_labels=9)]                     # several threads' share
 
 
-@pytest.mark.parametrize('dtype', ['float32', 'float64'])
-@pytest.mark.parametrize('case', CASES, ids=lambda case: '-'.join(f'{k}{v}' for k, v in
-                                                                  case.items()))
-def test_the_kernel_equals_the_forward_backward_ops(fused_ops, case, dtype):
-    emissions, labels, mask, transitions, start, end = _inputs(**case, seed=len(str(case)))
-    args = ([tf.constant(x, dtype) for x in (emissions, labels)] + [tf.constant(mask)]
-            + [tf.constant(x, dtype) for x in (transitions, start, end)])
+def _assert_the_same_outputs(fused_ops, args, **tolerance):
+    """The kernel's eight outputs on ``args`` against crf_lr.crf's ops' (NaN where they are)."""
     objective, gradients, factors = crf_module._COMPILED[False](*args)
-    expected = [objective, *gradients, *factors]
     got = fused_ops.crf_lr_forward_backward(*args, floor=DISALLOWED_SCORE)
-    tolerance = dict(rtol=1e-12, atol=1e-12) if dtype == 'float64' else dict(rtol=1e-6,
-                                                                                atol=1e-7)
-    for name, ours, theirs in zip(OUTPUTS, got, expected):
+    for name, ours, theirs in zip(OUTPUTS, got, [objective, *gradients, *factors]):
         assert ours.dtype == theirs.dtype and ours.shape == theirs.shape, name
         np.testing.assert_allclose(ours.numpy(), theirs.numpy(), **tolerance, err_msg=name)
 
 
-def test_a_nan_emission_gives_its_own_row_nan(fused_ops):
-    emissions, labels, mask, transitions, start, end = _inputs(4, 5, 3, seed=1,
-                                                               lengths=[5, 5, 3, 2])
-    emissions[1, 2, 0] = np.nan
-    objective = fused_ops.crf_lr_forward_backward(emissions, labels, mask, transitions, start, end,
-                                            floor=DISALLOWED_SCORE)[0].numpy()
-    assert np.isnan(objective[1]) and np.isfinite(objective[[0, 2, 3]]).all()
+def _tensors(dtype, emissions, labels, mask, transitions, start, end):
+    return ([tf.constant(x, dtype) for x in (emissions, labels)] + [tf.constant(mask)]
+            + [tf.constant(x, dtype) for x in (transitions, start, end)])
 
 
-def test_inputs_of_wrong_shapes_are_refused(fused_ops):
+@pytest.mark.parametrize('dtype', ['float32', 'float64'])
+@pytest.mark.parametrize('case', CASES, ids=lambda case: '-'.join(f'{k}{v}' for k, v in
+                                                                  case.items()))
+def test_the_kernel_equals_the_forward_backward_ops(fused_ops, case, dtype):
+    args = _tensors(dtype, *_inputs(**case, seed=len(str(case))))
+    _assert_the_same_outputs(fused_ops, args, **(dict(rtol=1e-12, atol=1e-12)
+                                                 if dtype == 'float64' else
+                                                 dict(rtol=1e-6, atol=1e-7)))
+
+
+@pytest.mark.parametrize('where, value', [('emissions', np.nan), ('emissions', np.inf),
+                                          ('transitions', np.nan), ('transitions', -np.inf),
+                                          ('start', np.nan)])
+def test_non_finite_scores_give_what_the_ops_give(fused_ops, where, value):
+    """With the numerics checks off: NaN where the ops give NaN, the same values elsewhere."""
+    inputs = dict(zip(('emissions', 'labels', 'mask', 'transitions', 'start', 'end'),
+                      _inputs(4, 5, 3, seed=1, lengths=[5, 5, 3, 2])))
+    inputs[where][(1, 2, 0)[:inputs[where].ndim]] = value
+    _assert_the_same_outputs(fused_ops, _tensors('float64', **inputs), rtol=1e-12, atol=1e-12)
+    objective = fused_ops.crf_lr_forward_backward(*_tensors('float64', **inputs),
+                                                  floor=DISALLOWED_SCORE)[0].numpy()
+    if where == 'emissions':
+        assert np.isnan(objective[1]) and np.isfinite(objective[[0, 2, 3]]).all()
+    else:
+        assert np.isnan(objective[1:]).all()                # every row that reads the score
+
+
+def test_inputs_of_wrong_shapes_are_refused_and_no_label_scores_zero(fused_ops):
     emissions, labels, mask, transitions, start, end = _inputs(2, 4, 3, seed=2)
     for bad, message in (((emissions, labels[:, :3], mask), 'labels'),
                          ((emissions, labels, mask[:, :3]), 'mask'),
                          ((emissions, labels, mask, transitions[:2]), 'transitions'),
-                         ((emissions, labels, mask, transitions, start[:2]), 'start')):
+                         ((emissions, labels, mask, transitions, start[:2]), 'start'),
+                         ((emissions, labels, mask, transitions, start, end[:2]), 'end')):
         args = list(bad) + [transitions, start, end][len(bad) - 3:]
         with pytest.raises((tf.errors.InvalidArgumentError, ValueError), match=message):
             fused_ops.crf_lr_forward_backward(*args, floor=DISALLOWED_SCORE)
+    empty = np.zeros((2, 3, 0))
+    objective = fused_ops.crf_lr_forward_backward(empty, empty, mask[:, :3], np.zeros((0, 0)),
+                                                  np.zeros(0), np.zeros(0),
+                                                  floor=DISALLOWED_SCORE)[0]
+    np.testing.assert_array_equal(objective, [0.0, 0.0])
 
 
-def _loss_step(case, tags, mask, weights):
+def _loss_step(tags, mask, weights):
     """A tf.function: the weighted log-likelihood and its gradients with respect to the
     emissions, transitions, start and end, recorded on a tape (a training step's loss)."""
     def step(emissions, transitions, start, end):
@@ -95,7 +116,7 @@ def _loss_step(case, tags, mask, weights):
 
 
 @pytest.mark.parametrize('dtype', ['float32', 'float64'])
-def test_a_loss_through_the_kernel_equals_brute_force(fused_ops, monkeypatch, dtype):
+def test_a_loss_through_the_kernel_equals_brute_force(fused_ops, dtype):
     rng = np.random.default_rng(7)
     case = random_case(rng, 6, 5, 3, boundary=True, constrained=True)
     tags = rng.integers(0, 3, size=(6, 5))
@@ -103,8 +124,7 @@ def test_a_loss_through_the_kernel_equals_brute_force(fused_ops, monkeypatch, dt
     score, log_z = brute_force(case, tags)
     weights = tf.constant(rng.normal(size=6), dtype)
     parameters = [tf.constant(x, dtype) for x in (case['emissions'], *effective(case))]
-    monkeypatch.setattr(crf_module, 'USE_XLA', False)
-    step = _loss_step(case, tags, mask, weights)
+    step = _loss_step(tags, mask, weights)               # use_xla(True), the default
     traced = step.get_concrete_function(*parameters)
     types = {op.type for op in traced.graph.get_operations()}
     assert 'CrfLrForwardBackward' in types and 'While' not in types
@@ -133,13 +153,17 @@ def crf_model():
     return model
 
 
-def _train_types(model, x, y):
-    """Op types of ``model``'s loss and gradient, traced as Keras's train step traces them."""
-    def step(x, y):
-        with tf.GradientTape() as tape:
-            loss = model.compute_loss(x, y, model(x, training=True))
-        return loss, tape.gradient(loss, model.trainable_weights)
-    traced = tf.function(step).get_concrete_function(x, y)
+def _loss_and_gradients(model, x, y):
+    """``model``'s loss and gradients, as Keras's train step computes them."""
+    with tf.GradientTape() as tape:
+        loss = model.compute_loss(x, y, model(x, training=True))
+    return loss, tape.gradient(loss, model.trainable_weights)
+
+
+def _train_types(model, x, y, jit_compile=False):
+    """(op types of :func:`_loss_and_gradients` traced, its values)."""
+    traced = tf.function(_loss_and_gradients, jit_compile=jit_compile).get_concrete_function(
+        model, x, y)
     return {op.type for op in traced.graph.get_operations()}, traced(x, y)
 
 
@@ -147,22 +171,22 @@ def test_training_steps_use_the_kernel_and_evaluation_xla_saving_and_switching_o
         fused_ops, crf_model, monkeypatch):
     x = tf.constant([[3, 4, 5, 0], [6, 7, 8, 9]])
     y = tf.constant([[1, 2, 0, 0], [4, 3, 2, 1]])
-    monkeypatch.setattr(crf_module, 'USE_XLA', False)
     kernel_types, (kernel_loss, kernel_gradients) = _train_types(crf_model, x, y)
-    assert 'CrfLrForwardBackward' in kernel_types
-    with fused_kernels.fused_kernels(False):
-        plain_types, (plain_loss, plain_gradients) = _train_types(crf_model, x, y)
-    assert 'CrfLrForwardBackward' not in plain_types
-    np.testing.assert_allclose(kernel_loss, plain_loss, rtol=1e-6)
-    for ours, theirs in zip(kernel_gradients, plain_gradients):
-        np.testing.assert_allclose(tf.convert_to_tensor(ours), tf.convert_to_tensor(theirs),
-                                   rtol=1e-5, atol=1e-6)
+    assert 'CrfLrForwardBackward' in kernel_types and 'XlaLaunch' not in kernel_types
+    for use_xla in (True, False):                         # XLA's program and TensorFlow's ops
+        monkeypatch.setattr(crf_module, 'USE_XLA', use_xla)
+        with fused_kernels.fused_kernels(False):
+            plain_types, (plain_loss, plain_gradients) = _train_types(crf_model, x, y)
+        assert 'CrfLrForwardBackward' not in plain_types
+        np.testing.assert_allclose(kernel_loss, plain_loss, rtol=1e-6)
+        for ours, theirs in zip(kernel_gradients, plain_gradients):
+            np.testing.assert_allclose(tf.convert_to_tensor(ours), tf.convert_to_tensor(theirs),
+                                       rtol=1e-5, atol=1e-6)
+    monkeypatch.setattr(crf_module, 'USE_XLA', True)
     evaluation = tf.function(lambda x, y: crf_model.compute_loss(x, y, crf_model(x)))
     assert 'CrfLrForwardBackward' not in {
         op.type for op in evaluation.get_concrete_function(x, y).graph.get_operations()}
-    monkeypatch.setattr(crf_module, 'USE_XLA', True)                # the CRF compiled by XLA
-    assert 'CrfLrForwardBackward' not in _train_types(crf_model, x, y)[0]
-    monkeypatch.setattr(crf_module, 'USE_XLA', False)
+    assert 'CrfLrForwardBackward' not in _train_types(crf_model, x, y, jit_compile=True)[0]
     from tensorflow.python.saved_model.save_context import save_context
     from tensorflow.python.saved_model.save_options import SaveOptions
     with save_context(SaveOptions()):

@@ -1,7 +1,7 @@
 // The linear-chain CRF's forward-backward pass as one CPU kernel (crf_lr.fused_kernels).
 //
-// crf_lr/crf.py's _forward_backward is a tf.while_loop of about a dozen ops per position, and
-// with its surroundings some 400 ops that every training step's trace builds, grappler
+// crf_lr/crf.py's _forward_backward is a tf.while_loop whose body runs about 90 ops per position,
+// and with its surroundings some 400 ops that every training step's trace builds, grappler
 // optimises and the executor schedules. This kernel computes the same outputs, in float64, one
 // example per work unit:
 //
@@ -53,8 +53,10 @@ REGISTER_OP("CrfLrForwardBackward")
     .SetShapeFn([](tf::shape_inference::InferenceContext* c) {
       using tf::shape_inference::DimensionHandle;
       using tf::shape_inference::ShapeHandle;
-      ShapeHandle emissions;
+      ShapeHandle emissions, labels_shape, mask_shape;
       TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 3, &emissions));
+      TF_RETURN_IF_ERROR(c->Merge(emissions, c->input(1), &labels_shape));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(2), 2, &mask_shape));
       DimensionHandle batch = c->Dim(emissions, 0), n = c->Dim(emissions, 1),
                       labels = c->Dim(emissions, 2);
       c->set_output(0, c->Vector(batch));
@@ -69,6 +71,9 @@ REGISTER_OP("CrfLrForwardBackward")
 // x where positive, else 1: a sum that underflowed to 0 (no allowed path) stays 0.
 inline double SafeDivisor(double x) { return x > 0 ? x : 1.0; }
 
+// The larger of a running maximum and x, NaN once either is NaN (as tf.reduce_max).
+inline double NanMax(double peak, double x) { return std::isnan(x) || x > peak ? x : peak; }
+
 // One example's pass. Inputs are its rows (n x L, row-major); time-major outputs are written
 // at [t, b, :], i.e. with a stride of `stride` = B x L between positions.
 template <typename T>
@@ -79,6 +84,7 @@ struct Example {
   const double *exp_start, *exp_end;               // L
   const double *transitions, *start, *end;         // as given, in float64
   double transitions_peak, boundary_peaks;          // max(transitions); max(start) + max(end)
+  bool transitions_finite;                          // a label of weight 0 adds exactly 0
 
   void Run(const T* emissions, const T* labels_in, const bool* mask, T* objective,
            T* d_emissions, T* d_start, T* d_end, T* labels_out, T* alphas_out, T* following_out,
@@ -88,14 +94,13 @@ struct Example {
     std::fill(d_start, d_start + L, static_cast<T>(0));
     std::fill(d_end, d_end + L, static_cast<T>(0));
     if (n == 0) return;
-    work.assign(4 * size + L + 2 * n, 0.0);
+    work.assign(4 * size + L + n, 0.0);
     double* scores = work.data();                 // emissions less their peak, then weights
     double* labels = scores + size;
     double* alphas = labels + size;
     double* betas = alphas + size;
     double* end_gradient = betas + size;          // L
     double* totals = end_gradient + L;            // n
-    double* overlap = totals + n;                 // n
 
     double score = 0.0;
     for (int64_t t = 0; t < n; ++t) {
@@ -104,7 +109,7 @@ struct Example {
         const double e = mask[t] ? std::max(static_cast<double>(emissions[t * L + j]), floor)
                                  : 0.0;
         scores[t * L + j] = e;
-        if (std::isnan(e) || e > peak) peak = e;           // NaN stays: its row is NaN
+        peak = NanMax(peak, e);
         labels[t * L + j] = mask[t] ? static_cast<double>(labels_in[t * L + j]) : 0.0;
       }
       double mass = 0.0;
@@ -119,7 +124,7 @@ struct Example {
     for (int64_t t = 1; t < n; ++t) {
       for (int64_t i = 0; i < L; ++i) {
         const double left = labels[(t - 1) * L + i];
-        if (left == 0.0) continue;      // one-hot rows: L, not L x L (NaN scores: log Z is NaN)
+        if (left == 0.0 && transitions_finite) continue;   // one-hot rows: L, not L x L
         double row = 0.0;
 #pragma omp simd reduction(+ : row)
         for (int64_t j = 0; j < L; ++j) row += transitions[i * L + j] * labels[t * L + j];
@@ -202,12 +207,12 @@ struct Example {
     for (int64_t t = 0; t < n; ++t) {
       double dot = 0.0;
       for (int64_t j = 0; j < L; ++j) dot += alphas[t * L + j] * betas[t * L + j];
-      overlap[t] = SafeDivisor(dot);
+      const double overlap = SafeDivisor(dot);
       const double live = mask[t] ? 1.0 : 0.0;
       const bool is_last = last(t);
       for (int64_t j = 0; j < L; ++j) {
         const int64_t k = t * L + j;
-        const double marginal = alphas[k] * betas[k] / overlap[t] * live;
+        const double marginal = alphas[k] * betas[k] / overlap * live;
         const double gradient = labels[k] - marginal;
         const bool floored =
             mask[t] && static_cast<double>(emissions[k]) < floor;   // no gradient there
@@ -218,7 +223,7 @@ struct Example {
         labels_out[out] = static_cast<T>(labels[k]);
         alphas_out[out] = static_cast<T>(alphas[k]);
         following_out[out] =
-            static_cast<T>(weights[k] * betas[k] / (totals[t] * overlap[t]) * live);
+            static_cast<T>(weights[k] * betas[k] / (totals[t] * overlap) * live);
       }
     }
     for (int64_t j = 0; j < L; ++j) d_end[j] = static_cast<T>(end_gradient[j]);
@@ -263,7 +268,10 @@ class CrfForwardBackwardOp : public tf::OpKernel {
     for (int i = 0; i < 8; ++i) {
       OP_REQUIRES_OK(context, context->allocate_output(i, shapes[i], &outputs[i]));
     }
-    if (L == 0) return;
+    if (L == 0) {                                   // no label: no path, nothing to score
+      outputs[0]->flat<T>().setZero();
+      return;
+    }
 
     std::vector<double> trans64(L * L), start64(L), end64(L), exp_trans(L * L),
         exp_trans_t(L * L), exp_start(L), exp_end(L);
@@ -275,7 +283,9 @@ class CrfForwardBackwardOp : public tf::OpKernel {
     widen(start, start64);
     widen(end, end64);
     auto peak = [](const std::vector<double>& values) {
-      return *std::max_element(values.begin(), values.end());
+      double peak = -INFINITY;
+      for (double value : values) peak = NanMax(peak, value);
+      return peak;
     };
     const double trans_peak = peak(trans64), start_peak = peak(start64), end_peak = peak(end64);
     T* exp_trans_out = outputs[7]->flat<T>().data();
@@ -289,10 +299,15 @@ class CrfForwardBackwardOp : public tf::OpKernel {
       exp_end[j] = std::exp(end64[j] - end_peak);
     }
 
-    const Example<T> example{n,          L,           batch * L,          floor_,
-                             exp_trans.data(), exp_trans_t.data(), exp_start.data(),
-                             exp_end.data(),   trans64.data(),     start64.data(),
-                             end64.data(),     trans_peak,         start_peak + end_peak};
+    Example<T> example;
+    example.n = n, example.num_labels = L, example.stride = batch * L, example.floor = floor_;
+    example.exp_trans = exp_trans.data(), example.exp_trans_t = exp_trans_t.data();
+    example.exp_start = exp_start.data(), example.exp_end = exp_end.data();
+    example.transitions = trans64.data(), example.start = start64.data();
+    example.end = end64.data();
+    example.transitions_peak = trans_peak, example.boundary_peaks = start_peak + end_peak;
+    example.transitions_finite = std::all_of(trans64.begin(), trans64.end(),
+                                             [](double x) { return std::isfinite(x); });
     const T* emissions_data = emissions.flat<T>().data();
     const T* labels_data = labels.flat<T>().data();
     const bool* mask_data = mask.flat<bool>().data();
