@@ -5,14 +5,15 @@ function traced once for batches of every shape, fed from ``tf.data``) or with p
 ``model.train_on_batch`` (traced for the first batch's exact shape, twice: once creating the
 optimiser's variables, then once more with generalised shapes: 3 traces).
 
-Epoch 1 pays for tracing Keras's train function and, with ``--crf-xla``, for compiling the CRF's
-XLA program once per (batch, length bucket); epoch 2 (a new shuffled order of the same batches)
-runs traced and compiled code.
+Epoch 1 pays for tracing Keras's train function and, with ``--crf-xla`` where the CRF's CPU
+kernel does not run (``CRF_LR_FUSED_KERNELS=0``, no compiler), for compiling the CRF's XLA
+program once per (batch, length bucket); epoch 2 (a new shuffled order of the same batches) runs
+traced and compiled code.
 Each configuration runs in a fresh process.
 
     $ python benchmarks/epochs.py --head crf --length-multiple 1     # one JSON line
     $ python benchmarks/epochs.py --head crf --step train_on_batch
-    $ python benchmarks/epochs.py --head crf --crf-xla        # the CRF's forward-backward in XLA
+    $ CRF_LR_FUSED_KERNELS=0 python benchmarks/epochs.py --head crf --crf-xla   # the CRF in XLA
     $ python benchmarks/epochs.py --step train_on_batch --unused-generator
 """
 import argparse
@@ -83,7 +84,8 @@ def epoch_times(tf, keras, head_name, length_multiple, epochs=2, layers=4, sente
     epoch seconds, epoch 1 / last epoch, the distinct batch shapes of the run and the first
     three steps' seconds (where the traces fall), and how many times the train function was
     traced. ``step``: ``'train_steps'`` or ``'train_on_batch'``; ``crf_xla``: the CRF's
-    forward-backward compiled with XLA (``crf_lr.crf.USE_XLA``) or not; ``unused_generator``:
+    forward-backward compiled with XLA (``crf_lr.crf.USE_XLA``) or not where its CPU kernel
+    does not run; ``unused_generator``:
     first create and drop an iterator over a ``tf.data.Dataset.from_generator`` (the pitfall
     that made the first ``train_steps`` slow: every later step of the process slows);
     ``precision``: ``crf_lr.precision.set_precision``'s; ``jit_compile``: the whole step
@@ -133,8 +135,9 @@ def main():
                         default='train_steps', help='(default: %(default)s, what '
                                                     'crf_lr.runs.fit runs)')
     parser.add_argument('--crf-xla', action='store_true',
-                        help="compile the CRF's forward-backward with XLA (crf_lr.crf.use_xla; "
-                             "train_steps runs it without by default)")
+                        help="compile the CRF's forward-backward with XLA where its CPU kernel "
+                             "does not run (crf_lr.crf.use_xla; with the kernel, as by default, "
+                             "training steps run the kernel either way)")
     parser.add_argument('--unused-generator', action='store_true',
                         help='first create and drop an iterator over a Dataset.from_generator')
     parser.add_argument('--precision', default='float32',

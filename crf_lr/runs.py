@@ -423,9 +423,9 @@ def train_steps(model, batches, crf_xla=False):
     dataset whose signature is the first batch's with every dimension None, traced once per
     model by :func:`trace_once` (for batches of every size and length, without AutoGraph where
     the model allows, the CRF's forward-backward one CPU kernel, or where the kernel does not
-    run compiled by XLA only if ``crf_xla``) and called
-    within :func:`crf_lr.graph_optimisation.optimised_lightly` (on CPU, grappler's passes in one
-    round at the first call: step 1 about 0.3 s shorter, docs/performance.md).
+    run compiled by XLA only if ``crf_xla``) and called within
+    :func:`crf_lr.graph_optimisation.optimised_lightly` (on CPU, grappler's passes in one round
+    at the first call: step 1 about 0.3 s shorter, docs/performance.md).
 
     Args:
         model: a compiled keras.Model; built inside ``strategy.scope()``
@@ -466,9 +466,8 @@ def trace_once(model, batch, crf_xla=False, iterator=None):
     the CRF's forward-backward as one CPU kernel (:mod:`crf_lr.fused_kernels`), or where the
     kernel does not run (a GPU, no compiler, switched off) compiled by XLA only if ``crf_xla``
     (:func:`crf_lr.crf.use_xla`): in a training step on CPU XLA's compilations cost more than
-    they save. With several replicas
-    it only prepares the step and Keras traces it at the first call. Creates the optimiser's
-    slots and the compiled loss and metrics first, and sets
+    they save. With several replicas it only prepares the step and Keras traces it at the first
+    call. Creates the optimiser's slots and the compiled loss and metrics first, and sets
     ``model.distribute_reduction_method = 'first'``: Keras's metrics are reduced over every
     replica already, and its default ('auto') summed them again over the workers of a
     multi-worker strategy (the loss came out x workers).
