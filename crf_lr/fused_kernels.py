@@ -188,11 +188,19 @@ def _gelu_gradient(op, dy):
     return _ops().crf_lr_gelu_grad(dy, op.inputs[0])
 
 
+def _zeros_for_an_unused_output(gradient):
+    """True for the zeros a ``GradientTape`` passes, in a traced function, as the gradient of an
+    output nothing used (the layer norm's ``std`` in every model): its term then adds nothing,
+    and leaving it out keeps 13 ops per layer norm out of a traced step."""
+    return not tf.executing_eagerly() and gradient.op.type == 'ZerosLike'
+
+
 @tf.RegisterGradient('CrfLrLayerNorm')
 def _layer_norm_gradient(op, dx_hat, dstd):
     x_hat, std = op.outputs
     dx = _ops().crf_lr_layer_norm_grad(dx_hat, x_hat, std)
-    if dstd is not None:                      # std used beyond the gradient: d std / dx = x_hat / n
+    if dstd is not None and not _zeros_for_an_unused_output(dstd):
+        # std used beyond the gradient: d std / dx = x_hat / n
         n = tf.cast(tf.shape(x_hat)[-1], tf.float32)
         dx += tf.cast(dstd[..., None] * tf.cast(x_hat, tf.float32) / n, dx.dtype)
     return dx

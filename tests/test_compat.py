@@ -105,6 +105,8 @@ def test_flat_dense_computes_what_keras_dense_does_and_keeps_the_static_shape(sh
     assert [t.shape.as_list() for t in flat_graph.outputs][0][-1] == 6
     assert any('Tensordot' in op.name for op in keras_graph.get_operations())
     assert not any('Tensordot' in op.name for op in flat_graph.get_operations())
+    # the result takes the input's shape with its last entry changed: no slicing nor joining
+    assert not {'StridedSlice', 'ConcatV2'} & {op.type for op in flat_graph.get_operations()}
     with flat_dense():                                  # rank 2: Keras's own call, no reshape
         rows = tf.function(lambda x: layer(x)).get_concrete_function(tf.TensorSpec([None, 4]))
     assert not any(op.type == 'Reshape' for op in rows.graph.get_operations())

@@ -133,19 +133,38 @@ def test_layer_norm_and_its_gradient_match_the_closed_form(fused_ops, dtype, sha
         assert np.all(np.abs(dx - dx_ref) <= 2.0 ** -6 * row_scale)
 
 
-def test_the_layer_norms_std_output_has_its_gradient(fused_ops):
-    x = tf.constant(_values((3, 9), seed=7), tf.float32)
-    with tf.GradientTape(persistent=True) as tape:
-        tape.watch(x)
-        x_hat, std = fused_ops.crf_lr_layer_norm(x, epsilon=1e-6)
-        ours = tf.reduce_sum(x_hat * tf.cos(x)) + tf.reduce_sum(std * std)
-        centred = x - tf.reduce_mean(x, -1, keepdims=True)
-        std_ref = tf.sqrt(tf.reduce_mean(centred ** 2, -1, keepdims=True) + 1e-6)
-        theirs = tf.reduce_sum(centred / std_ref * tf.cos(x)) + tf.reduce_sum(std_ref ** 2)
-    np.testing.assert_allclose(tape.gradient(ours, x), tape.gradient(theirs, x), rtol=1e-4,
-                               atol=1e-5)
+@pytest.mark.parametrize('traced', [False, True])
+def test_the_layer_norms_std_output_has_its_gradient(fused_ops, traced):
+    """Used, std gets its gradient term, eagerly and in a traced function."""
+    def gradients(x):
+        with tf.GradientTape(persistent=True) as tape:
+            tape.watch(x)
+            x_hat, std = fused_ops.crf_lr_layer_norm(x, epsilon=1e-6)
+            ours = tf.reduce_sum(x_hat * tf.cos(x)) + tf.reduce_sum(std * std)
+            centred = x - tf.reduce_mean(x, -1, keepdims=True)
+            std_ref = tf.sqrt(tf.reduce_mean(centred ** 2, -1, keepdims=True) + 1e-6)
+            theirs = tf.reduce_sum(centred / std_ref * tf.cos(x)) + tf.reduce_sum(std_ref ** 2)
+        return tape.gradient(ours, x), tape.gradient(theirs, x)
+    ours, theirs = (tf.function(gradients) if traced else gradients)(
+        tf.constant(_values((3, 9), seed=7), tf.float32))
+    np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(fused_ops.crf_lr_layer_norm(tf.zeros([3, 0]), epsilon=1e-6)[1],
                                [1e-3] * 3, rtol=1e-6)        # no entries: sqrt(epsilon)
+
+
+def test_an_unused_std_adds_no_ops_to_a_traced_gradient(fused_ops):
+    """Unused (as in every model), std's gradient is the tape's zeros, and nothing reads them:
+    the traced gradient holds the layer norm's gradient kernel and no term for std."""
+    def gradient(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            x_hat = fused_ops.crf_lr_layer_norm(x, epsilon=1e-6)[0]
+            loss = tf.reduce_sum(x_hat * tf.cos(x))
+        return tape.gradient(loss, x)
+    graph = tf.function(gradient).get_concrete_function(tf.TensorSpec([None, 9])).graph
+    zeros = [op for op in graph.get_operations() if op.type == 'ZerosLike']
+    assert zeros and not any(op.outputs[0].consumers() for op in zeros)
+    assert 'CrfLrLayerNormGrad' in {op.type for op in graph.get_operations()}
 
 
 def _layer_norm64_tf(x, epsilon):
