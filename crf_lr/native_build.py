@@ -5,7 +5,9 @@ installed TensorFlow's headers (``tf.sysconfig``) with the machine's instruction
 ``$CRF_LR_CACHE`` (default ``~/.cache/crf_lr``) under a name made from the sources, TensorFlow's
 version, the compiler command and the CPU's flags: another machine, TensorFlow or source builds
 its own. The library is written under a temporary name and renamed (a killed build leaves
-nothing half-written), and a lock file makes concurrent processes build it once.
+nothing half-written), and a lock file makes concurrent processes build it once. Each load marks
+its library used; a build removes the other builds of the same library that no process loaded
+for :data:`UNUSED_DAYS` days (what an upgrade of TensorFlow or crf_lr leaves behind).
 
     >>> path = built_library([Path('crf_lr/kernels/fused_ops.cc')])   # ~10 s the first time
     >>> ops = tf.load_op_library(str(path))
@@ -20,6 +22,9 @@ import time
 from pathlib import Path
 
 from crf_lr.atomic import atomic_path, atomic_write
+
+
+UNUSED_DAYS = 30      # a build of another source, TensorFlow or machine not loaded for this long
 
 
 class BuildError(RuntimeError):
@@ -92,8 +97,10 @@ def built_library(sources, on_build=None):
     """Path to the library of ``sources`` (one path or several), compiled first where it is not
     cached (``on_build()`` is called before compiling). A failed build is remembered beside it
     (``.failed``, the reason), so later processes do not compile again until a source,
-    TensorFlow, compiler or machine changes. Raises :class:`BuildError` with the reason (no
-    compiler, a source missing, an unwritable cache, the compiler's first error line)."""
+    TensorFlow, compiler or machine changes. A cached library is marked used (its time set to
+    now), and a build removes the other builds no process used for :data:`UNUSED_DAYS` days
+    (:func:`remove_unused_builds`). Raises :class:`BuildError` with the reason (no compiler, a
+    source missing, an unwritable cache, the compiler's first error line)."""
     cxx = compiler()
     if cxx is None:
         raise BuildError('no C++ compiler to build them: install g++ or set $CXX')
@@ -103,6 +110,7 @@ def built_library(sources, on_build=None):
         raise BuildError(f'cannot read {error.filename}: {error.strerror}') from None
     failed = path.with_suffix('.failed')
     if path.exists():
+        _mark_used(path)
         return path
     if failed.exists():
         raise BuildError(f'{failed.read_text().strip()} (remembered: remove {failed} to try again)')
@@ -120,7 +128,31 @@ def built_library(sources, on_build=None):
         with atomic_write(str(failed)) as note:
             note.write(f'{error}\n')
         raise
+    remove_unused_builds(path)
     return path
+
+
+def _mark_used(path):
+    """Set the cached library ``path``'s time to now (a read-only cache is left as it is)."""
+    with contextlib.suppress(OSError):
+        os.utime(path)
+
+
+def remove_unused_builds(path, days=UNUSED_DAYS):
+    """Remove the files of the other builds of ``path``'s library (its name with another key:
+    other sources, TensorFlow, compiler or CPU), each untouched for ``days`` days: libraries no
+    process loaded, their locks and remembered failures.
+
+        >>> remove_unused_builds(built_library(sources))
+    """
+    oldest = time.time() - days * 86400
+    stem = path.name.rsplit('-', 1)[0]
+    for other in path.parent.glob(f'{stem}-*'):
+        if other.stem == path.stem:
+            continue
+        with contextlib.suppress(OSError):                    # gone meanwhile, or not ours
+            if other.stat().st_mtime < oldest:
+                other.unlink()
 
 
 def _compile(sources, path, cxx):

@@ -306,6 +306,35 @@ def test_a_build_is_cached_atomic_and_keyed_by_its_source(tmp_path, monkeypatch)
     assert native_build.built_library(source) != path          # another source, another library
 
 
+def test_a_build_removes_other_builds_unused_for_a_month_and_a_load_marks_its_own(
+        tmp_path, monkeypatch):
+    """What an upgrade leaves (the same library with another key, untouched for 30 days) goes at
+    the next build; a recent one, another library's files and a loaded one stay."""
+    import time
+    monkeypatch.setenv('CRF_LR_CACHE', str(tmp_path / 'cache'))
+    cache = tmp_path / 'cache'
+    cache.mkdir()
+    month_ago = time.time() - 31 * 86400
+    old_files = [cache / f'probe-{"0" * 16}{suffix}' for suffix in ('.so', '.lock', '.failed')]
+    kept_files = [cache / f'probe-{"1" * 16}.so', cache / f'other-{"0" * 16}.so']
+    for path in old_files + kept_files:
+        path.write_text('')
+        if path != kept_files[0]:
+            os.utime(path, (month_ago, month_ago))
+    source = tmp_path / 'probe.cc'
+    source.write_text(SMALL_SOURCE)
+    path = native_build.built_library(source)
+    assert not any(p.exists() for p in old_files) and all(p.exists() for p in kept_files)
+    os.utime(path, (month_ago, month_ago))
+    native_build.remove_unused_builds(path)                       # its own files: never
+    assert path.exists()
+    assert native_build.built_library(source) == path                    # cached, and marked
+    assert path.stat().st_mtime > time.time() - 60
+    source.write_text(SMALL_SOURCE.replace('1;', '3;'))
+    native_build.built_library(source)                           # another build keeps it
+    assert path.exists()
+
+
 def test_several_sources_make_one_library_keyed_by_each(tmp_path, monkeypatch):
     import ctypes
     monkeypatch.setenv('CRF_LR_CACHE', str(tmp_path / 'cache'))
