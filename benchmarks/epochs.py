@@ -19,6 +19,7 @@ Each configuration runs in a fresh process.
 import argparse
 import json
 import os
+import resource
 import sys
 import time
 
@@ -83,7 +84,8 @@ def epoch_times(tf, keras, head_name, length_multiple, epochs=2, layers=4, sente
     """Seconds per epoch of one fresh model trained on :func:`synthetic_items`; returns a dict:
     epoch seconds, epoch 1 / last epoch, the distinct batch shapes of the run and the first
     three steps' seconds (where the traces fall), and how many times the train function was
-    traced. ``step``: ``'train_steps'`` or ``'train_on_batch'``; ``crf_xla``: the CRF's
+    traced, and the memory pages each epoch touched for the first time (minor page faults).
+    ``step``: ``'train_steps'`` or ``'train_on_batch'``; ``crf_xla``: the CRF's
     forward-backward compiled with XLA (``crf_lr.crf.USE_XLA``) or not where its CPU kernel
     does not run; ``unused_generator``:
     first create and drop an iterator over a ``tf.data.Dataset.from_generator`` (the pitfall
@@ -104,16 +106,18 @@ def epoch_times(tf, keras, head_name, length_multiple, epochs=2, layers=4, sente
     set_precision('float32')
     batches = Batches(synthetic_items(sentences, maxlen), batch, maxlen=maxlen,
                       length_multiple=length_multiple)
-    timed = []                                  # per epoch, (batch shape, seconds) per step
+    timed, page_faults = [], []                 # per epoch, (batch shape, seconds) per step
     for _ in range(epochs):
         epoch = [(b.inputs, b.labels) for b in batches]
         steps = (train_steps(model, epoch, crf_xla) if step == 'train_steps' else
                  (model.train_on_batch(*b) for b in epoch))
         times, started = [], time.perf_counter()
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         for _ in steps:
             times.append(time.perf_counter() - started)
             started = time.perf_counter()
         timed.append([(inputs[0].shape, t) for (inputs, _), t in zip(epoch, times)])
+        page_faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults)
     seconds = [round(sum(t for _, t in epoch), 2) for epoch in timed]
     shapes = {shape for epoch in timed for shape, _ in epoch}
     first_steps = [round(t, 2) for _, t in timed[0][:3]]
@@ -124,7 +128,7 @@ def epoch_times(tf, keras, head_name, length_multiple, epochs=2, layers=4, sente
                 epoch_s=seconds, ratio=round(seconds[0] / seconds[-1], 3), shapes=len(shapes),
                 first_steps_s=first_steps, later_first_shapes_excess_s=first_shapes_excess(timed),
                 traces=model.train_function.experimental_get_tracing_count(),
-                load_average=[round(x, 2) for x in os.getloadavg()])
+                page_faults=page_faults, load_average=[round(x, 2) for x in os.getloadavg()])
 
 
 def main():
