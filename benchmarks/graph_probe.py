@@ -17,6 +17,8 @@ rounds, each precision in its own rounds. ``--change``:
   layout optimiser);
 * ``fused_kernels`` (``--part step``): TensorFlow's ops for bert4keras's GELU and the attention
   softmax's gradient against :func:`crf_lr.fused_kernels.fused_kernels` (one kernel each);
+* ``fused_bias_gradient`` (``--part step``): TensorFlow's ``BiasAddGrad`` for every bias against
+  :func:`crf_lr.fused_kernels.bias_gradient` (one kernel, float32 sums);
 * ``inference_only`` (``--part predict``): the model saved and reloaded by
   :func:`crf_lr.precision.load_model` against the same with ``inference_only=True`` (bf16 encoder
   weights under mixed_bfloat16, as :meth:`crf_lr.tagger.Tagger.load` loads).
@@ -41,6 +43,7 @@ Everything else as the library runs it (prediction under ``flat_dense``, batched
     $ python benchmarks/graph_probe.py --change fused_adam --part update
     $ python benchmarks/graph_probe.py --change light_graph_optimisation --part step
     $ python benchmarks/graph_probe.py --change fused_kernels --part step
+    $ python benchmarks/graph_probe.py --change fused_bias_gradient --part step
 """
 import argparse
 import contextlib
@@ -61,7 +64,7 @@ def changes():
     """{name: context manager factory taking on/off} (``inference_only`` is a way of loading)."""
     from crf_lr.attention import batched_attention
     from crf_lr.compat import flat_dense
-    from crf_lr.fused_kernels import fused_kernels
+    from crf_lr.fused_kernels import fused_bias_gradient, fused_kernels
     from crf_lr.graph_optimisation import light_graph_optimisation, optimised_lightly
     from crf_lr.layer_norm import closed_form_layer_norm
     from crf_lr.optimizers import fused_adam
@@ -73,6 +76,7 @@ def changes():
     return {'flat_dense': flat_dense, 'batched_attention': batched_attention,
             'closed_form_layer_norm': closed_form_layer_norm, 'fused_adam': fused_adam,
             'light_graph_optimisation': lightly_optimised, 'fused_kernels': fused_kernels,
+            'fused_bias_gradient': fused_bias_gradient,
             'inference_only': lambda on: contextlib.nullcontext()}
 
 
@@ -193,7 +197,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--change', required=True, choices=(
         'flat_dense', 'batched_attention', 'closed_form_layer_norm', 'fused_adam',
-        'light_graph_optimisation', 'fused_kernels', 'inference_only'))
+        'light_graph_optimisation', 'fused_kernels', 'fused_bias_gradient', 'inference_only'))
     parser.add_argument('--part', choices=('predict', 'step', 'update'), default='predict')
     parser.add_argument('--rounds', type=int, default=7)
     parser.add_argument('--sentences', type=int, default=200, help='--part predict: test sentences')

@@ -43,7 +43,7 @@ import tensorflow as tf  # noqa: E402
 import bert4keras.backend  # noqa: F401,E402  (points sys.modules['keras'] at tf.keras)
 from bert4keras.backend import K, keras  # noqa: E402
 from crf_lr.attention import install as _install_batched_attention  # noqa: E402
-from crf_lr.fused_kernels import install as _install_fused_gelu  # noqa: E402
+from crf_lr.fused_kernels import install as _install_fused_kernels  # noqa: E402
 from crf_lr.layer_norm import install as _install_closed_form_layer_norm  # noqa: E402
 from crf_lr.patching import patch  # noqa: E402
 from crf_lr.switches import ThreadSwitch  # noqa: E402
@@ -198,6 +198,6 @@ _fix_iterator_deletion_stall()
 _fix_dense_fusion()
 _install_batched_attention()
 _install_closed_form_layer_norm()
-_install_fused_gelu()
+_install_fused_kernels()
 
 __all__ = ['tf', 'keras', 'K', 'np', 'without_autotune', 'flat_dense']

@@ -1,5 +1,6 @@
 """One-pass CPU kernels for a training step: bert4keras's erf GELU and layer norm, each with its
-gradient, the gradient of the attention's softmax, and the CRF's forward-backward pass.
+gradient, the gradient of the attention's softmax, the gradient of every bias in bfloat16, and
+the CRF's forward-backward pass.
 
 TensorFlow runs the GELU of every feed-forward layer as five element-wise ops and its gradient
 as about nine, a layer norm as seven each way and a softmax's gradient as four, each a pass
@@ -13,9 +14,11 @@ export, saving, XLA-compiled steps, a visible GPU and a machine without a C++ co
 TensorFlow's own ops. The same values to float rounding (``tests/test_fused_kernels.py``); the
 step's speed is in docs/performance.md ("Fused element-wise kernels").
 
-:mod:`crf_lr.compat` installs the GELU for every model of the process, :mod:`crf_lr.attention`
-calls :func:`softmax`, :mod:`crf_lr.layer_norm` :func:`normalized` and :mod:`crf_lr.crf`
-:func:`crf_forward_backward` (a training step's loss, outside a step compiled whole by XLA).
+:mod:`crf_lr.compat` installs the GELU and the bias gradient (``BiasAdd``'s in bfloat16, summed
+in float32 where TensorFlow sums in bfloat16) for every model of the process,
+:mod:`crf_lr.attention` calls :func:`softmax`, :mod:`crf_lr.layer_norm` :func:`normalized` and
+:mod:`crf_lr.crf` :func:`crf_forward_backward` (a training step's loss, outside a step compiled
+whole by XLA).
 Switch them off for a block (per thread, read when a function is traced):
 
     >>> print(status())                  # fused kernels: on (...), or off and why
@@ -40,6 +43,7 @@ from crf_lr.switches import ThreadSwitch  # noqa: E402
 SOURCES = tuple(Path(__file__).with_name('kernels') / name
                 for name in ('fused_ops.cc', 'crf_forward_backward.cc'))
 _ENABLED = ThreadSwitch(default=True)          # read when a layer is traced
+_BIAS_GRADIENT = ThreadSwitch(default=True)    # read when a bias's gradient is traced
 _DTYPES = (tf.float32, tf.bfloat16)
 _lock = threading.Lock()
 _loaded = {}                # 'ops' and 'built_s', or 'error': filled once per process
@@ -53,6 +57,17 @@ def fused_kernels(enabled=True):
         ...     loss = train_step(batch)        # traced with TensorFlow's ops
     """
     return _ENABLED.set(enabled)
+
+
+def fused_bias_gradient(enabled=True):
+    """Within the block, bfloat16 bias gradients traced where the kernels run are summed by
+    :func:`bias_gradient` (the default) or, with ``enabled=False``, by TensorFlow's
+    ``BiasAddGrad``. Per thread.
+
+        >>> with fused_bias_gradient(False):
+        ...     loss = train_step(batch)        # traced with TensorFlow's BiasAddGrad
+    """
+    return _BIAS_GRADIENT.set(enabled)
 
 
 def _ops():
@@ -206,10 +221,58 @@ def _layer_norm_gradient(op, dx_hat, dstd):
     return dx
 
 
+def bias_gradient(dy):
+    """The gradient of a bias added along the last axis of ``dy`` (bfloat16): ``dy`` summed over
+    its other axes in float32 (float64 across chunks of rows), one kernel. TensorFlow's
+    ``BiasAddGrad`` sums bfloat16 in bfloat16, so its sums of thousands of rows are far off
+    (docs/performance.md, "The bias gradient in bf16"); float32 keeps it.
+
+        >>> bias_gradient(tf.ones([4, 3], tf.bfloat16))         # [4., 4., 4.]
+    """
+    return _ops().crf_lr_bias_grad(dy)
+
+
+@tf.RegisterGradient('CrfLrBiasGrad')
+def _bias_gradient_gradient(op, ddb):
+    return tf.broadcast_to(ddb, tf.shape(op.inputs[0]))
+
+
+def _along_the_last_axis(bias_add):
+    """True where ``bias_add`` (a ``BiasAdd`` op, or the tape's record of one, which may hold no
+    ``data_format``: the default) adds its bias along the last axis (``NHWC``)."""
+    try:
+        data_format = bias_add.get_attr('data_format')
+    except ValueError:
+        return True
+    return data_format is None or tf.compat.as_str(data_format) == 'NHWC'
+
+
+def _install_bias_gradient():
+    """Give TensorFlow's ``BiasAdd`` (every Dense layer's bias) :func:`bias_gradient` where a
+    gradient traced now may hold the kernels (:func:`_graph_takes_them`, bfloat16, the bias along
+    the last axis, :func:`fused_bias_gradient`); elsewhere TensorFlow's own gradient
+    (idempotent)."""
+    from tensorflow.python.framework import ops
+    entry = ops._gradient_registry._registry['BiasAdd']
+    tensorflow_gradient = entry['type']
+    if getattr(tensorflow_gradient, 'crf_lr', False):
+        return
+
+    def gradient(op, dy):
+        if (_BIAS_GRADIENT.enabled and dy.dtype == tf.bfloat16 and _along_the_last_axis(op)
+                and _graph_takes_them()):
+            return dy, bias_gradient(dy)
+        return tensorflow_gradient(op, dy)
+    gradient.crf_lr = True
+    entry['type'] = gradient
+
+
 def install():
     """Resolve the activations ``'gelu'`` and ``'gelu_erf'`` (bert4keras's BERT and ALBERT) to
-    :func:`gelu_erf` for the layers built from now on (idempotent). Saved configs keep the name
-    ``gelu_erf``, so a model saved here loads with bert4keras alone."""
+    :func:`gelu_erf` for the layers built from now on, and give ``BiasAdd`` the gradient of
+    :func:`bias_gradient` (idempotent). Saved configs keep the name ``gelu_erf``, so a model
+    saved here loads with bert4keras alone."""
     from bert4keras.backend import keras
     gelu_erf.__name__ = 'gelu_erf'
     keras.utils.get_custom_objects().update({'gelu': gelu_erf, 'gelu_erf': gelu_erf})
+    _install_bias_gradient()

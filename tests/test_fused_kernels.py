@@ -172,6 +172,61 @@ def _layer_norm64_tf(x, epsilon):
     return centred / tf.sqrt(tf.reduce_mean(centred ** 2, -1, keepdims=True) + epsilon)
 
 
+@pytest.mark.parametrize('shape', [(4096, 312), (300, 70), (2, 3, 130), (5,), (0, 6), (3, 0)])
+def test_the_bf16_bias_gradient_is_the_exact_sum_rounded_once(fused_ops, shape):
+    """The float64 sum of the bfloat16 values, rounded once to bfloat16 (TensorFlow's
+    BiasAddGrad sums in bfloat16 and drifts far from it)."""
+    dy = tf.constant(_values(shape, seed=3) * 3.0, tf.bfloat16)
+    exact = tf.cast(dy, tf.float64).numpy().reshape(math.prod(shape[:-1]), shape[-1]).sum(0)
+    ours = tf.cast(fused_ops.crf_lr_bias_grad(dy), tf.float64).numpy()
+    np.testing.assert_array_equal(ours, tf.cast(tf.cast(exact, tf.bfloat16), tf.float64).numpy())
+    if shape == (4096, 312):
+        theirs = tf.cast(tf.raw_ops.BiasAddGrad(out_backprop=dy), tf.float64).numpy()
+        assert np.abs(theirs - exact).max() > 10 * np.abs(ours - exact).max()
+
+
+def test_a_bias_gradient_has_its_gradient_and_refuses_a_scalar(fused_ops):
+    dy = tf.constant(_values((3, 4), seed=5), tf.bfloat16)
+    with tf.GradientTape() as tape:
+        tape.watch(dy)
+        db = fused_ops.crf_lr_bias_grad(dy)
+        total = tf.reduce_sum(db * tf.range(4, dtype=tf.bfloat16))
+    np.testing.assert_array_equal(tf.cast(tape.gradient(total, dy), tf.float32),
+                                  np.tile(np.arange(4.), (3, 1)))
+    with pytest.raises(ValueError, match='must be at least rank 1'):
+        tf.function(fused_ops.crf_lr_bias_grad).get_concrete_function(
+            tf.TensorSpec([], tf.bfloat16))
+
+
+def test_bias_adds_outside_the_kernels_reach_keep_tensorflows_gradient(fused_ops):
+    """A bias along another axis than the last (channels first, NCHW), and any bias within
+    ``fused_bias_gradient(False)``, keep BiasAddGrad."""
+    x, bias = (tf.constant(_values((2, 3, 4, 5), seed=1), tf.bfloat16),
+               tf.constant([1., 2., 3.], tf.bfloat16))
+
+    def gradient(data_format):
+        with tf.GradientTape() as tape:
+            tape.watch(bias)                 # the same sum either way: channels first or last
+            y = tf.nn.bias_add(x if data_format == 'NCHW' else tf.transpose(x, [0, 2, 3, 1]),
+                               bias, data_format=data_format)     # None: the default, NHWC
+            loss = tf.reduce_sum(y * y)
+        return tape.gradient(loss, bias)
+    exact = 2 * (tf.cast(x, tf.float64) + tf.cast(bias, tf.float64)[:, None, None]).numpy()
+
+    def assert_sums(gradients):                          # to bfloat16's rounding of 2 y
+        np.testing.assert_allclose(tf.cast(gradients, tf.float64), exact.sum((0, 2, 3)),
+                                   rtol=2e-2)
+    traced = tf.function(gradient).get_concrete_function('NCHW')
+    channels_last = tf.function(gradient).get_concrete_function('NHWC')
+    with fused_kernels.fused_bias_gradient(False):
+        switched_off = tf.function(gradient).get_concrete_function('NHWC')
+    assert 'BiasAddGrad' in {op.type for op in traced.graph.get_operations()}
+    assert 'CrfLrBiasGrad' in {op.type for op in channels_last.graph.get_operations()}
+    assert 'BiasAddGrad' in {op.type for op in switched_off.graph.get_operations()}
+    for gradients in (traced(), channels_last(), switched_off(), gradient(None)):   # last: eager
+        assert_sums(gradients)
+
+
 def test_inputs_of_different_shapes_are_refused(fused_ops):
     with pytest.raises(tf.errors.InvalidArgumentError, match='inputs of different shapes'):
         fused_ops.crf_lr_softmax_grad(tf.zeros([2, 3]), tf.zeros([2, 4]))
@@ -205,6 +260,7 @@ def test_training_calls_use_the_kernels_and_keep_the_gradients(fused_ops, tiny_b
     fused_types, fused = _step_graph(model, inputs, training=True)
     assert {'CrfLrGelu', 'CrfLrGeluGrad', 'CrfLrSoftmaxGrad', 'CrfLrLayerNorm',
             'CrfLrLayerNormGrad'} <= fused_types
+    assert 'BiasAddGrad' in fused_types                       # float32: TensorFlow's bias sums
     with fused_kernels.fused_kernels(False):
         plain_types, plain = _step_graph(model, inputs, training=True)
     assert not {t for t in plain_types if t.startswith('CrfLr')}
@@ -259,7 +315,8 @@ def test_bf16_gradients_come_no_further_from_float32s(fused_ops, tiny_bert_confi
             plain = _step_graph(model, inputs, training=True)
     finally:
         set_precision('float32')
-    assert {'CrfLrGelu', 'CrfLrLayerNorm', 'CrfLrSoftmaxGrad'} <= _ops_in(fused[0])
+    assert {'CrfLrGelu', 'CrfLrLayerNorm', 'CrfLrSoftmaxGrad', 'CrfLrBiasGrad'} <= _ops_in(fused[0])
+    assert 'BiasAddGrad' not in fused[0] and 'BiasAddGrad' in plain[0]
 
     def distance(gradients):
         return np.sqrt(sum(float(tf.reduce_sum(tf.square(tf.cast(tf.convert_to_tensor(g),
