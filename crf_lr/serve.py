@@ -21,9 +21,11 @@ import argparse
 import asyncio
 import concurrent.futures
 import contextlib
+import errno
 import json
 import logging
 import os
+import socket
 
 from crf_lr.runs import check_model_folder
 
@@ -167,6 +169,8 @@ async def read_texts(request, limits):
         raise BadRequest(400, f'the body is not UTF-8: byte {error.start} is invalid') from None
     except json.JSONDecodeError as error:
         raise BadRequest(400, f'the body is not valid JSON: {error}') from None
+    except RecursionError:
+        raise BadRequest(400, 'the body nests arrays or objects too deeply to decode') from None
     if not isinstance(payload, dict) or set(payload) != {'texts'}:
         raise BadRequest(400, 'expected a JSON object {"texts": [str, ...]} and nothing else')
     texts = payload['texts']
@@ -250,6 +254,22 @@ def create_app(tagger, model_dir, max_batch=64, batch_wait_ms=2.0, limits=None):
                      exception_handlers={HTTPException: http_error})
 
 
+def bind(host, port):
+    """A TCP socket bound to ``host:port``, not listening yet; SystemExit with one line when the
+    address cannot be had (another process listens there, a host not of this machine)."""
+    sock = socket.socket(socket.AF_INET6 if ':' in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as error:
+        sock.close()
+        hint = ('another process listens there: stop it or choose another --port'
+                if error.errno == errno.EADDRINUSE else 'check --host and --port')
+        raise SystemExit(f'python -m crf_lr.serve: error: cannot listen on {host}:{port}: '
+                         f'{error.strerror or error} ({hint})') from None
+    return sock
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog='python -m crf_lr.serve',
                                      description=__doc__.split('\n\n')[0],
@@ -278,6 +298,7 @@ def main(argv=None):
     except (FileNotFoundError, ValueError, ImportError) as error:
         parser.error(f"{error} (the server needs pip install 'crf_lr[serve]')"
                      if isinstance(error, ImportError) else str(error))
+    sock = bind(args.host, args.port)                  # before the model loads: answers at once
     from crf_lr.cli import quiet_tensorflow
     quiet_tensorflow(args.verbose, native=argv is None)   # not when a test calls main
     from crf_lr.precision import set_precision
@@ -290,10 +311,12 @@ def main(argv=None):
         parser.error(str(error))
     predict_lines(tagger, ['warm up'])                  # traced before the first request
     app = create_app(tagger, args.model_dir, args.max_batch, args.batch_wait_ms)
+    sock.listen(2048)                                  # connections queue from here on
     print(f'serving {args.model_dir} on http://{args.host}:{args.port}/ (Ctrl-C stops)',
           flush=True)
-    uvicorn.run(app, host=args.host, port=args.port,
-                log_level='info' if args.verbose else 'warning')
+    server = uvicorn.Server(uvicorn.Config(app, log_level='info' if args.verbose else 'warning'))
+    with contextlib.suppress(KeyboardInterrupt):        # uvicorn raises Ctrl-C again once stopped
+        server.run(sockets=[sock])
 
 
 if __name__ == '__main__':

@@ -1,6 +1,7 @@
 """``crf_lr.serve`` through Starlette's TestClient: the API answers as ``predict_lines`` does, the
 model card reads the run folder, micro-batching groups concurrent requests, and every bad input
-is a 4xx with a one-line JSON error after which the server still answers.
+is a 4xx with a one-line JSON error after which the server still answers. The command line, in a
+subprocess: it says it serves once the port takes connections, and a busy port is one line.
 
 Oracles: ``crf_lr.predict.predict_lines`` on the same texts, the CRF layer's weights and the
 scheme's allowed transitions, the run files written here, and the texts themselves (a 100,000-
@@ -8,8 +9,13 @@ character text built from one sentence whose entities the trained model finds).
 """
 import asyncio
 import json
+import os
+import socket
+import subprocess
+import sys
 import threading
 import time
+import urllib.request
 
 import numpy as np
 import pytest
@@ -159,6 +165,7 @@ def test_a_100000_character_text_is_windowed(ner):
     (dict(json={'texts': 'abc'}), 400, 'list of strings'),
     (dict(json={'texts': ['a', 1]}), 400, 'list of strings'),
     (dict(content=b'{"texts": ["\\ud800"]}'), 400, 'lone surrogate'),
+    (dict(content=b'[' * 100_000 + b']' * 100_000), 400, 'too deeply'),
 ])
 def test_bad_input_is_a_one_line_4xx_and_the_server_goes_on(ner, request_kwargs, status, message):
     client = ner[1]
@@ -174,6 +181,50 @@ def test_wrong_method_and_path_are_json_errors(ner):
     client = ner[1]
     _one_line_error(client.get('/v1/predict'), 405)
     _one_line_error(client.get('/v2/nothing'), 404)
+
+
+def _serve(model_dir, port, **kwargs):
+    """``python -m crf_lr.serve model_dir --port port`` in a subprocess."""
+    return subprocess.Popen([sys.executable, '-m', 'crf_lr.serve', model_dir, '--port', str(port)],
+                            env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)),
+                            text=True, **kwargs)
+
+
+def test_the_serving_line_comes_once_the_port_takes_connections(trained_ner_dir, tmp_path):
+    with socket.socket() as probe:
+        probe.bind(('127.0.0.1', 0))
+        port = probe.getsockname()[1]
+    log = tmp_path / 'serve.log'
+    with open(log, 'w') as out:
+        server = _serve(trained_ner_dir, port, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.time() + 120
+        while 'serving' not in log.read_text() and server.poll() is None and time.time() < deadline:
+            time.sleep(0.02)
+        assert log.read_text().startswith('serving'), log.read_text()
+        with urllib.request.urlopen(f'http://127.0.0.1:{port}/healthz', timeout=30) as answer:
+            assert json.load(answer) == {'status': 'ok'}     # at once: no retry
+    finally:
+        server.terminate()
+        server.wait(30)
+
+
+def test_a_busy_port_is_one_line_before_the_model_loads(trained_ner_dir):
+    with socket.socket() as busy:
+        busy.bind(('127.0.0.1', 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        started = time.time()
+        server = _serve(trained_ner_dir, port, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            out, err = server.communicate(timeout=60)
+        finally:
+            server.kill()
+    assert server.returncode != 0 and out == '', out            # no "serving" line
+    assert err == (f'python -m crf_lr.serve: error: cannot listen on 127.0.0.1:{port}: Address '
+                   'already in use (another process listens there: stop it or choose another '
+                   '--port)\n')
+    assert time.time() - started < 30                             # TensorFlow never loaded
 
 
 def test_micro_batching_groups_concurrent_requests():
