@@ -26,8 +26,8 @@ of :data:`FORMATS` into a :class:`Dataset`. Conventions shared by all readers:
   ``path:line`` is kept in ``Example.repaired_at``. ``repair=False`` (the scripts' ``--strict``; the
   default of the low-level ``read_bio`` / ``read_conll``) makes them an error naming the real fault.
 - Anything repaired rather than rejected is recorded in ``Example.notes`` and summed by
-  :meth:`Dataset.summary` (tags repaired on request, an ``I-X`` opening an MSRA chunk, nested spans
-  left out of flat tags), never silently.
+  :meth:`Dataset.summary` with the first places (tags repaired on request, an ``I-X`` opening an
+  MSRA chunk, a span written twice, nested or crossing spans left out of flat tags), never silently.
 
 Files are found in a data folder (``data_dir`` argument, else the ``CRF_LR_DATA`` environment variable;
 the layout is the shared folder's: ``icwb2/``, ``pfr1998/``, ``msra_ner/``, ...). Without one, PKU/PFR
@@ -43,13 +43,13 @@ import json
 import os
 import re
 from collections import Counter
-from typing import Callable, Optional, Sequence
+from typing import Callable, NamedTuple, Optional, Sequence
 
 import numpy as np
 
 from crf_lr.spans import outermost
 from crf_lr.tagging import (BIO, BIOES, BMES, IOB1, TagError, echo, get_scheme, iob1_to_iob2,
-                            validate_spans, words_to_tags)
+                            words_to_tags)
 from crf_lr.vocabulary import CJK
 
 _MESSAGE_LIMIT = 600
@@ -142,7 +142,7 @@ class Dataset:
             lines.append(f'  entities {sum(counts.values())}: '
                          + ', '.join(f'{k} {v}' for k, v in sorted(counts.items())))
         for note, count in sorted(Counter(n for e in self.examples for n in e.notes).items()):
-            lines.append(f'  {note_line(note, count)}')
+            lines.append(f'  {note_line(note, count, note_places(self.examples, note))}')
         return '\n'.join(lines)
 
 
@@ -378,19 +378,44 @@ def read_pfr(path):
 
 _CHUNK_START_NOTE = 'an I-X tag opens the chunk (an entity cut by the chunking): read as B-X'
 _NESTED_NOTE = 'a nested span is left out of the flat tags (kept in spans)'
+_CROSSING_NOTE = ('the later of two crossing spans (they overlap, neither inside the other) is left '
+                  'out of the flat tags (kept in spans)')
+_TWO_TYPES_NOTE = 'a span given a second type is left out of the flat tags under it (kept in spans)'
+_DUPLICATE_NOTE = 'a span written twice in its record is read once'
 _IOB1_NOTE = 'IOB1 tags (an entity opening with I-X) read as BIO'
 REPAIR_NOTE = 'a tag breaking its entity (a stray I-X, or an entity never closed): conlleval rule'
 STRAY_NOTE = 'a BIOES tag in a BIO file: E-X read as I-X, S-X as B-X'
 
 
-def note_line(note, count):
-    """One line counting a kind of note: tags repaired, or spans left out of the flat tags.
+def note_line(note, count, places=()):
+    """One line counting a kind of note (tags repaired, or spans left out of the flat tags) and
+    naming the first ``places``.
 
         >>> note_line(REPAIR_NOTE, 14)
         'repaired 14x: a tag breaking its entity (a stray I-X, or an entity never closed): conlleval rule'
+        >>> note_line(_NESTED_NOTE, 2, ['a.jsonl:3', 'a.jsonl:9'])
+        'noted 2x (a.jsonl:3, a.jsonl:9): a nested span is left out of the flat tags (kept in spans)'
     """
+    where = f' ({place_list(places)})' if places else ''
     return (f'{"repaired" if note in (REPAIR_NOTE, _CHUNK_START_NOTE, STRAY_NOTE) else "noted"} '
-            f'{count}x: {note}')
+            f'{count}x{where}: {note}')
+
+
+def place_list(places, shown=3):
+    """The first ``shown`` of ``places`` joined by commas, an ellipsis after them when there are more.
+
+        >>> place_list(['a:1', 'a:5', 'a:9', 'a:12'])
+        'a:1, a:5, a:9, …'
+    """
+    return ', '.join(places[:shown]) + (', …' if len(places) > shown else '')
+
+
+def note_places(examples, note):
+    """``path:line`` of the examples carrying ``note`` (their record or sentence), each once; none
+    for tag repairs, whose own lines are in ``Example.repaired_at``."""
+    if note in (REPAIR_NOTE, STRAY_NOTE):
+        return []
+    return list(dict.fromkeys(example.source for example in examples if note in example.notes))
 
 
 def _check_type(kind, types, path, number, what):
@@ -580,34 +605,84 @@ def read_bio(path, sep=None, types=None, scheme='BIO', repair=False, chunked=Tru
 
 
 def _flat_tags(spans, length):
-    """BIO tags of the outermost spans: ``(tags, notes)``; nested spans dropped and noted."""
+    """BIO tags of the outermost of distinct spans: ``(tags, notes)``; each span left out is noted
+    as nested, crossing an earlier one, or a second type of a kept span."""
     kept = outermost(spans)
-    return BIO.encode(kept, length), (_NESTED_NOTE,) * (len(spans) - len(kept))
+    flat = set(kept)
+    return BIO.encode(kept, length), tuple(_left_out(span, kept) for span in spans if span not in flat)
 
 
-def _span_example(text, spans, mentions, path, number, labelled=True, types=None):
-    """Example from end-exclusive spans, checked against the text, their mentions (when given) and
-    ``types`` (when given); an unlabelled record (no label key at all: the test files) gets no tags."""
-    source = f'{path}:{number}'
-    try:
-        spans = validate_spans(text, spans, source=source, mentions=mentions)
-    except ValueError as error:
-        raise DataFormatError(path, number, str(error).replace(f'{source}: ', '', 1)) from None
-    spans = sorted(set(spans))
-    for _, _, kind in spans:
-        _check_type(kind, types, path, number, 'entity type')
-    tags, notes = _flat_tags(spans, len(text)) if labelled else (None, ())
-    return Example(text=text, tokens=text, spans=spans, tags=tags, source=source, notes=notes)
+def _left_out(span, kept):
+    """The note saying why ``span`` is not among the flat spans ``kept``."""
+    start, end, _ = span
+    if any(other[:2] == (start, end) for other in kept):
+        return _TWO_TYPES_NOTE
+    if any(other[0] <= start and end <= other[1] for other in kept):
+        return _NESTED_NOTE
+    return _CROSSING_NOTE
+
+
+class _FileSpan(NamedTuple):
+    """A span as its JSON record writes it: ``end`` inclusive where ``inclusive``; ``mention`` the
+    text it must cover (None where the format has none); ``written`` quotes it in messages."""
+    start: object
+    end: object
+    kind: object
+    mention: Optional[str]
+    written: str
+    inclusive: bool
+
+
+def _span_fault(span, text):
+    """What is wrong with a :class:`_FileSpan` of ``text``, said after the span; '' if nothing."""
+    if not _integers((span.start, span.end)):
+        return 'has positions that are not integers'
+    end = span.end + span.inclusive                                     # exclusive
+    if span.start < 0:
+        return 'has a negative start (positions count from 0)'
+    if span.end < span.start:
+        return 'ends before it starts'
+    if end == span.start:
+        return 'is empty (its end is exclusive: it must exceed the start)'
+    if end > len(text):
+        bounds = (f'positions 0 to {len(text) - 1}, the end inclusive' if span.inclusive else
+                  f'the end exclusive, at most {len(text)}')
+        return f'is outside a text of {len(text)} characters ({bounds})'
+    if not isinstance(span.kind, str) or not span.kind:
+        return 'needs a type: a non-empty string'
+    if span.mention is not None and text[span.start:end] != span.mention:
+        return f'covers {echo(text[span.start:end])}, not its mention (misaligned offsets?)'
+    return ''
+
+
+def _span_example(text, spans, path, number, labelled=True, types=None):
+    """Example from a record's :class:`_FileSpan` list, each checked against the text, its mention
+    and ``types`` (when given); a span written twice is read once and noted. An unlabelled record
+    (no label key at all: the test files) gets no tags."""
+    checked = []
+    for span in spans:
+        fault = _span_fault(span, text)
+        if fault:
+            raise DataFormatError(path, number, f'span {span.written} {fault}')
+        _check_type(span.kind, types, path, number, 'entity type')
+        checked.append((span.start, span.end + span.inclusive, span.kind))
+    distinct = sorted(set(checked))
+    tags, notes = _flat_tags(distinct, len(text)) if labelled else (None, ())
+    notes = (_DUPLICATE_NOTE,) * (len(checked) - len(distinct)) + notes
+    return Example(text=text, tokens=text, spans=distinct, tags=tags, source=f'{path}:{number}',
+                   notes=notes)
 
 
 def _integers(values):
     return all(isinstance(i, int) and not isinstance(i, bool) for i in values)
 
 
-def _inclusive_pair(pair, path, number):
-    if not isinstance(pair, (list, tuple)) or len(pair) != 2 or not _integers(pair):
-        raise DataFormatError(path, number, f'expected [start, end] integer pairs, got {echo(pair)}')
-    return pair[0], pair[1] + 1
+def _json(value):
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _listed(value):
+    return value if isinstance(value, list) else [value]
 
 
 def _record_text(record, path, number):
@@ -620,42 +695,55 @@ _LABEL_KEYS = ('label', 'spans', 'entities')
 
 
 def _record_spans(record, path, number):
-    """``(spans, mentions)`` of a JSON record: CLUENER's ``label`` (end inclusive, each with its
-    mention), ``spans`` (``[start, end, type]``, end exclusive; mentions None) or CMeEE's
+    """The :class:`_FileSpan` list of a JSON record: CLUENER's ``label`` (end inclusive, each with
+    its mention), ``spans`` (``[start, end, type]``, end exclusive, no mention) or CMeEE's
     ``entities`` (``start_idx`` / ``end_idx`` inclusive, ``type``, ``entity``)."""
     keys = [key for key in _LABEL_KEYS if key in record]
     if len(keys) > 1:
         raise DataFormatError(path, number, f'a record holds {" and ".join(keys)}: one of '
                                             f'"label" (CLUENER), "spans" or "entities" (CMeEE)')
     if 'spans' in record:
-        spans = record['spans']
-        for span in spans if isinstance(spans, list) else [spans]:
-            if not (isinstance(span, list) and len(span) == 3 and _integers(span[:2])
-                    and isinstance(span[2], str)):
-                raise DataFormatError(path, number, 'expected "spans": [[start, end, type], ...] (end '
-                                                    f'exclusive), got {echo(span)}')
-        return [tuple(span) for span in spans], None
-    spans, mentions = [], []
+        return [_exclusive_span(span, path, number) for span in _listed(record['spans'])]
     if 'entities' in record:
-        entities = record['entities']
-        for entity in entities if isinstance(entities, list) else [entities]:
-            try:
-                pair = [entity['start_idx'], entity['end_idx']]
-                spans.append(_inclusive_pair(pair, path, number) + (entity['type'],))
-                mentions.append(entity['entity'])
-            except (KeyError, TypeError):
-                raise DataFormatError(path, number, 'expected entities with start_idx, end_idx, '
-                                      f'type and entity, got {echo(entity)}') from None
-        return spans, mentions
+        return [_entity_span(entity, path, number) for entity in _listed(record['entities'])]
     labels = record.get('label') or {}
     if not isinstance(labels, dict) or not all(isinstance(m, dict) for m in labels.values()):
         raise DataFormatError(path, number, 'expected "label": {type: {mention: [[start, end]]}}')
-    for kind, by_mention in labels.items():
-        for mention, pairs in by_mention.items():
-            for pair in pairs if isinstance(pairs, list) else [pairs]:
-                spans.append(_inclusive_pair(pair, path, number) + (kind,))
-                mentions.append(mention)
-    return spans, mentions
+    return [_label_span(pair, kind, mention, pairs, path, number)
+            for kind, by_mention in labels.items() for mention, pairs in by_mention.items()
+            for pair in _listed(pairs)]
+
+
+def _exclusive_span(span, path, number):
+    """A ``spans`` element ``[start, end, type]``, end exclusive."""
+    if not (isinstance(span, list) and len(span) == 3):
+        raise DataFormatError(path, number, 'expected "spans": [[start, end, type], ...] (end '
+                                            f'exclusive), got {echo(span)}')
+    return _FileSpan(*span, None, echo(span, show=_json), False)
+
+
+def _entity_span(entity, path, number):
+    """A CMeEE ``entities`` element: ``start_idx``, ``end_idx`` (inclusive), ``type``, ``entity``."""
+    keys = ('start_idx', 'end_idx', 'type', 'entity')
+    if not (isinstance(entity, dict) and all(key in entity for key in keys)
+            and isinstance(entity['entity'], str)):
+        raise DataFormatError(path, number, 'expected entities with start_idx, end_idx, type and '
+                                            f'entity (a string), got {echo(entity)}')
+    start, end, kind, mention = (entity[key] for key in keys)
+    written = (f'"start_idx": {echo(start, show=_json)}, "end_idx": {echo(end, show=_json)} of '
+               f'{echo(kind, 40, _json)} {echo(mention, 40, _json)}')
+    return _FileSpan(start, end, kind, mention, written, True)
+
+
+def _label_span(pair, kind, mention, pairs, path, number):
+    """A CLUENER ``[start, end]`` pair (end inclusive) of ``mention``, one of its ``pairs``."""
+    if not (isinstance(pair, list) and len(pair) == 2):
+        flat = isinstance(pairs, list) and len(pairs) == 2 and not any(isinstance(p, list) for p in pairs)
+        hint = f' (a list of pairs: [{_json(pairs)}])' if flat else ''
+        raise DataFormatError(path, number, f'expected [start, end] integer pairs for '
+                                            f'{echo(mention, 40, _json)}, got {echo(pair)}{hint}')
+    written = f'{echo(pair, show=_json)} of {echo(kind, 40, _json)} {echo(mention, 40, _json)}'
+    return _FileSpan(*pair, kind, mention, written, True)
 
 
 def _json_records(path):
@@ -692,10 +780,13 @@ def read_json_records(path, types=None):
 
     CLUENER's and CMeEE's ends are inclusive in the file and exclusive in the spans; each span
     must cover its mention, and a mention may occur at several spans. ``spans`` ends are
-    exclusive. Records without any of the three keys (the unlabelled test files) get no spans and
-    ``tags=None``; records with empty text are skipped. Spans may nest (CLUENER train line 1507
-    nests a company in a book title; CMeEE nests often): all stay in ``spans``, the tags keep the
-    outermost and each left-out span is noted.
+    exclusive. A span outside the text, reversed, empty, with a negative start, non-integer
+    positions or a wrong mention is a DataFormatError quoting it as the file writes it. Records
+    without any of the three keys (the unlabelled test files) get no spans and ``tags=None``;
+    records with empty text are skipped. A span written twice is read once and noted. Spans may
+    nest (CLUENER train line 1507 nests a company in a book title; CMeEE nests often), cross, or
+    give one place two types: all stay in ``spans``, the tags keep the outermost (of crossing
+    spans the earlier) and each left-out span is noted as what it is.
 
     Args:
         path: str.
@@ -712,9 +803,9 @@ def read_json_records(path, types=None):
     examples = []
     for number, record in _json_records(path):
         text = _record_text(record, path, number)
-        spans, mentions = _record_spans(record, path, number)
+        spans = _record_spans(record, path, number)
         if text:
-            examples.append(_span_example(text, spans, mentions, path, number,
+            examples.append(_span_example(text, spans, path, number,
                                           any(key in record for key in _LABEL_KEYS), types))
         elif spans:
             raise DataFormatError(path, number, 'entities in a record with empty text')

@@ -12,7 +12,8 @@ from typing import Optional
 import numpy as np
 
 from crf_lr.datasets import (REPAIR_NOTE, SEGMENTATION_FORMATS, DataFormatError, dataset_spec,
-                             detect_format, load_dataset, note_line, read_corpus)
+                             detect_format, load_dataset, note_line, note_places, place_list,
+                             read_corpus)
 from crf_lr.spans import outermost
 
 MAX_HOLDOUT = 500
@@ -43,16 +44,17 @@ class Splits:
     repaired_at: list = dataclasses.field(default_factory=list)
 
     def describe(self):
-        """One line per role: how many sentences and from where; repairs counted, the conlleval
-        ones in one line with their first places."""
+        """One line per role: how many sentences and from where; each kind of note counted with its
+        first places, the conlleval repairs in one line."""
         lines = [f'{role}: {len(examples)} sentences from {self.names[role]}'
                  for role, examples in (('train', self.train), ('dev', self.dev),
                                         ('test', self.test)) if examples is not None]
         if self.test is None:
             lines.append(f'test: none ({self.names["test"]}); the dev score of the selected '
                          f'epoch is the final figure')
-        lines += [note_line(note, count) for note, count in sorted(self.repairs.items())
-                  if note != REPAIR_NOTE]
+        examples = [e for part in (self.train, self.dev, self.test) for e in part or ()]
+        lines += [note_line(note, count, note_places(examples, note))
+                  for note, count in sorted(self.repairs.items()) if note != REPAIR_NOTE]
         if self.repaired_at:
             lines.append(repair_line(self.repaired_at))
         return '\n'.join(lines)
@@ -65,9 +67,8 @@ def repair_line(places, shown=3):
         >>> repair_line(['train.txt:1266', 'train.txt:1290'])
         'repaired 2 tags that broke their scheme (train.txt:1266, train.txt:1290); --strict refuses them'
     """
-    more = ', …' if len(places) > shown else ''
     return (f'repaired {len(places)} tag{"s" * (len(places) != 1)} that broke their scheme '
-            f'({", ".join(places[:shown])}{more}); --strict refuses them')
+            f'({place_list(places, shown)}); --strict refuses them')
 
 
 def _nested(examples):

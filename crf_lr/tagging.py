@@ -23,13 +23,14 @@ REPAIR_HINT = ('(the readers repair such tags by the conlleval rule unless told 
                '--strict, or pass repair=True)')
 
 
-def echo(value, limit=80):
-    """``repr(value)`` cut to ``limit`` characters with an ellipsis: file content quoted in a message.
+def echo(value, limit=80, show=repr):
+    """``show(value)`` (``repr`` by default) cut to ``limit`` characters with an ellipsis: file
+    content quoted in a message.
 
         >>> echo('x' * 1000, limit=10)
         "'xxxxxxxxx… (1002 characters)"
     """
-    text = repr(value)
+    text = show(value)
     return text if len(text) <= limit else f'{text[:limit]}… ({len(text)} characters)'
 
 

@@ -10,8 +10,8 @@ import pytest
 
 from crf_lr import datasets
 from crf_lr.datasets import (DataFormatError, dataset_path, load_dataset, packaged_file, read_bio,
-                             read_cluener, read_cmeee, read_conll, read_pfr, read_raw, read_segmented,
-                             read_word_list, resolve_data_dir, split_examples)
+                             read_cluener, read_cmeee, read_conll, read_corpus, read_pfr, read_raw,
+                             read_segmented, read_word_list, resolve_data_dir, split_examples)
 from crf_lr.tagging import tags_to_spans
 
 
@@ -200,9 +200,10 @@ def test_cluener_inclusive_ends_repeated_mentions_and_nesting(tmp_path):
 
 
 @pytest.mark.parametrize('record, match', [
-    (cluener_line('北京', {'address': {'北京': [[0, 2]]}}), 'outside the text'),
-    (cluener_line('北京', {'address': {'南京': [[0, 1]]}}), "covers '北京' but the mention is '南京'"),
+    (cluener_line('北京', {'address': {'北京': [[0, 2]]}}), 'outside a text of 2 characters'),
+    (cluener_line('北京', {'address': {'南京': [[0, 1]]}}), "\"南京\" covers '北京', not its mention"),
     (cluener_line('北京', {'address': {'北京': [[0]]}}), 'integer pairs'),
+    (cluener_line('北京', {'address': {'北京': [0, 1]}}), r'a list of pairs: \[\[0, 1\]\]'),
     (cluener_line('北京', {'address': ['北京']}), 'expected "label"'),
     ('{"text": "北京", "label": ', 'invalid JSON'),
     (json.dumps({'label': {}}), '"text" string'),
@@ -220,6 +221,93 @@ def test_cluener_type_outside_the_given_types_names_line(tmp_path):
     with raises_at(path, 2, r"entity type 'city' is not among the types of the training data "
                             r"\['address', 'name'\]"):
         read_cluener(path, types=['address', 'name'])
+
+
+def span_lines(text, written):
+    """``{layout: (record line, the span as messages quote it)}`` of one span written alike in each
+    JSON layout (read inclusive in CLUENER's and CMeEE's, exclusive in ``spans``)."""
+    start, end = written
+    mention = text[start:end + 1] if isinstance(start, int) and isinstance(end, int) else text
+    return {
+        'label': (cluener_line(text, {'LOC': {mention: [[start, end]]}}),
+                  f'{json.dumps([start, end])} of "LOC" "{mention}"'),
+        'spans': (json.dumps({'text': text, 'spans': [[start, end, 'LOC']]}), json.dumps([start, end, 'LOC'])),
+        'entities': (json.dumps({'text': text, 'entities': [{'start_idx': start, 'end_idx': end,
+                                                             'type': 'LOC', 'entity': mention}]},
+                                ensure_ascii=False),
+                     f'"start_idx": {json.dumps(start)}, "end_idx": {json.dumps(end)} of "LOC" "{mention}"'),
+    }
+
+
+@pytest.mark.parametrize('layout', ['label', 'spans', 'entities'])
+@pytest.mark.parametrize('written, fault', [
+    ((3, 9), 'is outside a text of 8 characters'),
+    ((8, 9), 'is outside a text of 8 characters'),
+    ((1, 0), 'ends before it starts'),
+    ((-1, 2), r'has a negative start \(positions count from 0\)'),
+    ((1.0, 2), 'has positions that are not integers'),
+    (('1', 2), 'has positions that are not integers'),
+    ((True, 2), 'has positions that are not integers'),
+])
+def test_bad_span_is_quoted_as_the_file_writes_it(tmp_path, layout, written, fault):
+    good = cluener_line('上海', {'LOC': {'上海': [[0, 1]]}})
+    line, quoted = span_lines('我爱北京天安门。', written)[layout]
+    path = write(tmp_path, 'F.jsonl', f'{good}\n{good}\n\n{line}\n')
+    with raises_at(path, 4, 'span ' + quoted.replace('[', r'\[').replace(']', r'\]') + ' ' + fault):
+        read_cluener(path)
+
+
+def test_outside_the_text_says_which_ends_the_format_counts(tmp_path):
+    lines = span_lines('我爱北京天安门。', (3, 9))
+    path = write(tmp_path, 'F.jsonl', lines['label'][0] + '\n')
+    with raises_at(path, 1, r'span \[3, 9\] of "LOC" "京天安门。" is outside a text of 8 characters '
+                            r'\(positions 0 to 7, the end inclusive\)$'):
+        read_cluener(path)
+    path = write(tmp_path, 'G.jsonl', lines['spans'][0] + '\n')
+    with raises_at(path, 1, r'span \[3, 9, "LOC"\] is outside a text of 8 characters '
+                            r'\(the end exclusive, at most 8\)$'):
+        read_cluener(path)
+
+
+@pytest.mark.parametrize('spans, fault', [
+    ([[2, 2, 'LOC']], r'span \[2, 2, "LOC"\] is empty \(its end is exclusive'),
+    ([[0, 2, '']], r'span \[0, 2, ""\] needs a type: a non-empty string'),
+    ([[0, 2, 7]], r'span \[0, 2, 7\] needs a type'),
+    ([[0, 2]], r'expected "spans": \[\[start, end, type\], ...\] \(end exclusive\), got \[0, 2\]'),
+])
+def test_exclusive_spans_empty_or_without_type_name_line(tmp_path, spans, fault):
+    path = write(tmp_path, 'F.jsonl', json.dumps({'text': '北京大学', 'spans': spans}) + '\n')
+    with raises_at(path, 1, fault):
+        read_cluener(path)
+
+
+def test_mention_mismatch_quotes_the_span_as_written(tmp_path):
+    path = write(tmp_path, 'F.jsonl', cluener_line('我爱北京', {'LOC': {'北京': [[1, 2]]}}) + '\n')
+    with raises_at(path, 1, r'span \[1, 2\] of "LOC" "北京" covers \'爱北\', not its mention '
+                            r'\(misaligned offsets\?\)$'):
+        read_cluener(path)
+
+
+def test_duplicate_crossing_and_two_typed_spans_are_noted_where_they_stand(tmp_path):
+    path = write(tmp_path, 'F.jsonl', '\n'.join([
+        cluener_line('我爱北京', {'LOC': {'北京': [[2, 3], [2, 3]]}}),                 # written twice
+        cluener_line('我在北京大学', {'ORG': {'北京大': [[2, 4]], '京大学': [[3, 5]]}}),  # crossing
+        cluener_line('北京', {'LOC': {'北京': [[0, 1]]}, 'GPE': {'北京': [[0, 1]]}}),     # two types
+        cluener_line('北京大学', {'ORG': {'北京大学': [[0, 3]]}, 'LOC': {'北京': [[0, 1]]}}),  # nested
+    ]) + '\n')
+    twice, crossing, two_types, nested = read_cluener(path)
+    assert twice.spans == [(2, 4, 'LOC')] and twice.notes == (datasets._DUPLICATE_NOTE,)
+    assert crossing.spans == [(2, 5, 'ORG'), (3, 6, 'ORG')]                   # both kept as spans
+    assert tags_to_spans(crossing.tags) == [(2, 5, 'ORG')]                   # the earlier in the tags
+    assert crossing.notes == (datasets._CROSSING_NOTE,)
+    assert two_types.spans == [(0, 2, 'GPE'), (0, 2, 'LOC')]
+    assert two_types.notes == (datasets._TWO_TYPES_NOTE,)
+    assert nested.notes == (datasets._NESTED_NOTE,)
+    summary = read_corpus(path).summary().splitlines()
+    for number, note in [(1, datasets._DUPLICATE_NOTE), (2, datasets._CROSSING_NOTE),
+                         (3, datasets._TWO_TYPES_NOTE), (4, datasets._NESTED_NOTE)]:
+        assert f'  noted 1x ({path}:{number}): {note}' in summary
+    assert 'crossing' in datasets._CROSSING_NOTE and 'nested' not in datasets._CROSSING_NOTE
 
 
 CMEEE = [
@@ -247,7 +335,7 @@ def test_cmeee_malformed_names_record_line(tmp_path):
     records = json.loads(json.dumps(CMEEE))
     records[2]['entities'][0]['end_idx'] = 0                          # 肺 != 肺炎
     path = write(tmp_path, 'bad.json', json.dumps(records, ensure_ascii=False, indent=2))
-    with raises_at(path, 29, "covers '肺' but the mention is '肺炎'"):
+    with raises_at(path, 29, '"start_idx": 0, "end_idx": 0 of "dis" "肺炎" covers \'肺\', not its mention'):
         read_cmeee(path)
     del records[2]['entities'][0]['type']
     path = write(tmp_path, 'bad2.json', json.dumps(records, ensure_ascii=False, indent=2))

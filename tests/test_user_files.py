@@ -247,7 +247,7 @@ def test_a_100k_character_line_is_capped_in_the_message(tmp_path):
     record = json.dumps({'text': huge, 'label': {'book': {'国' * 99999: [[0, 99998]]}}},
                         ensure_ascii=False)
     path = write(tmp_path, 'long.jsonl', record + '\n')
-    with raises_at(path, 1, "but the mention is '国+… \\(100001 characters\\)") as caught:
+    with raises_at(path, 1, '"国+… \\(100001 characters\\) covers') as caught:
         read_corpus(path)
     assert len(str(caught.value)) < len(path) + 300
     (long_sentence,) = read_corpus(write(tmp_path, 'long_ok.txt', f'{huge}  {huge}\n'))   # fine
@@ -356,10 +356,12 @@ def test_char_seg_words_and_pos_tagged_segmented_text(tmp_path):
 
 
 def test_an_iob1_file_says_it_was_read_as_bio(tmp_path):
-    data = read_corpus(write(tmp_path, 'iob1.txt', 'EU I-ORG\nrejects O\nGerman I-MISC\n\n'
-                                                   'Peter I-PER\nBlack I-PER\n\nOK O\n'))
+    path = write(tmp_path, 'iob1.txt', 'EU I-ORG\nrejects O\nGerman I-MISC\n\nPeter I-PER\nBlack I-PER\n\n'
+                                       'OK O\n')
+    data = read_corpus(path)
     assert [e.spans for e in data] == [[(0, 1, 'ORG'), (2, 3, 'MISC')], [(0, 2, 'PER')], []]
-    assert 'noted 2x: IOB1 tags (an entity opening with I-X) read as BIO' in data.summary()
+    assert (f'noted 2x ({path}:1, {path}:5): IOB1 tags (an entity opening with I-X) read as BIO'
+            in data.summary())
 
 
 @pytest.mark.parametrize('content, line, match', [
