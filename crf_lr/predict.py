@@ -50,13 +50,13 @@ def parse_args(argv=None):
     return parser, parser.parse_args(argv)
 
 
-def _word_offsets(line):
+def word_offsets(line):
     """Words of an English line, punctuation split off as CoNLL-style corpora write it
     (``Berlin.`` -> ``Berlin`` ``.``, ``Germany's`` -> ``Germany`` ``'s``; ``U.S.``, ``J.``,
     ``Mr.``, ``1,200``, ``New-York``, ``O'Neil`` stay whole), and
     their ``(start, end)`` character offsets.
 
-        >>> _word_offsets('In Berlin, U.S. aid.')[0]
+        >>> word_offsets('In Berlin, U.S. aid.')[0]
         ['In', 'Berlin', ',', 'U.S.', 'aid', '.']
     """
     spans = []
@@ -124,7 +124,7 @@ def predict_records(tagger, lines, constrain=True, min_confidence=None, marginal
     if segmenting:
         pieces = [line.split() for line in lines]
     elif tagger.encoder.units == 'words':
-        pieces = [[_word_offsets(line)] for line in lines]
+        pieces = [[word_offsets(line)] for line in lines]
     else:
         pieces = [[line] for line in lines]
     flat = [piece[0] if isinstance(piece, tuple) else piece for line in pieces for piece in line]

@@ -31,6 +31,7 @@ def parse_args(argv=None):
     parser.add_argument('--encoder', default='albert-tiny-zh', help='(default: %(default)s)')
     parser.add_argument('--layers', type=int, default=1, help='(default: %(default)s)')
     parser.add_argument('--output', default='runs/demo', help='(default: %(default)s)')
+    parser.add_argument('--verbose', action='store_true', help="show TensorFlow's log lines")
     return parser.parse_args(argv)
 
 
@@ -40,7 +41,7 @@ def main(argv=None):
     from crf_lr.cli import quiet_tensorflow
     from crf_lr.datasets import resolve_data_dir
     from crf_lr.runs import machine
-    quiet_tensorflow(native=argv is None)
+    quiet_tensorflow(args.verbose, native=argv is None)
     from task_cws_crf import main as run_cws
 
     data_dir = resolve_data_dir(args.data_dir)     # without it the script holds out PFR sentences
@@ -48,6 +49,7 @@ def main(argv=None):
               '--epochs', str(args.epochs), '--train-limit', str(args.train_limit),
               '--eval-limit', str(args.eval_limit), '--overwrite']
     common += ['--data-dir', data_dir] if data_dir else []
+    common += ['--verbose'] if args.verbose else []
     rows, started = [], time.time()
     for name, folder, flags in CONFIGS:
         output = os.path.join(args.output, folder)

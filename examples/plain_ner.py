@@ -13,21 +13,7 @@ scores dev after every epoch and keeps the best weights, which are scored once o
 import argparse
 import os
 
-import numpy as np
-
-import crf_lr  # noqa: F401  (before TensorFlow: bert4keras on tf-keras)
-from bert4keras.models import build_transformer_model
-from bert4keras.snippets import DataGenerator, sequence_padding
-from bert4keras.tokenizers import Tokenizer
-from crf_lr.compat import keras
-from crf_lr.datasets import read_corpus
-from crf_lr.layers import ConditionalRandomField, EfficientGlobalPointer
-from crf_lr.losses import sparse_global_pointer_crossentropy
-from crf_lr.metrics import span_scores
-from crf_lr.optimizers import LayerwiseAdam
-from crf_lr.pretrained import packaged_checkpoint
-from crf_lr.spans import decode_spans, pad_sparse_targets, sparse_targets
-from crf_lr.tagging import label_list, tags_to_spans
+from crf_lr.cli import quiet_tensorflow     # before TensorFlow: bert4keras on tf-keras
 
 sample = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'data', 'char-bio')
 parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
@@ -41,7 +27,23 @@ parser.add_argument('--maxlen', type=int, default=128, help='(default: %(default
 parser.add_argument('--lr', type=float, default=2e-4, help='(default: %(default)s)')
 parser.add_argument('--crf-lr-multiplier', type=float, default=100, help='(default: %(default)s)')
 parser.add_argument('--seed', type=int, default=0, help='(default: %(default)s)')
+parser.add_argument('--verbose', action='store_true', help="show TensorFlow's log lines")
 args = parser.parse_args()
+quiet_tensorflow(args.verbose)                          # TensorFlow loads from here on
+
+import numpy as np  # noqa: E402
+from bert4keras.models import build_transformer_model  # noqa: E402
+from bert4keras.snippets import DataGenerator, sequence_padding  # noqa: E402
+from bert4keras.tokenizers import Tokenizer  # noqa: E402
+from crf_lr.compat import keras  # noqa: E402
+from crf_lr.datasets import read_corpus  # noqa: E402
+from crf_lr.layers import ConditionalRandomField, EfficientGlobalPointer  # noqa: E402
+from crf_lr.losses import sparse_global_pointer_crossentropy  # noqa: E402
+from crf_lr.metrics import span_scores  # noqa: E402
+from crf_lr.optimizers import LayerwiseAdam  # noqa: E402
+from crf_lr.pretrained import packaged_checkpoint  # noqa: E402
+from crf_lr.spans import decode_spans, pad_sparse_targets, sparse_targets  # noqa: E402
+from crf_lr.tagging import label_list, tags_to_spans  # noqa: E402
 
 # ---- data: one character per token, BIO tags, spans (start, end exclusive, type) ----
 train_data = read_corpus(args.train)

@@ -2,10 +2,13 @@
 
 Text -> token ids (the exported ``vocab.txt``) -> the SavedModel, loaded here or served by
 TensorFlow Serving -> entities with character offsets (the exported ``labels.json``), or words
-for a segmentation model. For character models (Chinese): one character, one token. A text longer
-than ``maxlen - 2`` characters (labels.json) must be cut first; crf_lr cuts at sentence ends.
+for a segmentation model. For character models (Chinese): one character, one token, in plain
+Python. A word model (English) is split into words and WordPieces by crf_lr, as
+``crf_lr.predict`` splits them. A text longer than ``maxlen - 2`` pieces (labels.json) must be cut
+first; crf_lr cuts at sentence ends.
 
     python examples/serving_client.py exported/ner/1 '中共中央总书记江泽民发表新年讲话'
+    python examples/serving_client.py exported/conll/1 'Angela Merkel met Emmanuel Macron.'
     python examples/serving_client.py exported/ner/1 '江泽民发表讲话' \
         --url http://127.0.0.1:8501/v1/models/ner:predict         # TensorFlow Serving's REST API
 """
@@ -17,7 +20,8 @@ import urllib.request
 
 
 class Client:
-    """Encodes texts as the exported model expects and decodes its outputs.
+    """Encodes texts as the exported model expects and decodes its outputs (a character model's
+    client imports neither crf_lr nor bert4keras).
 
         >>> client = Client('exported/ner/1')
         >>> client.predict(['中共中央总书记江泽民发表新年讲话'])   # SavedModel in this process
@@ -27,14 +31,12 @@ class Client:
     def __init__(self, folder, url=None):
         with open(os.path.join(folder, 'labels.json'), encoding='utf-8') as f:
             self.meta = json.load(f)
-        if self.meta['units'] != 'chars':
-            raise ValueError('this client encodes character models; a word model needs its '
-                             'WordPiece tokenizer')
         self.vocab = {}
         with open(os.path.join(folder, 'vocab.txt'), encoding='utf-8') as f:
             for line_number, line in enumerate(f):         # id = line number
                 self.vocab.setdefault((line.split() or [line.strip()])[0], line_number)
         self.folder, self.url, self.served = folder, url, None
+        self.words = Words(folder, self.meta) if self.meta['units'] == 'words' else None
 
     def token_id(self, char):
         """The char as it is, lower-cased, NFKC-normalised (full-width -> ASCII), else [UNK]."""
@@ -43,12 +45,20 @@ class Client:
                       else [char, normal])
         return next((self.vocab[c] for c in candidates if c in self.vocab), self.vocab['[UNK]'])
 
-    def inputs(self, texts):
-        """``token_ids`` ``[CLS] chars [SEP]`` padded with 0, and ``segment_ids`` (all 0)."""
-        width = max(len(text) for text in texts) + 2
-        token_ids = [[self.vocab['[CLS]']] + [self.token_id(c) for c in text]
-                     + [self.vocab['[SEP]']] + [0] * (width - len(text) - 2) for text in texts]
-        return {'token_ids': token_ids, 'segment_ids': [[0] * width for _ in texts]}
+    def encode(self, text):
+        """``(ids, offsets, starts)``: ``[CLS] pieces [SEP]`` ids, each unit's ``(start, end)``
+        character offsets, and where each unit's pieces start (``starts[-1]``: the pieces)."""
+        if self.words:
+            return self.words.encode(text)
+        ids = [self.vocab['[CLS]']] + [self.token_id(c) for c in text] + [self.vocab['[SEP]']]
+        return ids, [(i, i + 1) for i in range(len(text))], list(range(len(text) + 1))
+
+    @staticmethod
+    def inputs(ids):
+        """``token_ids`` (rows of ``ids``) padded with 0, and ``segment_ids`` (all 0)."""
+        width = max(map(len, ids))
+        return {'token_ids': [row + [0] * (width - len(row)) for row in ids],
+                'segment_ids': [[0] * width for _ in ids]}
 
     def outputs(self, inputs):
         """The signature's outputs as nested lists: over HTTP from TF Serving, or in-process."""
@@ -65,16 +75,20 @@ class Client:
 
     def predict(self, texts):
         """Entities (dicts with start, end, type, text) per text, or words for a segmenter."""
-        outputs = self.outputs(self.inputs(texts))
-        if 'spans' in outputs:                             # GlobalPointer: (type, start, end)
-            return [[self.entity(text, s, e, self.meta['labels'][t]) for t, s, e in rows if t >= 0]
-                    for text, rows in zip(texts, outputs['spans'])]
-        results = []
-        for text, label_ids in zip(texts, outputs['label_ids']):
-            tags = [self.meta['labels'][i] for i in label_ids[:len(text)]]
-            spans = self.tag_spans(tags)
-            results.append([text[s:e] for s, e, _ in spans] if self.meta['scheme'] == 'SEG'
-                           else [self.entity(text, s, e, kind) for s, e, kind in spans])
+        encoded = [self.encode(text) for text in texts]
+        outputs = self.outputs(self.inputs([ids for ids, _, _ in encoded]))
+        labels, results = self.meta['labels'], []
+        for row, (text, (_, offsets, starts)) in enumerate(zip(texts, encoded)):
+            if 'spans' in outputs:                         # GlobalPointer: (type, start, end)
+                unit = {piece: i for i, piece in enumerate(starts)}     # a unit's first piece
+                spans = [(unit[s], unit[e], labels[t]) for t, s, e in outputs['spans'][row]
+                         if t >= 0 and s in unit and e in unit]         # not cutting a word
+            else:
+                tags = [labels[i] for i in outputs['label_ids'][row][:starts[-1]]]
+                spans = self.tag_spans(self.words.unit_tags(tags, starts) if self.words else tags)
+            chars = [(offsets[s][0], offsets[e - 1][1], kind) for s, e, kind in spans]
+            results.append([text[s:e] for s, e, _ in chars] if self.meta['scheme'] == 'SEG'
+                           else [self.entity(text, s, e, kind) for s, e, kind in chars])
         return results
 
     @staticmethod
@@ -100,13 +114,41 @@ class Client:
         return spans
 
 
+class Words:
+    """A word model's units: words and WordPieces as crf_lr splits and encodes them
+    (``crf_lr.predict``, ``crf_lr.pieces.UnitEncoder``), tags read back per word by the scheme."""
+
+    def __init__(self, folder, meta):
+        from crf_lr.pieces import UnitEncoder
+        from crf_lr.predict import word_offsets
+        from crf_lr.tagging import get_scheme
+        self.encoder = UnitEncoder(os.path.join(folder, 'vocab.txt'), 'words', meta['lowercase'])
+        self.split, self.scheme = word_offsets, get_scheme(meta['scheme'])
+
+    def encode(self, text):
+        """As :meth:`Client.encode`, for the words of ``text``."""
+        words, offsets = self.split(text)
+        ids, starts = self.encoder.encode(words)
+        return ids, offsets, starts
+
+    def unit_tags(self, tags, starts):
+        """One tag per word from its pieces' tags: its first piece's (in BIOES and BMES its last
+        piece's E or S also ends the entity there)."""
+        index = [word for word in range(len(starts) - 1)
+                 for _ in range(starts[word + 1] - starts[word])]
+        return self.scheme.collect(index, tags, len(starts) - 1)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('folder', help='the exported folder (saved_model.pb, labels.json, '
                                        'vocab.txt)')
     parser.add_argument('texts', nargs='+')
     parser.add_argument('--url', help="TF Serving's predict URL (default: load the SavedModel)")
+    parser.add_argument('--verbose', action='store_true', help="show TensorFlow's log lines")
     args = parser.parse_args(argv)
+    from crf_lr.cli import quiet_tensorflow       # crf_lr's quiet console, before TensorFlow
+    quiet_tensorflow(args.verbose, native=argv is None)      # not when a test calls main
     for text, result in zip(args.texts, Client(args.folder, args.url).predict(args.texts)):
         print(json.dumps({'text': text, 'result': result}, ensure_ascii=False))
 

@@ -17,6 +17,8 @@ import json
 import os
 import time
 
+from crf_lr.cli import quiet_tensorflow
+
 os.environ.setdefault('KERAS_BACKEND', 'jax')   # before keras loads; the caller's choice wins
 
 parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
@@ -36,7 +38,9 @@ parser.add_argument('--crf-lr-multiplier', type=float, default=100,
                     help="the CRF's learning-rate multiplier")
 parser.add_argument('--seed', type=int, default=0)
 parser.add_argument('--output', default='runs/ner_keras3.json', help='results file (JSON)')
+parser.add_argument('--verbose', action='store_true', help="show TensorFlow's log lines")
 args = parser.parse_args()
+quiet_tensorflow(args.verbose)                  # before keras loads TensorFlow
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402

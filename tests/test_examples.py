@@ -47,10 +47,12 @@ def write_tiny_encoder(folder):
     return path
 
 
-def save_random_tagger(folder, head_name, types, scheme, maxlen, crf_scale=None, **options):
+def save_random_tagger(folder, head_name, types, scheme, maxlen, crf_scale=None, units='chars',
+                       **options):
     """A tiny random model (``write_tiny_encoder``'s) with the named head, saved in
     ``folder/model`` as the task scripts save one; ``crf_scale`` draws a CRF head's transitions
-    from N(0, crf_scale) (of the emissions' scale, so that they matter). Returns the folder."""
+    from N(0, crf_scale) (of the emissions' scale, so that they matter); ``units``: 'chars' or
+    'words' (English WordPieces). Returns the folder."""
     from crf_lr.compat import keras
     from crf_lr.encoders import load_encoder
     from crf_lr.heads import make_head, piece_states
@@ -62,7 +64,7 @@ def save_random_tagger(folder, head_name, types, scheme, maxlen, crf_scale=None,
     if crf_scale and hasattr(head, 'crf'):
         head.crf.set_weights([np.random.default_rng(0).normal(0, crf_scale,
                                                                (len(head.labels),) * 2)])
-    Tagger(model, UnitEncoder(vocab), head, maxlen).save(os.path.join(folder, 'model'))
+    Tagger(model, UnitEncoder(vocab, units), head, maxlen).save(os.path.join(folder, 'model'))
     return os.path.join(folder, 'model')
 
 

@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from test_examples import save_random_tagger
+from test_examples import load_script, save_random_tagger
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAXLEN = 16
@@ -163,3 +163,48 @@ def test_bad_arguments_are_one_line_errors(exported, tmp_path, capsys):
         with pytest.raises(SystemExit) as exit_info:
             main(argv)
         assert exit_info.value.code == 2 and message in capsys.readouterr().err
+
+
+# Word models: 'runs' is two WordPieces (run ##s), 'Peter' is read lower-cased, '.' split off.
+WORD_TEXTS = ['Peter runs in London.', 'EU rejects German call to boycott British lamb.', '']
+WORD_HEADS = {'crf': ('crf', ['LOC', 'PER'], 'BIOES'),
+              'pointer_flat': ('global_pointer', ['LOC', 'PER'], 'BIO')}
+
+
+@pytest.fixture(scope='module')
+def word_exported(exported):
+    """Tiny random word models (English WordPieces), saved and exported beside the others."""
+    from crf_lr.export import main
+    from crf_lr.predict import predict_lines
+    from crf_lr.tagger import Tagger
+    root, expected = exported[0], {}
+    for name, (head_name, types, scheme) in WORD_HEADS.items():
+        model_dir = save_random_tagger(str(root / 'models' / f'words_{name}'), head_name, types,
+                                       scheme, MAXLEN, crf_scale=2, units='words')
+        main([model_dir, str(root / 'exported' / f'words_{name}')])
+        expected[name] = [[{k: v for k, v in entity.items() if k != 'confidence'}
+                           for entity in line]
+                          for line in predict_lines(Tagger.load(model_dir), WORD_TEXTS)]
+        assert any(expected[name])
+    return root, expected
+
+
+@pytest.mark.parametrize('name', list(WORD_HEADS))
+def test_the_example_client_reads_a_word_model_as_predict_lines(word_exported, name):
+    """examples/serving_client.py on a word model: crf_lr's word splitter and WordPieces."""
+    Client = load_script('serving_client').Client
+    root, expected = word_exported
+    assert Client(str(root / 'exported' / f'words_{name}')).predict(WORD_TEXTS) == expected[name]
+
+
+def test_the_example_client_command_line_is_quiet(word_exported):
+    """As a user runs it: one JSON line per text on stdout, no TensorFlow log line on stderr."""
+    root, expected = word_exported
+    done = subprocess.run([sys.executable, os.path.join(ROOT, 'examples', 'serving_client.py'),
+                           str(root / 'exported' / 'words_crf'), *WORD_TEXTS],
+                          capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=ROOT),
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ''
+    assert [json.loads(line) for line in done.stdout.splitlines()] == [
+        {'text': text, 'result': result} for text, result in zip(WORD_TEXTS, expected['crf'])]

@@ -181,6 +181,17 @@ def test_the_command_line_console_holds_no_tensorflow_line_and_no_progress_bar(t
         ['epoch 1:', 'epoch 2:']                                  # one line per epoch
 
 
+@pytest.mark.parametrize('script', sorted(name for name in os.listdir(os.path.join(ROOT, 'examples'))
+                                           if name.endswith('.py')))
+def test_every_example_answers_help_with_its_usage_only(script):
+    """``--help`` answers before TensorFlow loads: the usage, with --verbose, and nothing else."""
+    done = subprocess.run([sys.executable, os.path.join(ROOT, 'examples', script), '--help'],
+                          capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=ROOT),
+                          timeout=120)
+    assert done.returncode == 0 and done.stderr == '', done.stderr
+    assert done.stdout.startswith('usage: ') and '--verbose' in done.stdout
+
+
 def test_the_native_log_filter_keeps_every_other_line(tmp_path):
     """Lines written to file descriptor 2 from outside Python: TensorFlow's go, the rest stays."""
     code = ('import os, sys; from crf_lr.console import filter_native_log; filter_native_log(); '

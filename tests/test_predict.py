@@ -424,8 +424,8 @@ def test_a_temperature_at_the_end_of_its_range_is_named(saved):
 ])
 def test_english_lines_split_punctuation_off_as_conll_writes_it(line, words):
     """An entity's text and offsets then stop at the word (``Berlin``, not ``Berlin.``)."""
-    from crf_lr.predict import _word_offsets
-    found, offsets = _word_offsets(line)
+    from crf_lr.predict import word_offsets
+    found, offsets = word_offsets(line)
     assert found == words and [line[s:e] for s, e in offsets] == words
 
 
