@@ -132,3 +132,28 @@ def load_encoder(spec, layers=None, vocab=None):
                 layers=layers or config['num_hidden_layers'], hidden=config['hidden_size'],
                 parameters=int(encoder.count_params()))
     return encoder, vocab_path, info
+
+
+def position_limit(encoder):
+    """The most tokens ``encoder`` (a bert4keras model) has learned positions for: its
+    ``max_position_embeddings``; None where nothing limits them (no absolute positions, or
+    bert4keras's hierarchical ones).
+
+        >>> position_limit(load_encoder('random:1:312')[0])       # 512
+    """
+    from bert4keras.layers import PositionEmbedding
+    limits = [layer.input_dim for layer in encoder.layers
+              if isinstance(layer, PositionEmbedding) and not layer.hierarchical]
+    return min(limits) if limits else None
+
+
+def check_maxlen(encoder, maxlen, name):
+    """ValueError, in one line, where windows of ``maxlen`` tokens would run past the positions
+    ``encoder`` (called ``name``) learned: TensorFlow would stop at the first such window.
+
+        >>> check_maxlen(load_encoder('random:1:312')[0], 1200, 'random:1:312')   # ValueError
+    """
+    limit = position_limit(encoder)
+    if limit is not None and maxlen > limit:
+        raise ValueError(f"--maxlen {maxlen} is longer than the {limit} positions {name} has "
+                         f"learned (its max_position_embeddings): use --maxlen {limit} or less")

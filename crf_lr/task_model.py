@@ -29,7 +29,7 @@ def build_task_model(args, strategy, units, make_head, examples):
     from crf_lr import set_check_numerics, set_precision
     from crf_lr.cli import user_errors
     from crf_lr.compat import keras
-    from crf_lr.encoders import default_learning_rate, load_encoder
+    from crf_lr.encoders import check_maxlen, default_learning_rate, load_encoder
     from crf_lr.fused_kernels import status as fused_kernels_status
     from crf_lr.heads import piece_states
     from crf_lr.optimizers import LayerwiseAdam
@@ -47,6 +47,8 @@ def build_task_model(args, strategy, units, make_head, examples):
     print(f'encoder {encoder} ({why})')
     with strategy.scope():                   # the model's variables on every replica
         bert, vocab_path, encoder_info = load_encoder(encoder, args.layers, args.vocab)
+        with user_errors():                      # before any window runs past its positions
+            check_maxlen(bert, args.maxlen, encoder)
         if getattr(args, 'reinit_top', 0):
             from crf_lr.finetune import reinitialize_top_layers
             reinitialize_top_layers(bert, args.reinit_top, seed=args.seed)

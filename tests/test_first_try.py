@@ -157,6 +157,19 @@ def test_a_chinese_file_with_an_english_encoder_stops_before_training(tmp_path):
     assert not log.exists() or log.read_text() == ''                    # no epoch trained
 
 
+def test_a_maxlen_beyond_the_encoders_positions_stops_before_training(tmp_path):
+    """--maxlen 600 on an encoder of 512 positions: one line naming both, before any epoch (it
+    stopped at the first long window deep in TensorFlow, or trained on while none came)."""
+    from test_examples import load_script
+    train = write(tmp_path, 'train.txt', MARKED)
+    with pytest.raises(SystemExit, match=r"^error: --maxlen 600 is longer than the 512 positions "
+                                         r"random:1:16 has learned .*use --maxlen 512 or less$"):
+        load_script('task_ner').main(['--train-file', train, '--encoder', 'random:1:16',
+                                      '--maxlen', '600', '--output', str(tmp_path / 'run')])
+    log = tmp_path / 'run' / 'log.jsonl'
+    assert not log.exists() or log.read_text() == ''
+
+
 # ---------------------------------------------------------------------------------------------
 # Quiet by default
 
