@@ -42,6 +42,10 @@ def _tag_decoder(head):
     from crf_lr.crf import crf_marginals, crf_sequence_score
     from crf_lr.heads import CRFHead, SoftmaxHead
     from crf_lr.viterbi import DISALLOWED_SCORE, constrained_parameters, viterbi_decode_tf
+    if getattr(head, 'label_pieces', 'all') != 'all':   # the graph decodes every piece's scores
+        raise ValueError('cannot export a head trained on first pieces only (--label-pieces '
+                         'first): TensorFlow Serving would decode every piece; serve it with '
+                         'python -m crf_lr.serve, or train with --label-pieces all')
     if isinstance(head, CRFHead):
         trans, start, end = (None if p is None else p.numpy()
                              for p in head.crf.effective_parameters('float64'))

@@ -165,6 +165,19 @@ def test_bad_arguments_are_one_line_errors(exported, tmp_path, capsys):
         assert exit_info.value.code == 2 and message in capsys.readouterr().err
 
 
+def test_a_head_trained_on_first_pieces_is_refused_in_one_line(tmp_path, capsys):
+    """Its scores past a word's first piece were never trained: decoding every piece (all that a
+    served graph can do) would give other tags than the Tagger's."""
+    from crf_lr.export import main
+    model_dir = save_random_tagger(str(tmp_path), 'crf', ['LOC', 'PER'], 'BIO', maxlen=16,
+                                   units='words', label_pieces='first')
+    with pytest.raises(SystemExit) as exit_info:
+        main([model_dir, str(tmp_path / 'exported')])
+    assert exit_info.value.code == 2
+    assert 'first pieces only (--label-pieces first)' in capsys.readouterr().err
+    assert not (tmp_path / 'exported').exists()
+
+
 # Word models: 'runs' is two WordPieces (run ##s), 'Peter' is read lower-cased, '.' split off.
 WORD_TEXTS = ['Peter runs in London.', 'EU rejects German call to boycott British lamb.', '']
 WORD_HEADS = {'crf': ('crf', ['LOC', 'PER'], 'BIOES'),
