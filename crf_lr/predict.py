@@ -209,15 +209,16 @@ def main(argv=None):
     quiet_tensorflow(args.verbose, native=argv is None)  # keep TensorFlow's log off the console
     from crf_lr.precision import set_precision
     from crf_lr.tagger import Tagger
-    from crf_lr.vocabulary import unknown_warning
+    from crf_lr.vocabulary import unknown_warning, unspaced_warning
     set_precision(args.precision)
     try:
         tagger = Tagger.load(args.model_dir, args.batch_size)
     except (FileNotFoundError, OSError, ValueError) as error:
         _model_error(parser, error)
-    warning = unknown_warning(tagger.encoder, [line.split() if tagger.encoder.units == 'words'
-                                               else line for line in lines])
-    if warning:
+    warnings = (unknown_warning(tagger.encoder, [line.split() if tagger.encoder.units == 'words'
+                                                 else line for line in lines]),
+                unspaced_warning(tagger.encoder, lines))
+    for warning in filter(None, warnings):
         print(warning, file=sys.stderr)
     try:
         records = predict_records(tagger, lines, args.constrain, args.min_confidence,

@@ -88,6 +88,28 @@ def unknown_share(encoder, sequences):
     return share, [unit for unit, _ in unknown.most_common(3)]
 
 
+LONG_CJK_WORD = 6     # CJK characters: longer "words" are text without spaces (a word is 1-4)
+
+
+def unspaced_warning(encoder, lines):
+    """The guard of a word model at prediction: a warning line when ``lines`` are mostly CJK text
+    without spaces, each run of which the model reads as one word, else None.
+
+        >>> unspaced_warning(tagger.encoder, ['中共中央总书记江泽民在北京会见了安南'])
+        'warning: most of the input is CJK text without spaces ...'
+    """
+    if encoder.units != 'words' or script_shares(lines)[0] <= 0.5:
+        return None
+    words = [word for line in lines for word in line.split() if CJK.search(word)]
+    long = [word for word in words if sum(map(bool, map(CJK.match, word))) > LONG_CJK_WORD]
+    if len(long) * 2 <= len(words):
+        return None
+    return (f"warning: most of the input is CJK text without spaces, which a word model reads as "
+            f"one word per run (e.g. {long[0][:12]!r}, {len(long)} of {len(words)} words): its "
+            f"tags there mean little; a character model reads such text (task scripts choose "
+            f"--encoder {CHINESE} for Chinese files)")
+
+
 def _packaged_vocab(name):
     """The vocab.txt of a packaged encoder, or None where its package is not installed."""
     from crf_lr.pretrained import packaged_source

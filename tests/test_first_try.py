@@ -17,7 +17,8 @@ from crf_lr.console import NATIVE_LOG_LINE
 from crf_lr.datasets import detect_format, read_corpus
 from crf_lr.pieces import UnitEncoder
 from crf_lr.splits import load_splits, repair_line
-from crf_lr.vocabulary import check_vocabulary, choose_encoder, script_shares, unknown_warning
+from crf_lr.vocabulary import (check_vocabulary, choose_encoder, script_shares, unknown_warning,
+                               unspaced_warning)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPECIAL = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]']
@@ -142,6 +143,21 @@ def test_the_guard_names_the_share_three_units_and_a_way_on(tmp_path):
         '0.0% of the training units are unknown to the vocabulary of my-encoder ([UNK])')
     assert unknown_warning(latin, ['abc']) is None
     assert unknown_warning(latin, texts).startswith("warning: 69.2% of the input's units")
+
+
+def test_a_word_model_warns_of_cjk_text_without_spaces(tmp_path):
+    """Each unspaced run is one word to it (it tagged a whole line as one entity, silently);
+    segmented Chinese, English and character models are left alone."""
+    vocab = vocabulary(tmp_path, list('中共央总书记江泽民在北京会见了') + ['peter', 'runs'])
+    words, chars = UnitEncoder(vocab, 'words'), UnitEncoder(vocab, 'chars')
+    unspaced = ['中共中央总书记江泽民在北京会见了联合国秘书长安南。', '江泽民在北京会见了安南']
+    warning = unspaced_warning(words, unspaced)
+    assert warning.startswith("warning: most of the input is CJK text without spaces, which a "
+                              "word model reads as one word per run (e.g. '中共中央总书记江泽民在北', "
+                              "2 of 2 words)") and '\n' not in warning
+    assert unspaced_warning(words, ['中共中央 总书记 江泽民 在 北京 会见 了 安南']) is None
+    assert unspaced_warning(words, ['Peter runs in London.', '北京']) is None
+    assert unspaced_warning(chars, unspaced) is None
 
 
 def test_a_chinese_file_with_an_english_encoder_stops_before_training(tmp_path):
