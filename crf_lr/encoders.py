@@ -136,14 +136,14 @@ def load_encoder(spec, layers=None, vocab=None):
 
 def position_limit(encoder):
     """The most tokens ``encoder`` (a bert4keras model) has learned positions for: its
-    ``max_position_embeddings``; None where nothing limits them (no absolute positions, or
-    bert4keras's hierarchical ones).
+    ``max_position_embeddings`` (squared for bert4keras's hierarchical positions); None where
+    nothing limits them (no absolute positions).
 
         >>> position_limit(load_encoder('random:1:312')[0])       # 512
     """
     from bert4keras.layers import PositionEmbedding
-    limits = [layer.input_dim for layer in encoder.layers
-              if isinstance(layer, PositionEmbedding) and not layer.hierarchical]
+    limits = [layer.input_dim ** (2 if layer.hierarchical else 1) for layer in encoder.layers
+              if isinstance(layer, PositionEmbedding)]
     return min(limits) if limits else None
 
 

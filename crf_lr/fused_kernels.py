@@ -247,6 +247,15 @@ def _along_the_last_axis(bias_add):
     return data_format is None or tf.compat.as_str(data_format) == 'NHWC'
 
 
+def _traced_with_its_forward(op):
+    """True where ``op``'s gradient is traced in the graph that holds ``op``: a tape's record of
+    it (a training step's forward and backward in one function, or eager) or the same graph. A
+    function's gradient traced apart from it is compiled with it where the function is compiled
+    by XLA, which has no kernel of ours."""
+    graph = getattr(op, 'graph', None)                 # a tape's record of an op has none
+    return graph is None or graph is tf.compat.v1.get_default_graph()
+
+
 def _install_bias_gradient():
     """Give TensorFlow's ``BiasAdd`` (every Dense layer's bias) :func:`bias_gradient` where a
     gradient traced now may hold the kernels (:func:`_graph_takes_them`, bfloat16, the bias along
@@ -260,7 +269,7 @@ def _install_bias_gradient():
 
     def gradient(op, dy):
         if (_BIAS_GRADIENT.enabled and dy.dtype == tf.bfloat16 and _along_the_last_axis(op)
-                and _graph_takes_them()):
+                and _traced_with_its_forward(op) and _graph_takes_them()):
             return dy, bias_gradient(dy)
         return tensorflow_gradient(op, dy)
     gradient.crf_lr = True

@@ -174,8 +174,8 @@ def _layer_norm64_tf(x, epsilon):
 
 @pytest.mark.parametrize('shape', [(4096, 312), (300, 70), (2, 3, 130), (5,), (0, 6), (3, 0)])
 def test_the_bf16_bias_gradient_is_the_exact_sum_rounded_once(fused_ops, shape):
-    """The float64 sum of the bfloat16 values, rounded once to bfloat16 (TensorFlow's
-    BiasAddGrad sums in bfloat16 and drifts far from it)."""
+    """The float64 sum of the bfloat16 values, rounded once to bfloat16, where float32 sums of
+    256 rows lose nothing (TensorFlow's BiasAddGrad sums in bfloat16 and drifts far from it)."""
     dy = tf.constant(_values(shape, seed=3) * 3.0, tf.bfloat16)
     exact = tf.cast(dy, tf.float64).numpy().reshape(math.prod(shape[:-1]), shape[-1]).sum(0)
     ours = tf.cast(fused_ops.crf_lr_bias_grad(dy), tf.float64).numpy()
@@ -183,6 +183,15 @@ def test_the_bf16_bias_gradient_is_the_exact_sum_rounded_once(fused_ops, shape):
     if shape == (4096, 312):
         theirs = tf.cast(tf.raw_ops.BiasAddGrad(out_backprop=dy), tf.float64).numpy()
         assert np.abs(theirs - exact).max() > 10 * np.abs(ours - exact).max()
+
+
+def test_the_bf16_bias_gradient_rounds_once_across_chunks_of_rows(fused_ops):
+    """1 + 2^-8 + 2^-30 lies just above a bfloat16 halfway point: rounded once it goes up;
+    through float32 first it would land on the halfway point and go down to 1 (ties to even)."""
+    column = np.zeros(512)
+    column[[0, 1, 300]] = [1.0, 2.0 ** -8, 2.0 ** -30]           # 300: another chunk of rows
+    dy = tf.constant(column[:, None], tf.bfloat16)
+    assert float(fused_ops.crf_lr_bias_grad(dy)[0]) == 1.0 + 2.0 ** -7
 
 
 def test_a_bias_gradient_has_its_gradient_and_refuses_a_scalar(fused_ops):
@@ -225,6 +234,22 @@ def test_bias_adds_outside_the_kernels_reach_keep_tensorflows_gradient(fused_ops
     assert 'BiasAddGrad' in {op.type for op in switched_off.graph.get_operations()}
     for gradients in (traced(), channels_last(), switched_off(), gradient(None)):   # last: eager
         assert_sums(gradients)
+
+
+def test_a_bias_added_in_an_xla_function_keeps_tensorflows_gradient_outside_it(fused_ops):
+    """The gradient of a function compiled by XLA, traced apart from it (here in the calling
+    function), is compiled with it: BiasAddGrad there, where the kernel failed to compile."""
+    x = tf.constant(_values((64, 8), seed=2), tf.bfloat16)
+    bias = tf.Variable(tf.zeros([8], tf.bfloat16))
+    forward = tf.function(lambda b: tf.nn.bias_add(x, b), jit_compile=True)
+
+    @tf.function
+    def outer():
+        with tf.GradientTape() as tape:
+            y = forward(bias)
+        return tape.gradient(y, bias, output_gradients=x)
+    exact = tf.cast(x, tf.float64).numpy().sum(0)
+    np.testing.assert_allclose(tf.cast(outer(), tf.float64), exact, rtol=2e-2, atol=0.1)
 
 
 def test_inputs_of_different_shapes_are_refused(fused_ops):

@@ -20,6 +20,8 @@
 // run crf_lr (TensorFlow's own ops are used where it cannot be built).
 #define EIGEN_USE_THREADS
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "tensorflow/core/framework/common_shape_fns.h"
@@ -289,6 +291,22 @@ class LayerNormGradOp : public OpKernel {
   }
 };
 
+// A double rounded once to the nearest bfloat16 (ties to even): the float between is rounded to
+// odd, so that it keeps which side of a bfloat16 halfway point the double lies on.
+Eigen::bfloat16 ToBfloat16(double value) {
+  float single = static_cast<float>(value);
+  if (static_cast<double>(single) != value && std::isfinite(single)) {
+    if (std::fabs(static_cast<double>(single)) > std::fabs(value)) {
+      single = std::nextafter(single, 0.f);                  // toward zero, then odd
+    }
+    uint32_t bits;
+    std::memcpy(&bits, &single, sizeof bits);
+    bits |= 1u;
+    std::memcpy(&single, &bits, sizeof bits);
+  }
+  return static_cast<Eigen::bfloat16>(single);
+}
+
 // Rows summed in float32 before their sums are added up in double.
 constexpr int64_t kBiasRowChunk = 256;
 
@@ -326,9 +344,7 @@ class BiasGradOp : public OpKernel {
     };
     ForEachRow(context, rows, n, rows_from);
     Eigen::bfloat16* db_data = db->flat<Eigen::bfloat16>().data();
-    for (int64_t i = 0; i < n; ++i) {
-      db_data[i] = static_cast<Eigen::bfloat16>(static_cast<float>(totals[i]));
-    }
+    for (int64_t i = 0; i < n; ++i) db_data[i] = ToBfloat16(totals[i]);
   }
 };
 
