@@ -9,7 +9,9 @@ the fused kernel computed the same scores in every case tested); in bf16 they di
 optimiser fuses product, scale and mask into one oneDNN kernel, and the products' gradients need
 fewer re-layouts than ``Einsum``'s: a training step of the 4-layer ALBERT-tiny shape is 1.07-1.11x
 faster in float32 and in bf16 (``python benchmarks/graph_probe.py --change batched_attention``;
-docs/performance.md). The same weights, checkpoints and configs: only the graph changes. One
+docs/performance.md). In a training call the softmax's gradient is one kernel with the scale
+inside it (:func:`crf_lr.fused_kernels.softmax`), where no additive bias needs the scores'
+gradient before the scale. The same weights, checkpoints and configs: only the graph changes. One
 difference at the edge: a masked key whose score is +inf or NaN makes the row NaN (the select
 dropped it); layer-normalised inputs keep scores finite.
 
@@ -68,16 +70,16 @@ def batched_pay_attention_to(layer, inputs, mask=None, **kwargs):
     bias = extra.pop(0) if kwargs.get('a_bias') else None
     if kwargs.get('p_bias') == 'rotary':
         qw, kw = apply_rotary_position_embeddings(extra.pop(0), qw, kw)
-    scores = tf.matmul(heads_first(qw), heads_first(kw), transpose_b=True)
-    if layer.attention_scale:
-        scores = scores / layer.key_size**0.5
-    logits = scores
-    if bias is not None:
-        logits = logits + (bias[:, None] if K.ndim(bias) == 3 else bias)
+    products = tf.matmul(heads_first(qw), heads_first(kw), transpose_b=True)
+    divisor = layer.key_size**0.5 if layer.attention_scale else None
+    scores = products if divisor is None else products / divisor
     key_mask = mask[1] if mask is not None else None
-    if key_mask is not None:
-        logits = logits + _key_mask_bias(key_mask, logits.dtype)
-    weights = fused_kernels.softmax(logits)
+    mask_bias = None if key_mask is None else _key_mask_bias(key_mask, products.dtype)
+    if bias is None:        # the scale inside the softmax: its gradient is one pass, not two
+        weights = fused_kernels.softmax(products, divisor, mask_bias)
+    else:
+        biased = scores + (bias[:, None] if K.ndim(bias) == 3 else bias)
+        weights = fused_kernels.softmax(biased, shift=mask_bias)
     if layer.attention_dropout:
         weights = keras.layers.Dropout(layer.attention_dropout)(weights)
     return heads_first(tf.matmul(weights, heads_first(vw))), scores

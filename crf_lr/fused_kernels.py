@@ -1,10 +1,10 @@
-"""One-pass CPU kernels for a training step: bert4keras's erf GELU and layer norm, each with its
-gradient, the gradient of the attention's softmax, the gradient of every bias in bfloat16, and
+"""One-pass CPU kernels for a training step: bert4keras's erf GELU and layer norm (with its scale
+and offset), each with its gradient, the gradient of the attention's softmax, the gradient of every bias in bfloat16, and
 the CRF's forward-backward pass.
 
 TensorFlow runs the GELU of every feed-forward layer as five element-wise ops and its gradient
-as about nine, a layer norm as seven each way and a softmax's gradient as four, each a pass
-over memory. The kernels of ``crf_lr/kernels/fused_ops.cc`` make each of them one pass, and
+as about nine, a layer norm as seven each way (its scale and offset two more) and a softmax's gradient
+as four, each a pass over memory. The kernels of ``crf_lr/kernels/fused_ops.cc`` make each of them one pass, and
 ``crf_lr/kernels/crf_forward_backward.cc`` makes the CRF loss's loop over positions (some 400
 ops to trace, optimise and schedule) one op. They are compiled against the installed TensorFlow
 the first time they are needed (about 17 s; ``make install`` does it), cached per machine
@@ -16,7 +16,7 @@ step's speed is in docs/performance.md ("Fused element-wise kernels").
 
 :mod:`crf_lr.compat` installs the GELU and the bias gradient (``BiasAdd``'s in bfloat16, summed
 in float32 where TensorFlow sums in bfloat16) for every model of the process,
-:mod:`crf_lr.attention` calls :func:`softmax`, :mod:`crf_lr.layer_norm` :func:`normalized` and
+:mod:`crf_lr.attention` calls :func:`softmax`, :mod:`crf_lr.layer_norm` :func:`layer_norm` and
 :mod:`crf_lr.crf` :func:`crf_forward_backward` (a training step's loss, outside a step compiled
 whole by XLA).
 Switch them off for a block (per thread, read when a function is traced):
@@ -170,29 +170,37 @@ def gelu_erf(x):
     return _ops().crf_lr_gelu(x)
 
 
-def softmax(x):
-    """``softmax(x)`` over the last axis (TensorFlow's op); in a training call its gradient is
-    one kernel.
+def softmax(x, divisor=None, shift=None):
+    """``softmax(x / divisor + shift)`` over the last axis (TensorFlow's ops; ``divisor`` a number,
+    ``shift`` a tensor that is not differentiated, such as a mask's 0 / -inf bias); in a training
+    call the gradient with respect to ``x`` is one kernel, the division included.
 
-        >>> softmax(tf.constant([[0., 0.]]))         # [[0.5, 0.5]]
+        >>> softmax(tf.constant([[0., 0.]]))                 # [[0.5, 0.5]]
+        >>> softmax(scores, divisor=8.0, shift=mask_bias)    # attention's weights
     """
+    def logits(x):
+        scaled = x if divisor is None else x / divisor
+        return scaled if shift is None else scaled + shift
     if not applies(x):
-        return tf.nn.softmax(x)
+        return tf.nn.softmax(logits(x))
 
     @tf.custom_gradient
     def forward(x):
-        y = tf.nn.softmax(x)
-        return y, lambda dy: _ops().crf_lr_softmax_grad(dy, y)
+        y = tf.nn.softmax(logits(x))
+        scale = 1.0 if divisor is None else 1.0 / divisor
+        return y, lambda dy: _ops().crf_lr_softmax_grad(dy, y, scale=scale)
     return forward(x)
 
 
-def normalized(x, epsilon):
-    """``x`` centred and scaled to unit variance along its last axis (statistics in float32),
-    one kernel each way, for :func:`crf_lr.layer_norm.normalized` where :func:`applies`.
+def layer_norm(x, gamma, beta, epsilon):
+    """``x`` centred and scaled to unit variance along its last axis, times ``gamma`` plus
+    ``beta`` (vectors of the last axis's length), statistics and the affine step in float32, one
+    kernel each way, for :mod:`crf_lr.layer_norm` where :func:`applies`.
 
-        >>> normalized(tf.constant([[1., 2., 3.]]), 1e-12)     # [[-1.2247, 0., 1.2247]]
+        >>> layer_norm(tf.constant([[1., 2., 3.]]), tf.ones([3]), tf.zeros([3]), 1e-12)
+        ... # [[-1.2247, 0., 1.2247]]
     """
-    return _ops().crf_lr_layer_norm(x, epsilon=epsilon)[0]
+    return _ops().crf_lr_layer_norm(x, gamma, beta, epsilon=epsilon)[0]
 
 
 tf.no_gradient('CrfLrForwardBackward')   # crf_lr.crf's custom gradient uses its outputs
@@ -203,22 +211,13 @@ def _gelu_gradient(op, dy):
     return _ops().crf_lr_gelu_grad(dy, op.inputs[0])
 
 
-def _zeros_for_an_unused_output(gradient):
-    """True for the zeros a ``GradientTape`` passes, in a traced function, as the gradient of an
-    output nothing used (the layer norm's ``std`` in every model): its term then adds nothing,
-    and leaving it out keeps 13 ops per layer norm out of a traced step."""
-    return not tf.executing_eagerly() and gradient.op.type == 'ZerosLike'
-
-
 @tf.RegisterGradient('CrfLrLayerNorm')
-def _layer_norm_gradient(op, dx_hat, dstd):
-    x_hat, std = op.outputs
-    dx = _ops().crf_lr_layer_norm_grad(dx_hat, x_hat, std)
-    if dstd is not None and not _zeros_for_an_unused_output(dstd):
-        # std used beyond the gradient: d std / dx = x_hat / n
-        n = tf.cast(tf.shape(x_hat)[-1], tf.float32)
-        dx += tf.cast(dstd[..., None] * tf.cast(x_hat, tf.float32) / n, dx.dtype)
-    return dx
+def _layer_norm_gradient(op, dy, dmean, dstd):
+    """dx, dgamma, dbeta; the mean and std outputs are the gradient's inputs, which
+    :func:`layer_norm` does not return (their gradients are the tape's zeros)."""
+    x, gamma, _ = op.inputs
+    _, mean, std = op.outputs
+    return _ops().crf_lr_layer_norm_grad(dy, x, gamma, mean, std)
 
 
 def bias_gradient(dy):

@@ -13,6 +13,11 @@ step itself 1.02-1.03x faster (docs/performance.md, "A shorter trace"). Gradient
 TensorFlow's to float rounding, and under bf16 come nearer float32's than bert4keras's bf16 ops
 (``tests/test_layer_norm.py``).
 
+In a training call where :mod:`crf_lr.fused_kernels` apply, the norm and bert4keras's scale and
+offset after it are instead one kernel each way (:func:`crf_lr.fused_kernels.layer_norm`:
+statistics, affine step and gradients in float32, ``gamma`` and ``beta``'s gradients summed in
+float32 over chunks of rows).
+
 :mod:`crf_lr.compat` installs it for every model of the process (so does importing this
 module). Conditional layer norms, ``zero_mean`` or ``unit_variance`` off, and bert4keras's
 ``RECOMPUTE`` mode keep bert4keras's own code. The switch is per thread: replicas of a
@@ -51,12 +56,10 @@ def normalized(x, epsilon):
 
         >>> normalized(tf.constant([[1., 2., 3.]]), 1e-12)     # [[-1.2247, 0., 1.2247]]
 
-    In a training call with :mod:`crf_lr.fused_kernels` built, one kernel each way does the same
-    with float32 statistics.
+    (In a training call with :mod:`crf_lr.fused_kernels` built, the layer runs
+    :func:`crf_lr.fused_kernels.layer_norm` instead: this and its scale and offset, one kernel
+    each way.)
     """
-    if fused_kernels.applies(x):
-        return fused_kernels.normalized(x, epsilon)
-
     @tf.custom_gradient
     def forward(x):
         centred = x - tf.reduce_mean(x, -1, keepdims=True)
@@ -74,6 +77,18 @@ def normalized(x, epsilon):
     return forward(x)
 
 
+def _scale_and_offset(layer, width, dtype):
+    """(gamma, beta) of a bert4keras ``ScaleOffset`` that is not conditional, as vectors of
+    ``width``: its weights, or its constant ``scale`` / ``offset`` filled in (1 and 0 where it
+    has none)."""
+    def vector(setting, weight, none):
+        if setting is True:
+            return weight
+        return tf.fill([width], tf.constant(none if setting in (False, None) else setting, dtype))
+    return (vector(layer.scale, getattr(layer, 'gamma', None), 1),
+            vector(layer.offset, getattr(layer, 'beta', None), 0))
+
+
 def _handles(layer):
     """True where :func:`normalized` computes what bert4keras's layer would."""
     from bert4keras.backend import do_recompute
@@ -82,11 +97,16 @@ def _handles(layer):
 
 
 def install():
-    """Route ``bert4keras.layers.LayerNormalization.call`` through :func:`normalized` where it
-    applies (idempotent); the scale and offset stay bert4keras's (``ScaleOffset.call``)."""
+    """Route ``bert4keras.layers.LayerNormalization.call`` through
+    :func:`crf_lr.fused_kernels.layer_norm` (scale and offset included) in a training call where
+    the kernels apply, else through :func:`normalized` and bert4keras's ``ScaleOffset.call``,
+    where it computes what bert4keras would (idempotent)."""
     from bert4keras.layers import LayerNormalization, ScaleOffset
 
     def call(original, self, inputs, **kwargs):     # kwargs: what RECOMPUTE's wrapper takes
+        if _handles(self) and fused_kernels.applies(inputs):
+            gamma, beta = _scale_and_offset(self, inputs.shape[-1], inputs.dtype)
+            return fused_kernels.layer_norm(inputs, gamma, beta, self.epsilon)
         if _handles(self):
             return ScaleOffset.call(self, normalized(inputs, self.epsilon))
         return original(self, inputs, **kwargs)

@@ -154,3 +154,34 @@ def test_a_model_built_by_bert4keras_computes_the_same_without_einsum(tiny_bert_
         graphs[batched] = {op.type for op in traced.graph.get_operations()}
     np.testing.assert_allclose(outputs[True], outputs[False], rtol=1e-5, atol=1e-6)
     assert 'Einsum' in graphs[False] and 'Einsum' not in graphs[True]
+
+
+@pytest.mark.parametrize('case', ['no mask', 'key mask', 'key mask, no scale',
+                                  'key size other than head size', 'additive bias (rank 4)'])
+def test_a_training_calls_score_gradient_is_the_softmax_kernel_alone(fused_ops, case):
+    """In a training call the scores' gradient is the softmax kernel's, with the scale inside it
+    (no pass over the scores to divide; an additive bias keeps one), and the gradients equal
+    bert4keras's einsum form's."""
+    spec = dict(dict(options={}, mask=None, extra=[], kwargs={}), **CASES[case])
+    inputs = _inputs() + [_extra(kind, np.random.default_rng(2)) for kind in spec['extra']]
+    mask = None if spec['mask'] is None else [tf.constant(KEY_MASK)] * 3
+    layer = _layer(**spec['options'])
+
+    def gradients(*tensors):
+        with tf.GradientTape() as tape:
+            tape.watch(tensors)
+            outputs = layer(list(tensors), mask=mask, training=True, **spec['kwargs'])
+            total = tf.reduce_sum(outputs * tf.cos(tf.range(outputs.shape[-1], dtype=tf.float32)))
+        return tape.gradient(total, list(tensors) + layer.trainable_weights)
+    gradients(*inputs)                              # builds the layer's weights, eagerly
+    traced = {}
+    for batched in (False, True):
+        with batched_attention(batched):
+            traced[batched] = tf.function(gradients).get_concrete_function(*inputs)
+    for got, expected in zip(traced[True](*inputs), traced[False](*inputs)):
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+    operations = traced[True].graph.get_operations()
+    assert 'CrfLrSoftmaxGrad' in _types(operations)
+    score_passes = [op for op in operations if op.name.startswith('gradient_tape/')
+                    and op.type in ('Mul', 'RealDiv') and op.outputs[0].shape[-2:] == (N, N)]
+    assert bool(score_passes) == (case == 'additive bias (rank 4)')

@@ -1,5 +1,5 @@
-"""crf_lr.fused_kernels and crf_lr.native_build: the one-pass GELU and layer norm with their
-gradients, and the softmax's gradient, against float64 closed forms and TensorFlow's own ops; a model's training calls use
+"""crf_lr.fused_kernels and crf_lr.native_build: the one-pass GELU and layer norm (with its scale
+and offset) with their gradients, and the softmax's gradient, against float64 closed forms and TensorFlow's own ops; a model's training calls use
 them, its other calls do not, and its gradients stay TensorFlow's to float rounding; the build
 is cached, atomic, and says why where it cannot run."""
 import math
@@ -64,9 +64,11 @@ def test_gelu_matches_bert4keras_and_its_gradient_tensorflows(fused_ops):
                                tape.gradient(theirs, x, output_gradients=dy), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize('scale', [1.0, 0.125])
 @pytest.mark.parametrize('dtype', ['float32', 'bfloat16'])
 @pytest.mark.parametrize('shape', [(2, 3, 5, 7), (4, 1), (0, 6), (3, 0), (3, 130), (2, 12, 64, 128)])
-def test_softmax_gradient_matches_tensorflows(fused_ops, dtype, shape):
+def test_softmax_gradient_matches_tensorflows(fused_ops, dtype, shape, scale):
+    """The gradient of softmax(scale x) with respect to x (a power of two: the same rounding)."""
     logits = _values(shape, seed=3)
     if logits.size:
         logits[..., -1] = -np.inf                          # a masked key, as attention's bias gives
@@ -75,7 +77,7 @@ def test_softmax_gradient_matches_tensorflows(fused_ops, dtype, shape):
         logits[:] = 0.0
     dy = tf.cast(_values(shape, seed=4, spread=1.0), dtype)
     y = tf.nn.softmax(tf.cast(logits, dtype))
-    dx = tf.cast(fused_ops.crf_lr_softmax_grad(dy, y), tf.float64).numpy()
+    dx = tf.cast(fused_ops.crf_lr_softmax_grad(dy, y, scale=scale), tf.float64).numpy() / scale
     y64 = tf.cast(y, tf.float64)
     with tf.GradientTape() as tape:
         x64 = tf.constant(np.where(np.isinf(logits), -1e30, logits))
@@ -106,65 +108,119 @@ def _layer_norm64(x, epsilon):
 
 @pytest.mark.parametrize('dtype', ['float32', 'bfloat16'])
 @pytest.mark.parametrize('shape', [(2, 3, 312), (5, 7), (0, 4), (3, 0), (2048, 312)])
-def test_layer_norm_and_its_gradient_match_the_closed_form(fused_ops, dtype, shape):
+def test_layer_norm_and_its_gradients_match_the_closed_form(fused_ops, dtype, shape):
+    """y = x_hat gamma + beta and dx, dgamma, dbeta against float64 TensorFlow ops on the same
+    (rounded) inputs; the statistics outputs are the rows' float64 mean and std."""
     epsilon = 1e-12
     x = _values(shape, seed=5) + 4.0                       # a mean away from 0, as residuals have
     if x.size:
         x[0] = 2.5                                          # a constant row: std = sqrt(epsilon)
-    x_t = tf.cast(x, dtype)
-    x64 = tf.cast(x_t, tf.float64)
-    dy = tf.cast(_values(shape, seed=6, spread=1.0), dtype)
+    x_t, gamma, beta, dy = (tf.cast(v, dtype) for v in (
+        x, _values(shape[-1:], seed=8, spread=0.5) + 1.0, _values(shape[-1:], seed=9, spread=0.5),
+        _values(shape, seed=6, spread=1.0)))
+    x64, gamma64, beta64, dy64 = (tf.cast(v, tf.float64) for v in (x_t, gamma, beta, dy))
     with tf.GradientTape(persistent=True) as tape:
-        tape.watch([x_t, x64])
-        ours = fused_kernels.normalized(x_t, epsilon)
-        exact = _layer_norm64_tf(x64, epsilon)
-    dx = tf.cast(tape.gradient(ours, x_t, output_gradients=dy), tf.float64).numpy()
-    dx_ref = tape.gradient(exact, x64, output_gradients=tf.cast(dy, tf.float64)).numpy()
+        tape.watch([x_t, gamma, beta, x64, gamma64, beta64])
+        ours = fused_kernels.layer_norm(x_t, gamma, beta, epsilon)
+        exact = _layer_norm64_tf(x64, epsilon) * gamma64 + beta64
+    dx, dgamma, dbeta = (tf.cast(g, tf.float64).numpy() for g in tape.gradient(
+        ours, [x_t, gamma, beta], output_gradients=dy))
+    dx_ref, dgamma_ref, dbeta_ref = (g.numpy() for g in tape.gradient(
+        exact, [x64, gamma64, beta64], output_gradients=dy64))
     ours, exact = tf.cast(ours, tf.float64).numpy(), exact.numpy()
-    assert ours.shape == dx.shape == x.shape
-    np.testing.assert_allclose(exact, _layer_norm64(x64.numpy(), epsilon), atol=1e-12)
-    # per row: the constant row's gradient is (dy - mean dy) / sqrt(epsilon), 1e6 times the rest
+    assert ours.shape == dx.shape == x.shape and dgamma.shape == dbeta.shape == shape[-1:]
+    _, mean, std = fused_ops.crf_lr_layer_norm(x_t, gamma, beta, epsilon=epsilon)
+    flat = (math.prod(shape[:-1]), shape[-1])
+    rows64 = np.pad(x64.numpy().reshape(flat), [(0, 0), (0, 0 if shape[-1] else 1)])
+    np.testing.assert_allclose(mean.numpy().ravel(), rows64.mean(-1), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(std.numpy().ravel(), np.sqrt(rows64.var(-1) + epsilon),
+                               rtol=1e-5, atol=1e-7)        # no entries: 0 and sqrt(epsilon)
+    # per row: the constant row's gradient is (g - mean g) / sqrt(epsilon), 1e6 times the rest
     row_scale = np.abs(dx_ref).max(axis=-1, keepdims=True, initial=0) + 1
+    # per column: the sums' terms' magnitudes
+    x_hat64 = _layer_norm64_tf(x64, epsilon).numpy()
+    gamma_scale = np.abs(dy64.numpy() * x_hat64).reshape(flat).sum(0) + 1e-30
+    beta_scale = np.abs(dy64.numpy()).reshape(flat).sum(0) + 1e-30
     if dtype == 'float32':
         np.testing.assert_allclose(ours, exact, rtol=1e-5, atol=1e-5)
         assert np.all(np.abs(dx - dx_ref) <= 1e-5 * row_scale)
+        assert np.all(np.abs(dgamma - dgamma_ref) <= 1e-5 * gamma_scale)
+        assert np.all(np.abs(dbeta - dbeta_ref) <= 1e-6 * beta_scale)
     else:
         assert np.all(np.abs(ours - exact) <= _bf16_tolerance(exact) + 1e-4)
         assert np.all(np.abs(dx - dx_ref) <= 2.0 ** -6 * row_scale)
+        # one rounding to bfloat16 of sums taken in float32 (x_hat from float32 statistics)
+        assert np.all(np.abs(dgamma - dgamma_ref) <= 2.0 ** -8 * np.abs(dgamma_ref)
+                      + 1e-5 * gamma_scale)
+        assert np.all(np.abs(dbeta - dbeta_ref) <= 2.0 ** -8 * np.abs(dbeta_ref)
+                      + 1e-6 * beta_scale)
 
 
-@pytest.mark.parametrize('traced', [False, True])
-def test_the_layer_norms_std_output_has_its_gradient(fused_ops, traced):
-    """Used, std gets its gradient term, eagerly and in a traced function."""
-    def gradients(x):
-        with tf.GradientTape(persistent=True) as tape:
-            tape.watch(x)
-            x_hat, std = fused_ops.crf_lr_layer_norm(x, epsilon=1e-6)
-            ours = tf.reduce_sum(x_hat * tf.cos(x)) + tf.reduce_sum(std * std)
-            centred = x - tf.reduce_mean(x, -1, keepdims=True)
-            std_ref = tf.sqrt(tf.reduce_mean(centred ** 2, -1, keepdims=True) + 1e-6)
-            theirs = tf.reduce_sum(centred / std_ref * tf.cos(x)) + tf.reduce_sum(std_ref ** 2)
-        return tape.gradient(ours, x), tape.gradient(theirs, x)
-    ours, theirs = (tf.function(gradients) if traced else gradients)(
-        tf.constant(_values((3, 9), seed=7), tf.float32))
-    np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(fused_ops.crf_lr_layer_norm(tf.zeros([3, 0]), epsilon=1e-6)[1],
-                               [1e-3] * 3, rtol=1e-6)        # no entries: sqrt(epsilon)
-
-
-def test_an_unused_std_adds_no_ops_to_a_traced_gradient(fused_ops):
-    """Unused (as in every model), std's gradient is the tape's zeros, and nothing reads them:
-    the traced gradient holds the layer norm's gradient kernel and no term for std."""
-    def gradient(x):
+@pytest.mark.parametrize('rows', [None, 40, 2000])
+def test_a_layer_norms_traced_gradient_is_one_kernel(fused_ops, rows):
+    """The gradient of y with respect to x, gamma and beta, traced: the gradient kernel and no
+    arithmetic op beside it, whether the rows are known when traced (the tape's zeros for the
+    statistics are then a constant or a Fill) or not (ZerosLike)."""
+    def gradients(x, gamma, beta, dy):
         with tf.GradientTape() as tape:
-            tape.watch(x)
-            x_hat = fused_ops.crf_lr_layer_norm(x, epsilon=1e-6)[0]
-            loss = tf.reduce_sum(x_hat * tf.cos(x))
-        return tape.gradient(loss, x)
-    graph = tf.function(gradient).get_concrete_function(tf.TensorSpec([None, 9])).graph
-    zeros = [op for op in graph.get_operations() if op.type == 'ZerosLike']
-    assert zeros and not any(op.outputs[0].consumers() for op in zeros)
-    assert 'CrfLrLayerNormGrad' in {op.type for op in graph.get_operations()}
+            tape.watch([x, gamma, beta])
+            y = fused_kernels.layer_norm(x, gamma, beta, 1e-6)
+        return tape.gradient(y, [x, gamma, beta], output_gradients=dy)
+    specs = [tf.TensorSpec([rows, 9]), tf.TensorSpec([9]), tf.TensorSpec([9]),
+             tf.TensorSpec([rows, 9])]
+    types = {op.type for op in tf.function(gradients).get_concrete_function(*specs)
+             .graph.get_operations()}
+    assert {'CrfLrLayerNorm', 'CrfLrLayerNormGrad'} <= types
+    assert not types & {'Mul', 'Sum', 'AddV2', 'AddN', 'RealDiv', 'Cast', 'Sub'}
+
+
+@pytest.mark.parametrize('options', [dict(), dict(scale=False, offset=False),
+                                     dict(scale=2.0, offset=-0.5)],
+                         ids=['weights', 'no scale or offset', 'constant scale and offset'])
+@pytest.mark.parametrize('policy', ['float32', 'mixed_bfloat16'])
+def test_a_layer_norm_layers_training_call_is_one_kernel_with_the_same_values(
+        fused_ops, options, policy):
+    """bert4keras's LayerNormalization in a training call: one kernel each way, with the outputs
+    and the gradients (input, gamma, beta) of its TensorFlow ops to float32 rounding, and
+    nearer float32's in bf16 than those ops come."""
+    from bert4keras.layers import LayerNormalization
+
+    def run(fused, layer, x):
+        def step(x):
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                y = layer(x, training=True)
+                total = tf.reduce_sum(tf.cast(y, tf.float32) * tf.cos(tf.range(16.)))
+            return y, tape.gradient(total, [x] + layer.trainable_weights)
+        with fused_kernels.fused_kernels(fused):
+            traced = tf.function(step).get_concrete_function(x)
+        y, gradients = traced(x)
+        return ([tf.cast(t, tf.float64).numpy() for t in [y] + gradients],
+                {op.type for op in traced.graph.get_operations()})
+
+    def layer(dtype):
+        built = LayerNormalization(epsilon=1e-12, dtype=dtype, **options)
+        built.build((3, 6, 16))
+        rng = np.random.default_rng(7)
+        built.set_weights([rng.normal(size=w.shape).astype('float32') for w in built.weights])
+        return built
+
+    x = np.random.default_rng(1).normal(size=(3, 6, 16)) * 3 + 1
+    compute = 'bfloat16' if policy == 'mixed_bfloat16' else 'float32'
+    if compute == 'float32':
+        x[0, 2] = 5.0          # a constant row (in bf16 its 1e6-times gradient would be the mean)
+    ours, types = run(True, layer(policy), tf.constant(x, compute))
+    theirs, their_types = run(False, layer(policy), tf.constant(x, compute))
+    assert 'CrfLrLayerNormGrad' in types and 'CrfLrLayerNorm' not in their_types
+    if policy == 'float32':
+        for got, want in zip(ours, theirs):
+            np.testing.assert_allclose(got, want, rtol=0, atol=2e-5 * (np.abs(want).max() + 1))
+        return
+    reference, _ = run(True, layer('float32'), tf.constant(tf.cast(tf.constant(x, compute),
+                                                                   tf.float32)))
+    for got, want, exact in zip(ours, theirs, reference):
+        assert np.abs(got - exact).mean() <= np.abs(want - exact).mean() + 1e-12
+        assert np.abs(got - exact).max() <= 2.0 ** -6 * (np.abs(exact).max() + 1)
 
 
 def _layer_norm64_tf(x, epsilon):
@@ -257,8 +313,15 @@ def test_inputs_of_different_shapes_are_refused(fused_ops):
         fused_ops.crf_lr_softmax_grad(tf.zeros([2, 3]), tf.zeros([2, 4]))
     with pytest.raises(tf.errors.InvalidArgumentError, match='inputs of different shapes'):
         fused_ops.crf_lr_gelu_grad(tf.zeros([2, 3]), tf.zeros([3, 2]))
-    with pytest.raises(tf.errors.InvalidArgumentError, match='std has 3 entries for 2 rows'):
-        fused_ops.crf_lr_layer_norm_grad(tf.zeros([2, 3]), tf.zeros([2, 3]), tf.ones([3]))
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match='mean and std have 3 and 2 entries for 2 rows'):
+        fused_ops.crf_lr_layer_norm_grad(tf.zeros([2, 3]), tf.zeros([2, 3]), tf.ones([3]),
+                                         tf.zeros([3]), tf.ones([2]))
+    with pytest.raises(tf.errors.InvalidArgumentError, match='input 1 has 4 entries for rows of 3'):
+        fused_ops.crf_lr_layer_norm(tf.zeros([2, 3]), tf.ones([4]), tf.zeros([3]), epsilon=1e-6)
+    with pytest.raises(tf.errors.InvalidArgumentError, match='input 2 has 2 entries for rows of 3'):
+        fused_ops.crf_lr_layer_norm_grad(tf.zeros([2, 3]), tf.zeros([2, 3]), tf.ones([2]),
+                                         tf.zeros([2]), tf.ones([2]))
 
 
 def _tiny_model(tiny_bert_config_path):

@@ -7,14 +7,19 @@
 //
 //   CrfLrGelu(x)                 0.5 x (1 + erf(x / sqrt 2)), bert4keras's gelu_erf
 //   CrfLrGeluGrad(dy, x)         dy (0.5 (1 + erf(x / sqrt 2)) + x exp(-x^2 / 2) / sqrt(2 pi))
-//   CrfLrSoftmaxGrad(dy, y)      y (dy - sum(dy y)) over the last axis, where y = softmax(x)
-//   CrfLrLayerNorm(x)            x_hat = (x - mean) / std, std = sqrt(variance + epsilon) per row
-//   CrfLrLayerNormGrad(dy, x_hat, std)   (dy - mean(dy) - x_hat mean(dy x_hat)) / std
+//   CrfLrSoftmaxGrad(dy, y)      scale y (dy - sum(dy y)) over the last axis, where
+//                                y = softmax(scale x) (attention's scores over sqrt(head size))
+//   CrfLrLayerNorm(x, gamma, beta)   y = x_hat gamma + beta, x_hat = (x - mean) / std,
+//                                std = sqrt(variance + epsilon) per row; also mean and std
+//   CrfLrLayerNormGrad(dy, x, gamma, mean, std)   dx = (g - mean(g) - x_hat mean(g x_hat)) / std
+//                                with g = dy gamma; dgamma, dbeta: dy x_hat and dy summed over
+//                                the rows (float32 over chunks of rows, double across them)
 //   CrfLrBiasGrad(dy)            bfloat16 only: the sum of dy over every axis but the last (a
 //                                bias's gradient) in float32, where TensorFlow's BiasAddGrad
 //                                sums bfloat16 in bfloat16, slower and far off
 //
-// (bert4keras's layer norm: its statistics, and the layer norm's gradient, in float32 here.)
+// (bert4keras's layer norm with its scale and offset: its statistics, the affine step and the
+// gradient in float32 here, rounded once to the tensor's type.)
 //
 // Built against the installed TensorFlow by crf_lr/native_build.py; nothing here is needed to
 // run crf_lr (TensorFlow's own ops are used where it cannot be built).
@@ -60,12 +65,16 @@ REGISTER_OP("CrfLrSoftmaxGrad")
     .Input("dy: T")
     .Input("y: T")
     .Output("dx: T")
+    .Attr("scale: float = 1.0")
     .Attr("T: {float, bfloat16}")
     .SetShapeFn(tensorflow::shape_inference::UnchangedShape);
 
 REGISTER_OP("CrfLrLayerNorm")
     .Input("x: T")
-    .Output("x_hat: T")
+    .Input("gamma: T")
+    .Input("beta: T")
+    .Output("y: T")
+    .Output("mean: float")
     .Output("std: float")
     .Attr("epsilon: float")
     .Attr("T: {float, bfloat16}")
@@ -74,16 +83,26 @@ REGISTER_OP("CrfLrLayerNorm")
       tensorflow::shape_inference::ShapeHandle rows;
       TF_RETURN_IF_ERROR(c->Subshape(c->input(0), 0, -1, &rows));
       c->set_output(1, rows);
+      c->set_output(2, rows);
       return tensorflow::OkStatus();
     });
 
 REGISTER_OP("CrfLrLayerNormGrad")
     .Input("dy: T")
-    .Input("x_hat: T")
+    .Input("x: T")
+    .Input("gamma: T")
+    .Input("mean: float")
     .Input("std: float")
     .Output("dx: T")
+    .Output("dgamma: T")
+    .Output("dbeta: T")
     .Attr("T: {float, bfloat16}")
-    .SetShapeFn(tensorflow::shape_inference::UnchangedShape);
+    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
+      c->set_output(0, c->input(0));
+      c->set_output(1, c->input(2));
+      c->set_output(2, c->input(2));
+      return tensorflow::OkStatus();
+    });
 
 REGISTER_OP("CrfLrBiasGrad")
     .Input("dy: bfloat16")
@@ -161,7 +180,9 @@ class GeluGradOp : public OpKernel {
 template <typename T>
 class SoftmaxGradOp : public OpKernel {
  public:
-  explicit SoftmaxGradOp(OpKernelConstruction* context) : OpKernel(context) {}
+  explicit SoftmaxGradOp(OpKernelConstruction* context) : OpKernel(context) {
+    OP_REQUIRES_OK(context, context->GetAttr("scale", &scale_));
+  }
 
   void Compute(OpKernelContext* context) override {
     if (!SameShapes(context)) return;
@@ -175,6 +196,7 @@ class SoftmaxGradOp : public OpKernel {
     const T* dy_data = context->input(0).flat<T>().data();
     const T* y_data = y.flat<T>().data();
     T* dx_data = dx->flat<T>().data();
+    const float scale = scale_;
     auto rows_from = [=](int64_t begin, int64_t end) {
       for (int64_t row = begin; row < end; ++row) {
         const T* dy_row = dy_data + row * n;
@@ -187,52 +209,7 @@ class SoftmaxGradOp : public OpKernel {
         }
         for (int64_t i = 0; i < n; ++i) {
           dx_row[i] = static_cast<T>(static_cast<float>(y_row[i]) *
-                                     (static_cast<float>(dy_row[i]) - dot));
-        }
-      }
-    };
-    ForEachRow(context, rows, n, rows_from);
-  }
-};
-
-template <typename T>
-class LayerNormOp : public OpKernel {
- public:
-  explicit LayerNormOp(OpKernelConstruction* context) : OpKernel(context) {
-    OP_REQUIRES_OK(context, context->GetAttr("epsilon", &epsilon_));
-  }
-
-  void Compute(OpKernelContext* context) override {
-    const Tensor& x = context->input(0);
-    OP_REQUIRES(context, x.dims() >= 1,
-                tensorflow::errors::InvalidArgument("a layer norm of a scalar"));
-    tensorflow::TensorShape rows_shape = x.shape();
-    rows_shape.RemoveLastDims(1);
-    Tensor *x_hat = nullptr, *std_out = nullptr;
-    OP_REQUIRES_OK(context, context->allocate_output(0, x.shape(), &x_hat));
-    OP_REQUIRES_OK(context, context->allocate_output(1, rows_shape, &std_out));
-    const int64_t rows = RowCount(x), n = RowLength(x);
-    const T* x_data = x.flat<T>().data();
-    T* x_hat_data = x_hat->flat<T>().data();
-    float* std_data = std_out->flat<float>().data();
-    const float epsilon = epsilon_;
-    auto rows_from = [=](int64_t begin, int64_t end) {
-      for (int64_t row = begin; row < end; ++row) {
-        const T* x_row = x_data + row * n;
-        float sum = 0.f, squares = 0.f;
-#pragma omp simd reduction(+ : sum)
-        for (int64_t i = 0; i < n; ++i) sum += static_cast<float>(x_row[i]);
-        const float mean = n > 0 ? sum / n : 0.f;
-#pragma omp simd reduction(+ : squares)
-        for (int64_t i = 0; i < n; ++i) {
-          const float centred = static_cast<float>(x_row[i]) - mean;
-          squares += centred * centred;
-        }
-        const float std = std::sqrt((n > 0 ? squares / n : 0.f) + epsilon);
-        const float inverse = std > 0.f ? 1.f / std : 0.f;     // divide_no_nan, as bert4keras
-        std_data[row] = std;
-        for (int64_t i = 0; i < n; ++i) {
-          x_hat_data[row * n + i] = static_cast<T>((static_cast<float>(x_row[i]) - mean) * inverse);
+                                     (static_cast<float>(dy_row[i]) - dot) * scale);
         }
       }
     };
@@ -240,55 +217,7 @@ class LayerNormOp : public OpKernel {
   }
 
  private:
-  float epsilon_;
-};
-
-template <typename T>
-class LayerNormGradOp : public OpKernel {
- public:
-  explicit LayerNormGradOp(OpKernelConstruction* context) : OpKernel(context) {}
-
-  void Compute(OpKernelContext* context) override {
-    if (!SameShapes(context)) return;
-    const Tensor& x_hat = context->input(1);
-    const Tensor& std_in = context->input(2);
-    OP_REQUIRES(context, x_hat.dims() >= 1,
-                tensorflow::errors::InvalidArgument("a layer norm of a scalar"));
-    const int64_t rows = RowCount(x_hat), n = RowLength(x_hat);
-    OP_REQUIRES(context, std_in.NumElements() == rows,
-                tensorflow::errors::InvalidArgument("std has ", std_in.NumElements(),
-                                                    " entries for ", rows, " rows"));
-    Tensor* dx = nullptr;
-    OP_REQUIRES_OK(context,
-                   context->forward_input_or_allocate_output({0}, 0, x_hat.shape(), &dx));
-    const T* dy_data = context->input(0).flat<T>().data();
-    const T* x_hat_data = x_hat.flat<T>().data();
-    const float* std_data = std_in.flat<float>().data();
-    T* dx_data = dx->flat<T>().data();
-    auto rows_from = [=](int64_t begin, int64_t end) {
-      for (int64_t row = begin; row < end; ++row) {
-        const T* dy_row = dy_data + row * n;
-        const T* x_hat_row = x_hat_data + row * n;
-        T* dx_row = dx_data + row * n;   // may be dy_row: each entry is read before it is written
-        float dy_sum = 0.f, dy_x_hat_sum = 0.f;
-#pragma omp simd reduction(+ : dy_sum, dy_x_hat_sum)
-        for (int64_t i = 0; i < n; ++i) {
-          const float dy = static_cast<float>(dy_row[i]);
-          dy_sum += dy;
-          dy_x_hat_sum += dy * static_cast<float>(x_hat_row[i]);
-        }
-        const float mean_dy = n > 0 ? dy_sum / n : 0.f;
-        const float mean_dy_x_hat = n > 0 ? dy_x_hat_sum / n : 0.f;
-        const float inverse = std_data[row] > 0.f ? 1.f / std_data[row] : 0.f;
-        for (int64_t i = 0; i < n; ++i) {
-          dx_row[i] = static_cast<T>((static_cast<float>(dy_row[i]) - mean_dy -
-                                      static_cast<float>(x_hat_row[i]) * mean_dy_x_hat) *
-                                     inverse);
-        }
-      }
-    };
-    ForEachRow(context, rows, n, rows_from);
-  }
+  float scale_;
 };
 
 // A double rounded once to the nearest bfloat16 (ties to even): the float between is rounded to
@@ -307,15 +236,194 @@ Eigen::bfloat16 ToBfloat16(double value) {
   return static_cast<Eigen::bfloat16>(single);
 }
 
+// A double rounded once to T.
+template <typename T>
+T Rounded(double value);
+template <>
+float Rounded<float>(double value) { return static_cast<float>(value); }
+template <>
+Eigen::bfloat16 Rounded<Eigen::bfloat16>(double value) { return ToBfloat16(value); }
+
 // Rows summed in float32 before their sums are added up in double.
-constexpr int64_t kBiasRowChunk = 256;
+constexpr int64_t kRowChunk = 256;
+
+// Column sums over rows (sets of n columns): each work unit adds its rows' values in float32 over
+// chunks of kRowChunk rows and in double across them, then adds its sums to the shared ones under
+// a lock.
+class ColumnTotals {
+ public:
+  explicit ColumnTotals(int64_t columns) : totals_(columns, 0.0) {}
+
+  // Rows [begin, end): add_row(row, sums) adds row's values to sums (one float per column).
+  template <typename AddRow>
+  void Add(int64_t begin, int64_t end, AddRow add_row) {
+    const size_t columns = totals_.size();
+    std::vector<double> own(columns, 0.0);
+    std::vector<float> chunk_sums(columns);
+    for (int64_t chunk = begin; chunk < end; chunk += kRowChunk) {
+      std::fill(chunk_sums.begin(), chunk_sums.end(), 0.f);
+      for (int64_t row = chunk; row < std::min(end, chunk + kRowChunk); ++row) {
+        add_row(row, chunk_sums.data());
+      }
+      for (size_t i = 0; i < columns; ++i) own[i] += chunk_sums[i];
+    }
+    tensorflow::mutex_lock held(lock_);
+    for (size_t i = 0; i < columns; ++i) totals_[i] += own[i];
+  }
+
+  // Column i's total rounded once to T, into out[0 .. count).
+  template <typename T>
+  void RoundedInto(size_t first, size_t count, T* out) const {
+    for (size_t i = 0; i < count; ++i) out[i] = Rounded<T>(totals_[first + i]);
+  }
+
+ private:
+  std::vector<double> totals_;
+  tensorflow::mutex lock_;
+};
+
+// A vector of n entries (gamma or beta) in float32; false (and the op failed) for another size.
+template <typename T>
+bool RowVector(OpKernelContext* context, int index, int64_t n, std::vector<float>* out) {
+  const Tensor& t = context->input(index);
+  if (t.NumElements() != n) {
+    context->CtxFailure(tensorflow::errors::InvalidArgument(
+        "input ", index, " has ", t.NumElements(), " entries for rows of ", n));
+    return false;
+  }
+  const T* data = t.flat<T>().data();
+  out->assign(n, 0.f);
+  for (int64_t i = 0; i < n; ++i) (*out)[i] = static_cast<float>(data[i]);
+  return true;
+}
+
+template <typename T>
+class LayerNormOp : public OpKernel {
+ public:
+  explicit LayerNormOp(OpKernelConstruction* context) : OpKernel(context) {
+    OP_REQUIRES_OK(context, context->GetAttr("epsilon", &epsilon_));
+  }
+
+  void Compute(OpKernelContext* context) override {
+    const Tensor& x = context->input(0);
+    OP_REQUIRES(context, x.dims() >= 1,
+                tensorflow::errors::InvalidArgument("a layer norm of a scalar"));
+    const int64_t rows = RowCount(x), n = RowLength(x);
+    std::vector<float> gamma, beta;
+    if (!RowVector<T>(context, 1, n, &gamma) || !RowVector<T>(context, 2, n, &beta)) return;
+    tensorflow::TensorShape rows_shape = x.shape();
+    rows_shape.RemoveLastDims(1);
+    Tensor *y = nullptr, *mean_out = nullptr, *std_out = nullptr;
+    OP_REQUIRES_OK(context, context->allocate_output(0, x.shape(), &y));
+    OP_REQUIRES_OK(context, context->allocate_output(1, rows_shape, &mean_out));
+    OP_REQUIRES_OK(context, context->allocate_output(2, rows_shape, &std_out));
+    const T* x_data = x.flat<T>().data();
+    T* y_data = y->flat<T>().data();
+    float* mean_data = mean_out->flat<float>().data();
+    float* std_data = std_out->flat<float>().data();
+    const float* gamma_data = gamma.data();
+    const float* beta_data = beta.data();
+    const float epsilon = epsilon_;
+    auto rows_from = [=](int64_t begin, int64_t end) {
+      for (int64_t row = begin; row < end; ++row) {
+        const T* x_row = x_data + row * n;
+        T* y_row = y_data + row * n;
+        float sum = 0.f, squares = 0.f;
+#pragma omp simd reduction(+ : sum)
+        for (int64_t i = 0; i < n; ++i) sum += static_cast<float>(x_row[i]);
+        const float mean = n > 0 ? sum / n : 0.f;
+#pragma omp simd reduction(+ : squares)
+        for (int64_t i = 0; i < n; ++i) {
+          const float centred = static_cast<float>(x_row[i]) - mean;
+          squares += centred * centred;
+        }
+        const float std = std::sqrt((n > 0 ? squares / n : 0.f) + epsilon);
+        const float inverse = std > 0.f ? 1.f / std : 0.f;     // divide_no_nan, as bert4keras
+        mean_data[row] = mean;
+        std_data[row] = std;
+        for (int64_t i = 0; i < n; ++i) {
+          const float x_hat = (static_cast<float>(x_row[i]) - mean) * inverse;
+          y_row[i] = static_cast<T>(x_hat * gamma_data[i] + beta_data[i]);
+        }
+      }
+    };
+    ForEachRow(context, rows, n, rows_from);
+  }
+
+ private:
+  float epsilon_;
+};
+
+template <typename T>
+class LayerNormGradOp : public OpKernel {
+ public:
+  explicit LayerNormGradOp(OpKernelConstruction* context) : OpKernel(context) {}
+
+  void Compute(OpKernelContext* context) override {
+    if (!SameShapes(context)) return;
+    const Tensor& x = context->input(1);
+    OP_REQUIRES(context, x.dims() >= 1,
+                tensorflow::errors::InvalidArgument("a layer norm of a scalar"));
+    const int64_t rows = RowCount(x), n = RowLength(x);
+    std::vector<float> gamma;
+    if (!RowVector<T>(context, 2, n, &gamma)) return;
+    const Tensor& mean_in = context->input(3);
+    const Tensor& std_in = context->input(4);
+    OP_REQUIRES(context, mean_in.NumElements() == rows && std_in.NumElements() == rows,
+                tensorflow::errors::InvalidArgument(
+                    "mean and std have ", mean_in.NumElements(), " and ", std_in.NumElements(),
+                    " entries for ", rows, " rows"));
+    Tensor *dx = nullptr, *dgamma = nullptr, *dbeta = nullptr;
+    OP_REQUIRES_OK(context, context->forward_input_or_allocate_output({0}, 0, x.shape(), &dx));
+    const tensorflow::TensorShape& vector_shape = context->input(2).shape();
+    OP_REQUIRES_OK(context, context->allocate_output(1, vector_shape, &dgamma));
+    OP_REQUIRES_OK(context, context->allocate_output(2, vector_shape, &dbeta));
+    const T* dy_data = context->input(0).flat<T>().data();
+    const T* x_data = x.flat<T>().data();
+    const float* mean_data = mean_in.flat<float>().data();
+    const float* std_data = std_in.flat<float>().data();
+    const float* gamma_data = gamma.data();
+    T* dx_data = dx->flat<T>().data();
+    ColumnTotals totals(2 * n);          // dgamma's n columns, then dbeta's
+    auto add_row = [=](int64_t row, float* sums) {
+      const T* dy_row = dy_data + row * n;
+      const T* x_row = x_data + row * n;
+      T* dx_row = dx_data + row * n;     // may be dy_row: each entry is read before it is written
+      const float mean = mean_data[row];
+      const float inverse = std_data[row] > 0.f ? 1.f / std_data[row] : 0.f;
+      float g_sum = 0.f, g_x_hat_sum = 0.f;
+#pragma omp simd reduction(+ : g_sum, g_x_hat_sum)
+      for (int64_t i = 0; i < n; ++i) {
+        const float dy = static_cast<float>(dy_row[i]);
+        const float x_hat = (static_cast<float>(x_row[i]) - mean) * inverse;
+        const float g = dy * gamma_data[i];
+        g_sum += g;
+        g_x_hat_sum += g * x_hat;
+        sums[i] += dy * x_hat;
+        sums[n + i] += dy;
+      }
+      const float mean_g = n > 0 ? g_sum / n : 0.f;
+      const float mean_g_x_hat = n > 0 ? g_x_hat_sum / n : 0.f;
+      for (int64_t i = 0; i < n; ++i) {
+        const float x_hat = (static_cast<float>(x_row[i]) - mean) * inverse;
+        dx_row[i] = static_cast<T>(
+            (static_cast<float>(dy_row[i]) * gamma_data[i] - mean_g - x_hat * mean_g_x_hat) *
+            inverse);
+      }
+    };
+    ForEachRow(context, rows, n, [&](int64_t begin, int64_t end) {
+      totals.Add(begin, end, add_row);
+    });
+    totals.RoundedInto(0, n, dgamma->flat<T>().data());
+    totals.RoundedInto(n, n, dbeta->flat<T>().data());
+  }
+};
 
 class BiasGradOp : public OpKernel {
  public:
   explicit BiasGradOp(OpKernelConstruction* context) : OpKernel(context) {}
 
-  // Each work unit sums its rows whole (contiguous reads), in float32 over chunks of rows and in
-  // double across them, then adds its sums to the shared ones under a lock.
+  // Each work unit sums its rows whole (contiguous reads): ColumnTotals.
   void Compute(OpKernelContext* context) override {
     const Tensor& dy = context->input(0);
     OP_REQUIRES(context, dy.dims() >= 1,
@@ -324,27 +432,16 @@ class BiasGradOp : public OpKernel {
     Tensor* db = nullptr;
     OP_REQUIRES_OK(context, context->allocate_output(0, tensorflow::TensorShape({n}), &db));
     const Eigen::bfloat16* dy_data = dy.flat<Eigen::bfloat16>().data();
-    std::vector<double> totals(n, 0.0);
-    tensorflow::mutex lock;
-    auto rows_from = [&](int64_t begin, int64_t end) {
-      std::vector<double> own(n, 0.0);
-      std::vector<float> chunk_sums(n);
-      for (int64_t chunk = begin; chunk < end; chunk += kBiasRowChunk) {
-        std::fill(chunk_sums.begin(), chunk_sums.end(), 0.f);
-        float* sums = chunk_sums.data();
-        for (int64_t row = chunk; row < std::min(end, chunk + kBiasRowChunk); ++row) {
-          const Eigen::bfloat16* values = dy_data + row * n;
+    ColumnTotals totals(n);
+    auto add_row = [=](int64_t row, float* sums) {
+      const Eigen::bfloat16* values = dy_data + row * n;
 #pragma omp simd
-          for (int64_t i = 0; i < n; ++i) sums[i] += static_cast<float>(values[i]);
-        }
-        for (int64_t i = 0; i < n; ++i) own[i] += sums[i];
-      }
-      tensorflow::mutex_lock held(lock);
-      for (int64_t i = 0; i < n; ++i) totals[i] += own[i];
+      for (int64_t i = 0; i < n; ++i) sums[i] += static_cast<float>(values[i]);
     };
-    ForEachRow(context, rows, n, rows_from);
-    Eigen::bfloat16* db_data = db->flat<Eigen::bfloat16>().data();
-    for (int64_t i = 0; i < n; ++i) db_data[i] = ToBfloat16(totals[i]);
+    ForEachRow(context, rows, n, [&](int64_t begin, int64_t end) {
+      totals.Add(begin, end, add_row);
+    });
+    totals.RoundedInto(0, n, db->flat<Eigen::bfloat16>().data());
   }
 };
 
