@@ -77,14 +77,15 @@ def normalized(x, epsilon):
     return forward(x)
 
 
-def _scale_and_offset(layer, width, dtype):
-    """(gamma, beta) of a bert4keras ``ScaleOffset`` that is not conditional, as vectors of
-    ``width``: its weights, or its constant ``scale`` / ``offset`` filled in (1 and 0 where it
-    has none)."""
+def _scale_and_offset(layer, inputs):
+    """(gamma, beta) of a bert4keras ``ScaleOffset`` that is not conditional, as vectors of the
+    inputs' last axis: its weights, or its constant ``scale`` / ``offset`` filled in (1 and 0
+    where it has none, as bert4keras reads ``False`` and ``None``)."""
     def vector(setting, weight, none):
         if setting is True:
             return weight
-        return tf.fill([width], tf.constant(none if setting in (False, None) else setting, dtype))
+        value = none if setting is False or setting is None else setting
+        return tf.fill(tf.shape(inputs)[-1:], tf.constant(value, inputs.dtype))
     return (vector(layer.scale, getattr(layer, 'gamma', None), 1),
             vector(layer.offset, getattr(layer, 'beta', None), 0))
 
@@ -105,7 +106,7 @@ def install():
 
     def call(original, self, inputs, **kwargs):     # kwargs: what RECOMPUTE's wrapper takes
         if _handles(self) and fused_kernels.applies(inputs):
-            gamma, beta = _scale_and_offset(self, inputs.shape[-1], inputs.dtype)
+            gamma, beta = _scale_and_offset(self, inputs)
             return fused_kernels.layer_norm(inputs, gamma, beta, self.epsilon)
         if _handles(self):
             return ScaleOffset.call(self, normalized(inputs, self.epsilon))

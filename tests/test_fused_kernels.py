@@ -101,6 +101,31 @@ def test_softmax_gradient_matches_tensorflows(fused_ops, dtype, shape, scale):
         assert np.all(dx[..., -1] == 0)                    # no gradient reaches a masked key
 
 
+def test_bfloat16_results_are_rounded_bit_for_bit_as_tensorflows_cast(fused_ops):
+    """The kernels' float32 -> bfloat16 rounding (ties to even, NaN kept, overflow to inf, signed
+    zeros) is ``tf.cast``'s: the softmax gradient of y = [0.5, 0.5] and dy = [4, 0] with ``scale``
+    v is exactly [v, -v] in float32, then rounded. (Subnormal v are left out: TensorFlow's threads
+    flush arithmetic's subnormal results to zero, for its own ops as for these.)"""
+    rng = np.random.default_rng(11)
+    randoms = (rng.normal(size=300) * 10.0 ** rng.integers(-40, 38, 300)).astype(np.float32)
+    representable = tf.bitcast(tf.cast(tf.constant(randoms[:100]), tf.bfloat16), tf.uint16)
+    high = tf.cast(representable, tf.uint32).numpy() << 16
+    near_ties = np.concatenate([high + 0x8000, high + 0x7fff, high + 0x8001, high + 0x18000])
+    specials = np.array([np.finfo(np.float32).max, -np.finfo(np.float32).max, np.inf, -np.inf,
+                         np.nan, 0.0, -0.0, 1.0, 1.00390625, 1.01171875], np.float32)
+    values = np.concatenate([randoms, near_ties.astype(np.uint32).view(np.float32), specials])
+    values = values[~(np.abs(values) < np.finfo(np.float32).tiny) | (values == 0)]
+    y = tf.constant([[0.5, 0.5]], tf.bfloat16)
+    dy = tf.constant([[4.0, 0.0]], tf.bfloat16)
+    ours = np.stack([fused_ops.crf_lr_softmax_grad(dy, y, scale=float(v)).numpy()[0]
+                     for v in values])
+    theirs = tf.cast(tf.constant(np.stack([values, -values], -1)), tf.bfloat16).numpy()
+    bits = lambda a: a.view(np.uint16)                         # noqa: E731
+    finite = ~np.isnan(values)
+    np.testing.assert_array_equal(bits(ours[finite]), bits(theirs[finite]))
+    assert np.isnan(ours[~finite].astype(np.float32)).all()
+
+
 def _layer_norm64(x, epsilon):
     centred = x - x.mean(-1, keepdims=True)
     return centred / np.sqrt((centred ** 2).mean(-1, keepdims=True) + epsilon)
@@ -175,8 +200,9 @@ def test_a_layer_norms_traced_gradient_is_one_kernel(fused_ops, rows):
 
 
 @pytest.mark.parametrize('options', [dict(), dict(scale=False, offset=False),
-                                     dict(scale=2.0, offset=-0.5)],
-                         ids=['weights', 'no scale or offset', 'constant scale and offset'])
+                                     dict(scale=2.0, offset=-0.5), dict(scale=0, offset=None)],
+                         ids=['weights', 'no scale or offset', 'constant scale and offset',
+                              'a zero scale, no offset'])
 @pytest.mark.parametrize('policy', ['float32', 'mixed_bfloat16'])
 def test_a_layer_norm_layers_training_call_is_one_kernel_with_the_same_values(
         fused_ops, options, policy):
