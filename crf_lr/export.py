@@ -29,10 +29,10 @@ docs/serving.md.
 import argparse
 import os
 import shutil
-import tempfile
 
 import numpy as np
 
+from crf_lr.atomic import replace_folder
 from crf_lr.runs import check_model_folder
 
 
@@ -162,19 +162,11 @@ def export(model_dir, out_dir, overwrite=False):
     from crf_lr.crf import use_xla
     from crf_lr.tagger import Tagger
     module = serving_module(Tagger.load(model_dir))
-    parent = os.path.dirname(os.path.abspath(out_dir))
-    os.makedirs(parent, exist_ok=True)
-    building = tempfile.mkdtemp(prefix='.export-', dir=parent)
-    try:
+    with replace_folder(out_dir) as building:    # a kill leaves the old export or the new one
         with use_xla(False), flat_dense():   # TF Serving runs no XLA: the CRF without it
             tf.saved_model.save(module, building, signatures={'serving_default': module.serve})
         for path in (labels_path, vocab_path):
             shutil.copyfile(path, os.path.join(building, os.path.basename(path)))
-        if os.path.exists(out_dir):
-            shutil.rmtree(out_dir)
-        os.replace(building, out_dir)
-    finally:
-        shutil.rmtree(building, ignore_errors=True)
     return out_dir
 
 

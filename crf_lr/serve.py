@@ -147,6 +147,21 @@ class BadRequest(Exception):
         self.status = status
 
 
+class _KeyGivenTwice(ValueError):
+    """A JSON object that names one key twice (``json`` would keep the last value silently)."""
+
+
+def _object_once(pairs):
+    """The dict of a JSON object's ``(key, value)`` pairs; :class:`_KeyGivenTwice` for a key
+    that comes twice."""
+    seen = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise _KeyGivenTwice(key)
+        seen.add(key)
+    return dict(pairs)
+
+
 async def read_texts(request, limits):
     """The ``texts`` of a ``POST /v1/predict`` request, or :class:`BadRequest`."""
     kind, _, parameters = request.headers.get('content-type', '').partition(';')
@@ -164,7 +179,9 @@ async def read_texts(request, limits):
         if len(body) > limit:
             raise too_large
     try:
-        payload = json.loads(body.decode('utf-8'))
+        payload = json.loads(body.decode('utf-8'), object_pairs_hook=_object_once)
+    except _KeyGivenTwice as error:
+        raise BadRequest(400, f'the body gives the key {error.args[0]!r} twice') from None
     except UnicodeDecodeError as error:
         raise BadRequest(400, f'the body is not UTF-8: byte {error.start} is invalid') from None
     except json.JSONDecodeError as error:
@@ -291,6 +308,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.max_batch < 1 or args.batch_wait_ms < 0:
         parser.error('--max-batch must be >= 1 and --batch-wait-ms >= 0')
+    if not 0 <= args.port <= 65535:
+        parser.error(f'--port must be 0-65535 (0: any free port), not {args.port}')
     try:
         check_model_folder(args.model_dir)              # before TensorFlow loads: answers at once
         import starlette  # noqa: F401
@@ -312,7 +331,8 @@ def main(argv=None):
     predict_lines(tagger, ['warm up'])                  # traced before the first request
     app = create_app(tagger, args.model_dir, args.max_batch, args.batch_wait_ms)
     sock.listen(2048)                                  # connections queue from here on
-    print(f'serving {args.model_dir} on http://{args.host}:{args.port}/ (Ctrl-C stops)',
+    port = sock.getsockname()[1]                       # the one chosen, for --port 0
+    print(f'serving {args.model_dir} on http://{args.host}:{port}/ (Ctrl-C stops)',
           flush=True)
     server = uvicorn.Server(uvicorn.Config(app, log_level='info' if args.verbose else 'warning'))
     with contextlib.suppress(KeyboardInterrupt):        # uvicorn raises Ctrl-C again once stopped

@@ -120,6 +120,16 @@ def _packaged_vocab(name):
     return path if os.path.isfile(path) else None
 
 
+def _examples(units, width=20):
+    """Example units for a line, each quoted and cut to ``width`` characters (an unspaced line
+    read by a word model is one unit).
+
+        >>> _examples(['Zürich', 'x' * 30])
+        "'Zürich', 'xxxxxxxxxxxxxxxxxxxx…'"
+    """
+    return ', '.join(repr(unit if len(unit) <= width else unit[:width] + '…') for unit in units)
+
+
 def check_vocabulary(encoder, sequences, name, allow=False, limit=UNKNOWN_LIMIT):
     """The guard before training: the share of training units the encoder cannot read.
 
@@ -149,7 +159,7 @@ def check_vocabulary(encoder, sequences, name, allow=False, limit=UNKNOWN_LIMIT)
             other_share, _ = unknown_share(UnitEncoder(vocab, encoder.units), sequences)
             if other_share < best:
                 hint, best = f'try --encoder {other} ({other_share:.1%} unknown)', other_share
-    raise ValueError(f'{line}, e.g. {", ".join(map(repr, examples))}: {hint}, or pass '
+    raise ValueError(f'{line}, e.g. {_examples(examples)}: {hint}, or pass '
                      f'--allow-unknown to train anyway')
 
 
@@ -164,5 +174,5 @@ def unknown_warning(encoder, sequences, limit=UNKNOWN_LIMIT):
     if share <= limit:
         return None
     return (f"warning: {share:.1%} of the input's units are unknown to the model's vocabulary "
-            f"([UNK]), e.g. {', '.join(map(repr, examples))}: the model was trained on other text "
+            f"([UNK]), e.g. {_examples(examples)}: the model was trained on other text "
             f"and its predictions there mean little")

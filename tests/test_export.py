@@ -7,6 +7,7 @@ constrained transitions, start and end summed along Tagger's path) recomputed in
 """
 import json
 import os
+import stat
 import subprocess
 import sys
 
@@ -77,9 +78,15 @@ def exported(tmp_path_factory):
 
 
 def test_files_beside_the_savedmodel(exported):
+    """... in a folder whose mode follows the umask (a TF Serving user may read it), with no
+    scratch folder left beside it."""
     root, taggers = exported[:2]
+    umask = os.umask(0)
+    os.umask(umask)
+    assert not [name for name in os.listdir(root / 'exported') if name.startswith('.')]
     for name in HEADS:
         folder = root / 'exported' / name
+        assert stat.S_IMODE(os.stat(folder).st_mode) == 0o777 & ~umask
         assert {'saved_model.pb', 'variables', 'labels.json', 'vocab.txt'} <= set(
             os.listdir(folder))
         assert json.loads((folder / 'labels.json').read_text('utf-8'))['labels'] == \

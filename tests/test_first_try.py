@@ -143,6 +143,8 @@ def test_the_guard_names_the_share_three_units_and_a_way_on(tmp_path):
         '0.0% of the training units are unknown to the vocabulary of my-encoder ([UNK])')
     assert unknown_warning(latin, ['abc']) is None
     assert unknown_warning(latin, texts).startswith("warning: 69.2% of the input's units")
+    words = UnitEncoder(vocabulary(tmp_path, ['abc']), 'words')      # an unspaced line: one word
+    assert "e.g. 'zzzzzzzzzzzzzzzzzzzz…': " in unknown_warning(words, [['z' * 300]])
 
 
 def test_a_word_model_warns_of_cjk_text_without_spaces(tmp_path):

@@ -166,6 +166,7 @@ def test_a_100000_character_text_is_windowed(ner):
     (dict(json={'texts': ['a', 1]}), 400, 'list of strings'),
     (dict(content=b'{"texts": ["\\ud800"]}'), 400, 'lone surrogate'),
     (dict(content=b'[' * 100_000 + b']' * 100_000), 400, 'too deeply'),
+    (dict(content=b'{"texts": ["a"], "texts": ["b"]}'), 400, "gives the key 'texts' twice"),
 ])
 def test_bad_input_is_a_one_line_4xx_and_the_server_goes_on(ner, request_kwargs, status, message):
     client = ner[1]
@@ -191,17 +192,19 @@ def _serve(model_dir, port, **kwargs):
 
 
 def test_the_serving_line_comes_once_the_port_takes_connections(trained_ner_dir, tmp_path):
-    with socket.socket() as probe:
-        probe.bind(('127.0.0.1', 0))
-        port = probe.getsockname()[1]
+    """With --port 0 the line names the port the system chose."""
     log = tmp_path / 'serve.log'
     with open(log, 'w') as out:
-        server = _serve(trained_ner_dir, port, stdout=out, stderr=subprocess.STDOUT)
+        server = _serve(trained_ner_dir, 0, stdout=out, stderr=subprocess.STDOUT)
     try:
         deadline = time.time() + 120
-        while 'serving' not in log.read_text() and server.poll() is None and time.time() < deadline:
+        while '/ (Ctrl-C' not in log.read_text() and server.poll() is None \
+                and time.time() < deadline:
             time.sleep(0.02)
-        assert log.read_text().startswith('serving'), log.read_text()
+        line = log.read_text()
+        assert line.startswith(f'serving {trained_ner_dir} on http://127.0.0.1:'), line
+        port = int(line.split('127.0.0.1:')[1].split('/')[0])
+        assert port > 0
         with urllib.request.urlopen(f'http://127.0.0.1:{port}/healthz', timeout=30) as answer:
             assert json.load(answer) == {'status': 'ok'}     # at once: no retry
     finally:
@@ -225,6 +228,16 @@ def test_a_busy_port_is_one_line_before_the_model_loads(trained_ner_dir):
                    'already in use (another process listens there: stop it or choose another '
                    '--port)\n')
     assert time.time() - started < 30                             # TensorFlow never loaded
+
+
+@pytest.mark.parametrize('port', ['99999', '-1'])
+def test_a_port_out_of_range_is_one_line(port, capsys):
+    from crf_lr.serve import main
+    with pytest.raises(SystemExit) as stopped:
+        main(['no_such_model', '--port', port])
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f'python -m crf_lr.serve: error: --port must be 0-65535 (0: any free port), not {port}')
 
 
 def test_micro_batching_groups_concurrent_requests():
