@@ -109,9 +109,10 @@ def result_key(tagger):
 def predict_records(tagger, lines, constrain=True, min_confidence=None, marginals=False):
     """One JSON-ready dict per line: ``text``; ``entities`` (as :func:`predict_lines`) or, for a
     segmentation model, ``words`` and their ``confidences``; ``path_probability`` (the whole
-    decoded tag path's probability, None for span heads); with ``marginals``, ``labels`` and
+    decoded tag path's probability, None for span heads); with ``marginals``, ``labels``,
     ``marginals``, the label probabilities of each unit (characters, or words of an English
-    model; a segmentation line's characters without its whitespace).
+    model; a segmentation line's characters without its whitespace), and ``offsets``, each
+    unit's ``[start, end]`` in ``text``.
 
         >>> records = predict_records(tagger, lines)
         >>> sorted(records, key=lambda r: r['path_probability'])[:100]   # least sure first
@@ -154,8 +155,20 @@ def predict_records(tagger, lines, constrain=True, min_confidence=None, marginal
             record['marginals'] = np.round(np.concatenate(
                 [p.marginals for p in found] or [np.zeros((0, len(record['labels'])))]),
                 6).tolist()
+            record['offsets'] = _unit_offsets(line, line_pieces, segmenting)
         records.append(record)
     return records
+
+
+def _unit_offsets(line, line_pieces, segmenting):
+    """``[start, end]`` in ``line`` of the unit of each marginals row: a word of a word model,
+    else a character (a segmentation line's characters without its whitespace)."""
+    if segmenting:
+        return [[match.start() + i, match.start() + i + 1]
+                for match in re.finditer(r'\S+', line) for i in range(len(match.group()))]
+    if isinstance(line_pieces[0], tuple):                       # (words, offsets)
+        return [list(span) for span in line_pieces[0][1]]
+    return [[i, i + 1] for i in range(len(line))]
 
 
 def _model_error(parser, error):

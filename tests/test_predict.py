@@ -195,13 +195,17 @@ def test_json_carries_confidences_marginals_and_drops_the_unsure(saved, tmp_path
         marginals = np.array(record['marginals'])
         assert marginals.shape == (len(text), len(record['labels']))
         np.testing.assert_allclose(marginals.sum(axis=1), 1, atol=1e-5)
+        assert record['offsets'] == [[i, i + 1] for i in range(len(text))]
     threshold = float(np.median(confidences))
     kept, _ = _run([saved['ner_crf'], '--min-confidence', str(threshold)], tmp_path, texts,
                    capsys)
     assert kept == [[e for e in line if e['confidence'] >= threshold] for line in results]
-    words, out = _run([saved['cws'], '--format', 'json'], tmp_path, ['我们 喜欢北京'], capsys)
+    words, out = _run([saved['cws'], '--format', 'json', '--marginals'], tmp_path,
+                      ['我们 喜欢北京'], capsys)
     record = json.loads(out)
     assert len(record['confidences']) == len(words[0]) and 0 < record['path_probability'] <= 1
+    assert record['offsets'] == [[0, 1], [1, 2], [3, 4], [4, 5], [5, 6], [6, 7]]    # no space
+    assert len(record['marginals']) == len(record['offsets'])
     for argv, message in (([saved['cws'], '--min-confidence', '0.5'], 'segments words'),
                           ([saved['ner'], '--min-confidence', '2'], r'must lie in \[0, 1\]'),
                           ([saved['ner'], '--marginals'], 'needs --format json')):
