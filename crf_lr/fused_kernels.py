@@ -173,7 +173,8 @@ def gelu_erf(x):
 def softmax(x, divisor=None, shift=None):
     """``softmax(x / divisor + shift)`` over the last axis (TensorFlow's ops; ``divisor`` a number,
     ``shift`` a tensor that is not differentiated, such as a mask's 0 / -inf bias); in a training
-    call the gradient with respect to ``x`` is one kernel, the division included.
+    call the gradient with respect to ``x`` is one kernel, the division included (where ``shift``
+    does not broadcast ``x`` to a larger shape).
 
         >>> softmax(tf.constant([[0., 0.]]))                 # [[0.5, 0.5]]
         >>> softmax(scores, divisor=8.0, shift=mask_bias)    # attention's weights
@@ -181,7 +182,7 @@ def softmax(x, divisor=None, shift=None):
     def logits(x):
         scaled = x if divisor is None else x / divisor
         return scaled if shift is None else scaled + shift
-    if not applies(x):
+    if not applies(x) or not _keeps_the_shape(x, shift):
         return tf.nn.softmax(logits(x))
 
     @tf.custom_gradient
@@ -190,6 +191,19 @@ def softmax(x, divisor=None, shift=None):
         scale = 1.0 if divisor is None else 1.0 / divisor
         return y, lambda dy: _ops().crf_lr_softmax_grad(dy, y, scale=scale)
     return forward(x)
+
+
+def _keeps_the_shape(x, shift):
+    """True where adding ``shift`` (or None) to ``x`` is known, when traced, to give ``x``'s shape:
+    the kernel's gradient has the softmax's shape, which must be ``x``'s."""
+    if shift is None:
+        return True
+    if x.shape.rank is None or shift.shape.rank is None:
+        return False
+    try:
+        return tf.broadcast_static_shape(x.shape, shift.shape).as_list() == x.shape.as_list()
+    except ValueError:                      # not broadcastable: TensorFlow's add says so
+        return False
 
 
 def layer_norm(x, gamma, beta, epsilon):

@@ -79,13 +79,13 @@ def normalized(x, epsilon):
 
 def _scale_and_offset(layer, inputs):
     """(gamma, beta) of a bert4keras ``ScaleOffset`` that is not conditional, as vectors of the
-    inputs' last axis: its weights, or its constant ``scale`` / ``offset`` filled in (1 and 0
-    where it has none, as bert4keras reads ``False`` and ``None``)."""
+    inputs' last axis: its weights, or its constant ``scale`` / ``offset`` (a number or a vector)
+    broadcast (1 and 0 where it has none, as bert4keras reads ``False`` and ``None``)."""
     def vector(setting, weight, none):
         if setting is True:
             return weight
         value = none if setting is False or setting is None else setting
-        return tf.fill(tf.shape(inputs)[-1:], tf.constant(value, inputs.dtype))
+        return tf.broadcast_to(tf.constant(value, inputs.dtype), tf.shape(inputs)[-1:])
     return (vector(layer.scale, getattr(layer, 'gamma', None), 1),
             vector(layer.offset, getattr(layer, 'beta', None), 0))
 

@@ -200,9 +200,11 @@ def test_a_layer_norms_traced_gradient_is_one_kernel(fused_ops, rows):
 
 
 @pytest.mark.parametrize('options', [dict(), dict(scale=False, offset=False),
-                                     dict(scale=2.0, offset=-0.5), dict(scale=0, offset=None)],
+                                     dict(scale=2.0, offset=-0.5), dict(scale=0, offset=None),
+                                     dict(scale=list(np.linspace(0.5, 2, 16)),
+                                          offset=np.arange(16.0))],
                          ids=['weights', 'no scale or offset', 'constant scale and offset',
-                              'a zero scale, no offset'])
+                              'a zero scale, no offset', 'constant vectors'])
 @pytest.mark.parametrize('policy', ['float32', 'mixed_bfloat16'])
 def test_a_layer_norm_layers_training_call_is_one_kernel_with_the_same_values(
         fused_ops, options, policy):
@@ -247,6 +249,42 @@ def test_a_layer_norm_layers_training_call_is_one_kernel_with_the_same_values(
     for got, want, exact in zip(ours, theirs, reference):
         assert np.abs(got - exact).mean() <= np.abs(want - exact).mean() + 1e-12
         assert np.abs(got - exact).max() <= 2.0 ** -6 * (np.abs(exact).max() + 1)
+
+
+def test_column_sums_are_the_same_in_every_run(fused_ops):
+    """gamma's, beta's and the bf16 bias's gradients: chunks of rows summed in a fixed order,
+    whatever the threads (1e17 + 1 - 1e17 across three chunks: one answer, every run)."""
+    dy = np.zeros((20000, 3), np.float32)
+    dy[[0, 10000, 19999], 0] = [1e17, 1.0, -1e17]
+    dy[:, 1] = np.random.default_rng(4).normal(size=20000)
+    x = tf.constant(np.random.default_rng(5).normal(size=(20000, 3)), tf.float32)
+    _, mean, std = fused_ops.crf_lr_layer_norm(x, tf.ones([3]), tf.zeros([3]), epsilon=1e-6)
+    sums = {tuple(np.concatenate([g.numpy() for g in fused_ops.crf_lr_layer_norm_grad(
+                tf.constant(dy), x, tf.ones([3]), mean, std)[1:]]))
+            + tuple(tf.cast(fused_ops.crf_lr_bias_grad(tf.cast(dy[:, 1:], tf.bfloat16)),
+                            tf.float32).numpy())
+            for _ in range(40)}
+    assert len(sums) == 1
+
+
+def test_a_shift_that_enlarges_the_softmax_keeps_tensorflows_gradient(fused_ops):
+    """x (1, 5) shifted by (4, 5): the gradient has x's shape (summed over the broadcast axis)."""
+    from tf_keras.src.engine.base_layer_utils import call_context
+    x = tf.constant(_values((1, 5), seed=2), tf.float32)
+    shift = tf.constant(_values((4, 5), seed=3), tf.float32)
+    dy = tf.reshape(tf.cos(tf.range(20.0)), (4, 5))
+    with call_context().enter(None, None, False, {'training': True}):
+        assert fused_kernels.applies(x)
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = fused_kernels.softmax(x, 2.0, shift)
+        ours = tape.gradient(y, x, output_gradients=dy)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = tf.nn.softmax(x / 2.0 + shift)
+    theirs = tape.gradient(y, x, output_gradients=dy)
+    assert ours.shape == (1, 5)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-6, atol=1e-7)
 
 
 def _layer_norm64_tf(x, epsilon):

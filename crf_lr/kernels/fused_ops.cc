@@ -15,7 +15,8 @@
 //                                with g = dy gamma; dgamma, dbeta: dy x_hat and dy summed over
 //                                the rows (float32 over chunks of rows, double across them)
 //   CrfLrBiasGrad(dy)            bfloat16 only: the sum of dy over every axis but the last (a
-//                                bias's gradient) in float32, where TensorFlow's BiasAddGrad
+//                                bias's gradient) in float32 over chunks of rows and in double
+//                                across them, where TensorFlow's BiasAddGrad
 //                                sums bfloat16 in bfloat16, slower and far off
 //
 // (bert4keras's layer norm with its scale and offset: its statistics, the affine step and the
@@ -32,7 +33,6 @@
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
-#include "tensorflow/core/platform/mutex.h"
 #include "tensorflow/core/util/work_sharder.h"
 #include "unsupported/Eigen/CXX11/Tensor"
 #include "unsupported/Eigen/SpecialFunctions"
@@ -247,39 +247,49 @@ Eigen::bfloat16 Rounded<Eigen::bfloat16>(double value) { return ToBfloat16(value
 // Rows summed in float32 before their sums are added up in double.
 constexpr int64_t kRowChunk = 256;
 
-// Column sums over rows (sets of n columns): each work unit adds its rows' values in float32 over
-// chunks of kRowChunk rows and in double across them, then adds its sums to the shared ones under
-// a lock.
+// Column sums over rows: the rows' values added in float32 over each chunk of kRowChunk rows (the
+// chunks on the worker threads, each into its own sums), then the chunks' sums in double, in
+// chunk order: the same totals whatever the threads.
 class ColumnTotals {
  public:
-  explicit ColumnTotals(int64_t columns) : totals_(columns, 0.0) {}
+  ColumnTotals(int64_t rows, int64_t columns)
+      : rows_(rows), columns_(columns), chunk_sums_(ChunkCount(rows) * columns, 0.f) {}
 
-  // Rows [begin, end): add_row(row, sums) adds row's values to sums (one float per column).
+  // Calls add_row(row, sums) for every row, which adds the row's values to sums (one float per
+  // column) and may write the row's own outputs.
   template <typename AddRow>
-  void Add(int64_t begin, int64_t end, AddRow add_row) {
-    const size_t columns = totals_.size();
-    std::vector<double> own(columns, 0.0);
-    std::vector<float> chunk_sums(columns);
-    for (int64_t chunk = begin; chunk < end; chunk += kRowChunk) {
-      std::fill(chunk_sums.begin(), chunk_sums.end(), 0.f);
-      for (int64_t row = chunk; row < std::min(end, chunk + kRowChunk); ++row) {
-        add_row(row, chunk_sums.data());
+  void Sum(OpKernelContext* context, AddRow add_row) {
+    auto chunks_from = [&](int64_t begin, int64_t end) {
+      for (int64_t chunk = begin; chunk < end; ++chunk) {
+        float* sums = chunk_sums_.data() + chunk * columns_;
+        for (int64_t row = chunk * kRowChunk; row < std::min(rows_, (chunk + 1) * kRowChunk);
+             ++row) {
+          add_row(row, sums);
+        }
       }
-      for (size_t i = 0; i < columns; ++i) own[i] += chunk_sums[i];
-    }
-    tensorflow::mutex_lock held(lock_);
-    for (size_t i = 0; i < columns; ++i) totals_[i] += own[i];
+    };
+    auto* workers = context->device()->tensorflow_cpu_worker_threads();
+    tensorflow::Shard(workers->num_threads, workers->workers, ChunkCount(rows_),
+                      std::max<int64_t>(kRowChunk * 6 * columns_, 1), chunks_from);
   }
 
-  // Column i's total rounded once to T, into out[0 .. count).
+  // Columns [first, first + count)'s totals, each rounded once to T, into out.
   template <typename T>
-  void RoundedInto(size_t first, size_t count, T* out) const {
-    for (size_t i = 0; i < count; ++i) out[i] = Rounded<T>(totals_[first + i]);
+  void RoundedInto(int64_t first, int64_t count, T* out) const {
+    for (int64_t i = 0; i < count; ++i) {
+      double total = 0.0;
+      for (int64_t chunk = 0; chunk < ChunkCount(rows_); ++chunk) {
+        total += chunk_sums_[chunk * columns_ + first + i];
+      }
+      out[i] = Rounded<T>(total);
+    }
   }
 
  private:
-  std::vector<double> totals_;
-  tensorflow::mutex lock_;
+  static int64_t ChunkCount(int64_t rows) { return (rows + kRowChunk - 1) / kRowChunk; }
+
+  const int64_t rows_, columns_;
+  std::vector<float> chunk_sums_;
 };
 
 // A vector of n entries (gamma or beta) in float32; false (and the op failed) for another size.
@@ -384,7 +394,7 @@ class LayerNormGradOp : public OpKernel {
     const float* std_data = std_in.flat<float>().data();
     const float* gamma_data = gamma.data();
     T* dx_data = dx->flat<T>().data();
-    ColumnTotals totals(2 * n);          // dgamma's n columns, then dbeta's
+    ColumnTotals totals(rows, 2 * n);    // dgamma's n columns, then dbeta's
     auto add_row = [=](int64_t row, float* sums) {
       const T* dy_row = dy_data + row * n;
       const T* x_row = x_data + row * n;
@@ -411,9 +421,7 @@ class LayerNormGradOp : public OpKernel {
             inverse);
       }
     };
-    ForEachRow(context, rows, n, [&](int64_t begin, int64_t end) {
-      totals.Add(begin, end, add_row);
-    });
+    totals.Sum(context, add_row);
     totals.RoundedInto(0, n, dgamma->flat<T>().data());
     totals.RoundedInto(n, n, dbeta->flat<T>().data());
   }
@@ -423,7 +431,7 @@ class BiasGradOp : public OpKernel {
  public:
   explicit BiasGradOp(OpKernelConstruction* context) : OpKernel(context) {}
 
-  // Each work unit sums its rows whole (contiguous reads): ColumnTotals.
+  // Rows summed whole (contiguous reads) in chunks: ColumnTotals.
   void Compute(OpKernelContext* context) override {
     const Tensor& dy = context->input(0);
     OP_REQUIRES(context, dy.dims() >= 1,
@@ -432,15 +440,13 @@ class BiasGradOp : public OpKernel {
     Tensor* db = nullptr;
     OP_REQUIRES_OK(context, context->allocate_output(0, tensorflow::TensorShape({n}), &db));
     const Eigen::bfloat16* dy_data = dy.flat<Eigen::bfloat16>().data();
-    ColumnTotals totals(n);
+    ColumnTotals totals(rows, n);
     auto add_row = [=](int64_t row, float* sums) {
       const Eigen::bfloat16* values = dy_data + row * n;
 #pragma omp simd
       for (int64_t i = 0; i < n; ++i) sums[i] += static_cast<float>(values[i]);
     };
-    ForEachRow(context, rows, n, [&](int64_t begin, int64_t end) {
-      totals.Add(begin, end, add_row);
-    });
+    totals.Sum(context, add_row);
     totals.RoundedInto(0, n, db->flat<Eigen::bfloat16>().data());
   }
 };
