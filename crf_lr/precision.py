@@ -15,14 +15,21 @@ docs/performance.md, *Mixed bfloat16*.
 
 A model saved with ``model.save('model.h5')`` records the policy of every layer; plain
 ``keras.models.load_model`` rebuilds it in the precision it was trained in. :func:`load_model`
-rebuilds it in the current one instead (the weights are float32 either way).
+rebuilds it in the current one instead (the weights are float32 either way). :func:`save_model`
+writes float32 weights also from a model loaded for prediction (bf16 encoder weights), and
+:func:`load_model` widens the bf16 weights of a file an older crf_lr wrote so.
 
     >>> print(set_precision('auto'))          # before building (or loading) the model
     >>> model = build_model(...)              # its output (our heads) stays float32
 """
 import contextlib
 import json
+import os
+import tempfile
 
+import numpy as np
+
+from crf_lr.atomic import atomic_path
 from crf_lr.compat import keras
 
 PRECISIONS = ('float32', 'mixed_bfloat16', 'auto')
@@ -102,6 +109,8 @@ def load_model(path, custom_objects=None, inference_only=False):
     policy when it was built) take the current global policy; layers given another dtype on
     purpose keep it (a float32 head in a bf16 model), and so do the inputs. In a model saved
     under float32 a deliberate float32 layer cannot be told apart and takes the new policy too.
+    A file holding bf16 weights (a model loaded for prediction, saved by crf_lr before
+    :func:`save_model`) loads as :func:`save_model` now writes it: its weights widened to float32.
     Not compiled.
 
     Args:
@@ -124,11 +133,15 @@ def load_model(path, custom_objects=None, inference_only=False):
     """
     import h5py
     with h5py.File(path, 'r') as f:
-        config = f.attrs.get('model_config')
+        config, rounded = _model_config(f), _holds_bf16(f)
     if config is None:
         raise ValueError(f'{path}: no model configuration (saved with save_weights?); build the '
                          f'model and call load_weights instead')
-    config = json.loads(config.decode('utf-8') if isinstance(config, bytes) else config)
+    if rounded:          # a model loaded for prediction and saved by crf_lr before save_model
+        with tempfile.TemporaryDirectory() as scratch:
+            widened = os.path.join(scratch, os.path.basename(path))
+            _write_float32(path, widened)
+            return load_model(widened, custom_objects, inference_only)
     layers = [layer for layer in config['config']['layers'] if layer['class_name'] != 'InputLayer']
     names = [_policy_name(layer['config'].get('dtype')) for layer in layers]
     saved = max(set(names), key=names.count)
@@ -142,6 +155,76 @@ def load_model(path, custom_objects=None, inference_only=False):
         model = keras.models.model_from_config(config, custom_objects=custom_objects)
         model.load_weights(path)
     return model
+
+
+def save_model(model, path):
+    """``model.save(path)`` (HDF5, without the optimizer), always with float32 weights.
+
+    A model loaded with :func:`load_model`'s ``inference_only`` under ``mixed_bfloat16`` holds
+    its encoder's weights in bf16 and its encoder's layers under the ``bfloat16`` policy; saved
+    as it is, its file holds bf16 weights that Keras cannot load. Its file is rewritten here
+    (atomically: :func:`crf_lr.atomic.atomic_path`) with the weights widened to float32 (the bf16
+    values exactly: what it predicts with) and the encoder's layers back under
+    ``mixed_bfloat16``, as if it had been trained so. Any other model is saved as it is.
+
+        >>> save_model(load_model('runs/ner/model/model.h5', inference_only=True), 'copy.h5')
+    """
+    import h5py
+    model.save(path, include_optimizer=False)
+    with h5py.File(path, 'r') as f:
+        rounded = _holds_bf16(f)
+    if rounded:
+        with atomic_path(path) as widened:
+            _write_float32(path, widened)
+
+
+def _model_config(h5file):
+    """The model configuration (a dict) of the open Keras HDF5 file ``h5file``; None if none."""
+    config = h5file.attrs.get('model_config')
+    if config is None:
+        return None
+    return json.loads(config.decode('utf-8') if isinstance(config, bytes) else config)
+
+
+def _is_bf16(item):
+    """Whether an HDF5 ``item`` is a dataset of bfloat16 numbers (h5py reads them as 2-byte
+    opaque values)."""
+    return getattr(item, 'dtype', None) is not None and item.dtype.kind == 'V' \
+        and item.dtype.itemsize == 2
+
+
+def _holds_bf16(h5file):
+    """Whether the open Keras HDF5 model file ``h5file`` holds any bfloat16 weight."""
+    return h5file.visititems(lambda _, item: _is_bf16(item) or None) is not None
+
+
+def _float32(values):
+    """bfloat16 ``values`` (2-byte opaque, as h5py reads them) as float32: a bfloat16 is the top
+    half of the float32 it rounds, so widening is exact."""
+    return (values.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def _write_float32(source, target):
+    """Copy the Keras HDF5 model file ``source`` to ``target``: its bf16 weights widened to
+    float32, and the layers its configuration puts under the ``bfloat16`` policy (an encoder
+    loaded for prediction) back under ``mixed_bfloat16``; attributes as they were."""
+    import h5py
+
+    def copy(name, item):
+        if isinstance(item, h5py.Dataset):
+            new.create_dataset(name, data=_float32(item[()]) if _is_bf16(item) else item[()])
+        else:
+            new.require_group(name)
+        new[name].attrs.update(item.attrs)
+
+    with h5py.File(source, 'r') as old, h5py.File(target, 'w') as new:
+        new.attrs.update(old.attrs)
+        old.visititems(copy)
+        config = _model_config(old)
+        for layer in config['config']['layers']:
+            if _policy_name(layer['config'].get('dtype')) == 'bfloat16':
+                layer['config']['dtype'] = 'mixed_bfloat16'
+        new.attrs['model_config'] = json.dumps(config)
 
 
 @contextlib.contextmanager

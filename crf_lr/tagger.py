@@ -19,7 +19,7 @@ from crf_lr.atomic import replace_folder
 from crf_lr.batching import Batches, Encoded
 from crf_lr.heads import Decoded, Window, make_head
 from crf_lr.pieces import UnitEncoder, windows_of
-from crf_lr.precision import load_model
+from crf_lr.precision import load_model, save_model
 from crf_lr.runs import LABELS_KEYS, check_model_folder
 from crf_lr.tagging import merge_window_spans
 from crf_lr.tracing import conformed, free_signature, traced_without_autograph
@@ -66,11 +66,13 @@ class Tagger:
         """Write ``model.h5``, ``labels.json`` (the head's config and temperature, units,
         maxlen) and ``vocab.txt`` into ``folder``, replacing it whole
         (:func:`crf_lr.atomic.replace_folder`): a kill while saving leaves the previous model,
-        complete."""
+        complete. The weights are float32 whatever the precision (a Tagger loaded for
+        prediction under ``mixed_bfloat16`` saves its bf16 weights widened:
+        :func:`crf_lr.precision.save_model`)."""
         with replace_folder(folder) as scratch:
             with warnings.catch_warnings():   # "HDF5 is legacy": it is the format bert4keras loads
                 warnings.simplefilter('ignore')
-                self.model.save(os.path.join(scratch, 'model.h5'), include_optimizer=False)
+                save_model(self.model, os.path.join(scratch, 'model.h5'))
             with open(os.path.join(scratch, 'labels.json'), 'w', encoding='utf-8') as f:
                 json.dump(dict(self.head.config(), units=self.encoder.units,
                                lowercase=self.encoder.lowercase, maxlen=self.maxlen,
@@ -79,10 +81,12 @@ class Tagger:
             shutil.copyfile(self.encoder.vocab_path, os.path.join(scratch, 'vocab.txt'))
 
     @classmethod
-    def load(cls, folder, batch_size=32):
+    def load(cls, folder, batch_size=32, inference_only=True):
         """The Tagger saved in ``folder`` by :meth:`save`, for prediction: in the current
         precision, and under ``mixed_bfloat16`` with the encoder's weights rounded to bf16 once
         (:func:`crf_lr.precision.load_model`'s ``inference_only``; the same outputs).
+        ``inference_only=False`` keeps the float32 weights, for a Tagger to save again exactly
+        (:meth:`save` of a rounded one writes the rounded weights).
 
         Raises:
             FileNotFoundError naming what is missing (with a hint when ``folder`` is a run
@@ -97,7 +101,7 @@ class Tagger:
         if head.labels != meta['labels']:
             raise ValueError(f'{labels_path}: labels {meta["labels"]} differ from those of a '
                              f'{meta["head"]} head on types {meta["types"]}: {head.labels}')
-        model = load_model(model_path, inference_only=True)   # current precision, bf16 cast once
+        model = load_model(model_path, inference_only=inference_only)   # current precision
         width = model.output_shape[1 if head.kind == 'spans' else -1]
         if width != len(head.labels):
             raise ValueError(f'{model_path} scores {width} labels but {labels_path} lists '

@@ -150,7 +150,7 @@ def main(argv=None):
                   announce=False)
 
     # ---- calibration: a temperature for the confidences, fitted on dev, saved with the model ----
-    selected = Tagger.load(run.model_dir)
+    selected = Tagger.load(run.model_dir, inference_only=False)     # saved again: float32 weights
     report = calibrate(selected, ([e.tokens for e in data.dev], [e.spans for e in data.dev]),
                        ([e.tokens for e in data.test], [e.spans for e in data.test])
                        if data.test else None)

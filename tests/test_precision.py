@@ -222,3 +222,85 @@ def test_set_precision_auto_reads_the_cpu_flags(tmp_path):
     assert set(native_bf16()) <= set(NATIVE_BF16_FLAGS)
     with pytest.raises(ValueError, match=r"set_precision: precision must be one of .*'bf16'"):
         set_precision('bf16')
+
+
+def _non_float32_weights(path):
+    """The weights of the Keras HDF5 file at ``path`` not stored as float32: [(name, dtype)]."""
+    import h5py
+    found = []
+    with h5py.File(path, 'r') as f:
+        f['model_weights'].visititems(lambda name, item: found.append((name, str(item.dtype)))
+                                      if isinstance(item, h5py.Dataset)
+                                      and item.dtype != np.float32 else None)
+    return found
+
+
+def _mixed_tagger(folder):
+    """A tiny random CRF tagger built and saved under mixed_bfloat16 (as ``--precision auto``
+    trains on a bf16 CPU), then loaded as the NER script loads it to calibrate it."""
+    from crf_lr.tagger import Tagger
+    from test_examples import save_random_tagger
+    set_precision('mixed_bfloat16')
+    keras.utils.set_random_seed(0)
+    return Tagger.load(save_random_tagger(folder, 'crf', ['LOC', 'PER'], 'BIO', 32, crf_scale=1.0))
+
+
+def _reload_and_compare(tagger, folder, texts):
+    """``folder`` (a saved Tagger) loads in float32 and in mixed_bfloat16, with ``tagger``'s
+    temperature and its scores within the bf16 tolerance."""
+    from crf_lr.tagger import Tagger
+    expected = np.concatenate([w.output for ws in tagger.run(texts) for w in ws])
+    for precision in ('float32', 'mixed_bfloat16'):
+        set_precision(precision)
+        loaded = Tagger.load(folder)
+        assert loaded.head.temperature == tagger.head.temperature
+        got = np.concatenate([w.output for ws in loaded.run(texts) for w in ws])
+        assert np.abs(got - expected).max() <= SCORE_TOLERANCE * np.abs(expected).max(), precision
+        assert len(loaded.predict(texts)) == len(texts)
+
+
+def test_a_tagger_calibrated_under_mixed_bfloat16_saves_float32_weights_that_load_anywhere(
+        tmp_path):
+    """The NER script's path under ``--precision auto``: train under mixed_bfloat16, load the
+    best model (for prediction: bf16 encoder weights), calibrate, save. The file holds float32
+    weights only (it held bf16 ones that neither precision could load) and reloads in float32
+    and mixed_bfloat16; loaded with ``inference_only=False`` the model saves back bit for bit."""
+    import h5py
+    from crf_lr.calibration import calibrate
+    from crf_lr.tagger import Tagger
+    texts = ['张三去北京工作。', '我们喜欢上海的天气', '今天很好']
+    tagger = _mixed_tagger(str(tmp_path / 'run'))
+    calibrate(tagger, ([list(t) for t in texts], [[(0, 2, 'PER'), (3, 5, 'LOC')], [], []]))
+    tagger.save(str(tmp_path / 'calibrated'))
+    assert _non_float32_weights(str(tmp_path / 'calibrated' / 'model.h5')) == []
+    assert sorted(os.listdir(tmp_path / 'calibrated')) == ['labels.json', 'model.h5', 'vocab.txt']
+    _reload_and_compare(tagger, str(tmp_path / 'calibrated'), texts)
+    set_precision('mixed_bfloat16')
+    exact = Tagger.load(str(tmp_path / 'run' / 'model'), inference_only=False)
+    exact.save(str(tmp_path / 'exact'))
+    with h5py.File(tmp_path / 'run' / 'model' / 'model.h5', 'r') as trained, \
+            h5py.File(tmp_path / 'exact' / 'model.h5', 'r') as saved:
+        names = []
+        trained['model_weights'].visititems(
+            lambda name, item: names.append(name) if isinstance(item, h5py.Dataset) else None)
+        for name in names:
+            np.testing.assert_array_equal(saved['model_weights'][name][()],
+                                          trained['model_weights'][name][()], name)
+
+
+def test_a_model_h5_with_bf16_weights_loads_widened_to_float32(tmp_path):
+    """A ``model.h5`` that Keras wrote from a model loaded for prediction under mixed_bfloat16
+    (bf16 weights, the encoder's layers under the ``bfloat16`` policy: what crf_lr wrote before
+    ``save_model``) loads in float32 and in mixed_bfloat16, its weights the bf16 values exactly,
+    and predicts what the model it was saved from predicts."""
+    import shutil
+    texts = ['张三去北京工作。', '我们喜欢上海的天气']
+    tagger = _mixed_tagger(str(tmp_path / 'run'))
+    shutil.copytree(tmp_path / 'run' / 'model', tmp_path / 'old')
+    tagger.model.save(str(tmp_path / 'old' / 'model.h5'), include_optimizer=False)
+    assert _non_float32_weights(str(tmp_path / 'old' / 'model.h5'))          # the old files
+    _reload_and_compare(tagger, str(tmp_path / 'old'), texts)
+    set_precision('float32')
+    widened = load_model(str(tmp_path / 'old' / 'model.h5'))
+    for saved, loaded in zip(tagger.model.weights, widened.weights):
+        np.testing.assert_array_equal(np.asarray(saved, np.float32), loaded.numpy(), saved.name)
