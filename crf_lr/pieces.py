@@ -20,18 +20,22 @@ class UnitEncoder:
     Units are the characters of Chinese text (one id each, so labels never shift: a character
     missing from the vocabulary is looked up lower-cased, then NFKC-normalised -- full-width digits
     and letters become ASCII -- and is ``[UNK]`` otherwise) or the words of English text (each
-    word split into its WordPieces by bert4keras's ``Tokenizer``).
+    word split into its WordPieces by bert4keras's ``Tokenizer``). A word of more than
+    ``max_pieces`` pieces is one ``[UNK]``, as BERT's tokenizer reads a word of over 100
+    characters: it could share no window with anything, nor fit one alone.
 
     Args:
         vocab_path: str, a BERT ``vocab.txt``.
         units: 'chars' or 'words'.
         lowercase: bool, lower-case before lookup (True for uncased / Chinese vocabularies).
+        max_pieces: the most pieces of one unit, or None for no limit; a window of ``maxlen``
+            tokens holds ``maxlen - 2`` pieces (``Tagger.load`` and the task scripts pass that).
 
         >>> enc = UnitEncoder('vocab.txt')
         >>> ids, starts = enc.encode('１９９８年')   # [CLS] 1 9 9 8 年 [SEP]; starts = [0..5]
     """
 
-    def __init__(self, vocab_path, units='chars', lowercase=True):
+    def __init__(self, vocab_path, units='chars', lowercase=True, max_pieces=None):
         if units not in ('chars', 'words'):
             raise ValueError(f"units must be 'chars' or 'words', got {units!r}")
         if not os.path.isfile(vocab_path):
@@ -44,17 +48,18 @@ class UnitEncoder:
             if token not in self.vocab:
                 raise ValueError(f'{vocab_path}: not a BERT vocabulary (no {token} token)')
         self.vocab_path, self.units, self.lowercase = vocab_path, units, lowercase
+        self.max_pieces = max_pieces
         self.cls, self.sep, self.unk = self.vocab['[CLS]'], self.vocab['[SEP]'], self.vocab['[UNK]']
         self._tokenizer = None
         self._cache = {}
 
     def pieces(self, unit):
-        """The ids of one unit: a list of >= 1 ints."""
+        """The ids of one unit: a list of >= 1 ints, ``[UNK]`` alone past ``max_pieces``."""
         ids = self._cache.get(unit)
         if ids is None:
             ids = self._char_id(unit) if self.units == 'chars' else self._word_ids(unit)
             self._cache[unit] = ids
-        return ids
+        return ids if self.max_pieces is None or len(ids) <= self.max_pieces else [self.unk]
 
     def _char_id(self, char):
         candidates = [char, char.lower()] if self.lowercase else [char]
@@ -113,3 +118,48 @@ def windows_of(units, maxlen, encoder, spans=()):
         >>> windows_of('北京。上海。', 5, enc)    # [(0, '北京。'), (3, '上海。')]
     """
     return split_into_windows(units, maxlen - 2, spans=spans, length=encoder.length)
+
+
+def _uncut_stretches(spans):
+    """``(start, end, count)`` of each stretch of units no window cuts: a span, or ``count``
+    overlapping spans together."""
+    stretches = []
+    for start, end, _ in sorted(spans):
+        if stretches and start < stretches[-1][1]:
+            first, last, count = stretches[-1]
+            stretches[-1] = (first, max(last, end), count + 1)
+        else:
+            stretches.append((start, end, 1))
+    return stretches
+
+
+def check_spans_fit(examples, sources, maxlen, encoder):
+    """ValueError, in one line, where a training span is longer than a window of ``maxlen``
+    tokens holds (:func:`windows_of` never cuts one): it names the first such span's
+    ``path:line``, its length and the smallest ``--maxlen`` that holds every span.
+
+    Args:
+        examples: ``(units, tags, spans)`` of each training sentence; sources: the ``path:line``
+            of each; maxlen: tokens per window with [CLS] and [SEP]; encoder: :class:`UnitEncoder`.
+
+        >>> check_spans_fit([('北京欢迎你', None, [(0, 5, 'X')])], ['a.txt:1'], 6, enc)
+        ValueError: a.txt:1: a span of 5 characters does not fit --maxlen 6 (windows of 4); use
+        --maxlen 7 or more
+    """
+    longest, first = 0, None
+    for (units, _, spans), source in zip(examples, sources):
+        for start, end, count in _uncut_stretches(spans):
+            size = encoder.length(units[start:end])
+            longest = max(longest, size)
+            if first is None and size > maxlen - 2:
+                first = source, end - start, count, size
+    if first is None:
+        return
+    source, length, count, size = first
+    what = 'a span' if count == 1 else f'{count} overlapping spans'
+    if encoder.units == 'words':
+        what, window = f'{what} of {length} words ({size} pieces)', f'{maxlen - 2} pieces'
+    else:
+        what, window = f'{what} of {length} characters', maxlen - 2
+    raise ValueError(f'{source}: {what} does not fit --maxlen {maxlen} (windows of {window}); '
+                     f'use --maxlen {longest + 2} or more')

@@ -40,6 +40,8 @@ class MicroBatcher:
     One worker takes the first waiting request, adds those that arrive within ``wait_ms`` (or are
     already waiting) until the batch holds ``max_batch`` texts, and runs ``predict`` on them in
     one thread (the event loop keeps answering meanwhile); each request gets its own results.
+    When a batch of several requests fails, each runs again alone: the error is only that of the
+    requests that fail alone, and the others get their results.
 
         >>> batcher = MicroBatcher(lambda texts: predict_lines(tagger, texts), 64, 2)
         >>> await batcher.start(); results = await batcher(['北京欢迎你'])
@@ -82,22 +84,31 @@ class MicroBatcher:
         return batch
 
     async def _work(self):
-        loop = asyncio.get_running_loop()
         while True:
             batch = await self._collect()
-            texts = [text for request, _ in batch for text in request]
-            try:
-                results = await loop.run_in_executor(self.thread, self.predict, texts)
-            except Exception as error:                 # the server answers 500 and goes on
-                for _, future in batch:
-                    if not future.done():
-                        future.set_exception(error)
+            if len(batch) > 1 and await self._answer(batch, fail=False):
                 continue
-            begin = 0
-            for request, future in batch:
-                if not future.done():                  # not when the client has gone
-                    future.set_result(results[begin:begin + len(request)])
-                begin += len(request)
+            for item in batch:     # one request alone, or each of a batch that failed: whose fault
+                await self._answer([item], fail=True)
+
+    async def _answer(self, batch, fail):
+        """Run ``predict`` on the texts of ``batch`` and give each request its results; False when
+        it raised, after passing the error on to every request of ``batch`` if ``fail``."""
+        texts = [text for request, _ in batch for text in request]
+        try:
+            results = await asyncio.get_running_loop().run_in_executor(self.thread, self.predict,
+                                                                        texts)
+        except Exception as error:                     # the server answers 500 and goes on
+            for _, future in batch if fail else ():
+                if not future.done():
+                    future.set_exception(error)
+            return False
+        begin = 0
+        for request, future in batch:
+            if not future.done():                      # not when the client has gone
+                future.set_result(results[begin:begin + len(request)])
+            begin += len(request)
+        return True
 
 
 def _read_json(path):

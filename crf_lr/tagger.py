@@ -49,7 +49,8 @@ class Tagger:
         model: keras.Model whose output the head reads (built with ``head.build``).
         encoder: :class:`~crf_lr.pieces.UnitEncoder`.
         head: :class:`~crf_lr.heads.Head` (built, or attached to a loaded model).
-        maxlen: tokens per window, [CLS] and [SEP] included.
+        maxlen: tokens per window, [CLS] and [SEP] included (an encoder of words whose
+            ``max_pieces`` is ``maxlen - 2`` reads a word too long for a window as ``[UNK]``).
         batch_size: windows per prediction batch.
 
         >>> tagger = Tagger(model, UnitEncoder(vocab_path), head, maxlen=128)
@@ -108,7 +109,8 @@ class Tagger:
                              f'{len(head.labels)}: the two files come from different runs')
         if hasattr(head, 'attach'):
             head.attach(model)
-        encoder = UnitEncoder(vocab_path, meta['units'], meta['lowercase'])
+        encoder = UnitEncoder(vocab_path, meta['units'], meta['lowercase'],
+                              max_pieces=meta['maxlen'] - 2)      # every unit fits a window
         return cls(model, encoder, head, meta['maxlen'], batch_size)
 
     # -- prediction ---------------------------------------------------------------------------

@@ -5,7 +5,8 @@ the head on its piece states; the training windows; ``LayerwiseAdam`` with the
 warmup schedule; a ``Tagger`` over it all.
 
     >>> built = build_task_model(args, strategy, data.units, lambda: make_head('crf', types),
-    ...                          [(e.tokens, e.tags, e.spans) for e in data.train])
+    ...                          [(e.tokens, e.tags, e.spans) for e in data.train],
+    ...                          [e.source for e in data.train])
     >>> built.tagger, built.samples, built.lr          # Tagger, training windows, learning rate
 """
 from collections import namedtuple
@@ -13,7 +14,7 @@ from collections import namedtuple
 TaskModel = namedtuple('TaskModel', 'tagger samples encoder encoder_info lr')
 
 
-def build_task_model(args, strategy, units, make_head, examples):
+def build_task_model(args, strategy, units, make_head, examples, sources):
     """Build and compile a task script's model; print a line describing it.
 
     Args:
@@ -22,6 +23,8 @@ def build_task_model(args, strategy, units, make_head, examples):
         units: 'chars' or 'words', the text units of the data.
         make_head: a function of no argument giving the head (called in the strategy's scope).
         examples: ``(units, tags, spans)`` of every training sentence.
+        sources: the ``path:line`` of each: a span longer than a window stops the run there
+            (``crf_lr.pieces.check_spans_fit``), before any epoch.
     Returns:
         ``TaskModel(tagger, samples, encoder, encoder_info, lr)``: the ``Tagger``, the training
         windows (``crf_lr.runs.make_samples``), the encoder's name and description, the rate.
@@ -33,7 +36,7 @@ def build_task_model(args, strategy, units, make_head, examples):
     from crf_lr.fused_kernels import status as fused_kernels_status
     from crf_lr.heads import piece_states
     from crf_lr.optimizers import LayerwiseAdam
-    from crf_lr.pieces import UnitEncoder
+    from crf_lr.pieces import UnitEncoder, check_spans_fit
     from crf_lr.runs import make_samples, warmup_schedule
     from crf_lr.tagger import Tagger
     from crf_lr.vocabulary import check_vocabulary, choose_encoder
@@ -54,10 +57,11 @@ def build_task_model(args, strategy, units, make_head, examples):
             reinitialize_top_layers(bert, args.reinit_top, seed=args.seed)
         head = make_head()
         model = keras.Model(bert.inputs, head.build(piece_states(bert)))
-        unit_encoder = UnitEncoder(vocab_path, units)
+        unit_encoder = UnitEncoder(vocab_path, units, max_pieces=args.maxlen - 2)
         with user_errors():                        # most units [UNK]: stop, name an encoder to try
             print(check_vocabulary(unit_encoder, (units_of for units_of, _, _ in examples),
                                    encoder, args.allow_unknown))
+            check_spans_fit(examples, sources, args.maxlen, unit_encoder)   # no window holds one
         samples = make_samples(examples, unit_encoder, args.maxlen, head)
         lr = args.lr or default_learning_rate(encoder, args.layers)
         schedule = warmup_schedule(args.warmup_proportion, len(samples), args.batch_size,

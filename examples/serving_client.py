@@ -122,7 +122,8 @@ class Words:
         from crf_lr.pieces import UnitEncoder
         from crf_lr.predict import word_offsets
         from crf_lr.tagging import get_scheme
-        self.encoder = UnitEncoder(os.path.join(folder, 'vocab.txt'), 'words', meta['lowercase'])
+        self.encoder = UnitEncoder(os.path.join(folder, 'vocab.txt'), 'words', meta['lowercase'],
+                                   meta['maxlen'] - 2)
         self.split, self.scheme = word_offsets, get_scheme(meta['scheme'])
 
     def encode(self, text):

@@ -57,14 +57,15 @@ def main(argv=None):
     words_file = data_dir and os.path.join(data_dir, 'icwb2', 'pku_training_words.utf8')
     train_words = (read_word_list(words_file) if words_file and os.path.isfile(words_file)
                    else {w for e in data.train for w in e.words})      # OOV against what trained
-    run = RunLog(worker_folder(args.output, strategy), dict(vars(args), script='task_cws_crf'),
-                 args.overwrite, argv, program=__file__)
 
     # ---- model: encoder (first k layers) -> Dense -> CRF whose transitions learn faster ----
     built = build_task_model(args, strategy, 'chars', lambda: make_head(
         args.head, scheme=SEG, lr_multiplier=args.crf_lr_multiplier,
         constrain_training=args.constrain, boundary_scores=args.boundary_scores),
-        [(e.text, e.tags, SEG.decode(e.tags)) for e in data.train])
+        [(e.text, e.tags, SEG.decode(e.tags)) for e in data.train], [e.source for e in data.train])
+    # the run folder once the data and the model are known good: a refused run leaves none
+    run = RunLog(worker_folder(args.output, strategy), dict(vars(args), script='task_cws_crf'),
+                 args.overwrite, argv, program=__file__)
     tagger, samples = built.tagger, built.samples
     head, model = tagger.head, tagger.model
     crf = getattr(head, 'crf', None)

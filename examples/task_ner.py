@@ -72,8 +72,6 @@ def main(argv=None):
                            args.format, not args.strict, args.data_dir, args.train_limit,
                            args.eval_limit, args.holdout, args.sample_seed, task='ner')
     print(data.describe() + f'\ntypes: {list(data.types)}')
-    run = RunLog(worker_folder(args.output, strategy), dict(vars(args), script='task_ner'),
-                 args.overwrite, argv, program=__file__)
 
     # ---- model: encoder -> piece states -> head (Dense + CRF, Dense + softmax, span scores) ----
     flat = args.spans == 'flat' or (args.spans == 'auto' and not data.nested)
@@ -81,12 +79,15 @@ def main(argv=None):
         args.head, data.types, 'BIO', lr_multiplier=args.crf_lr_multiplier,
         constrain_training=args.constrain, boundary_scores=args.boundary_scores,
         head_size=args.head_size, flat=flat, label_pieces=args.label_pieces),
-        [(e.tokens, e.tags, e.spans) for e in data.train])
+        [(e.tokens, e.tags, e.spans) for e in data.train], [e.source for e in data.train])
     tagger, samples = built.tagger, built.samples
     head, model = tagger.head, tagger.model
     if getattr(head, 'label_pieces', 'all') != args.label_pieces:
         raise SystemExit(f'task_ner.py: error: --label-pieces {args.label_pieces} needs a head '
                          f'that takes it (crf); --head {args.head} does not')
+    # the run folder once the data and the model are known good: a refused run leaves none
+    run = RunLog(worker_folder(args.output, strategy), dict(vars(args), script='task_ner'),
+                 args.overwrite, argv, program=__file__)
 
     # ---- evaluator: strict spans, relaxed types, confusion matrix without padding, speed ----
     tag_labels = label_list(data.types, 'BIO')

@@ -386,6 +386,34 @@ def test_bad_arguments_are_reported(tiny, tmp_path, capsys):
         ner.main(_user_common(tiny, tmp_path / 'z') + _user_files(tiny) + ['--head', 'crff'])
 
 
+LONG_NAME = '北京上海张三我们喜欢天气的'                       # 13 characters
+
+
+@pytest.mark.parametrize('script, sentences, line', [
+    ('task_ner', [['张 B-PER', '三 I-PER'], ['去 O'] + [
+        f'{c} {"B" if i == 0 else "I"}-ORG' for i, c in enumerate(LONG_NAME)]], 4),
+    ('task_cws_crf', [['张三  去  北京'], [f'我们  {LONG_NAME}  很  好']], 3),
+])
+def test_a_span_longer_than_a_window_stops_the_run_before_training(tiny, tmp_path, capsys,
+                                                                   script, sentences, line):
+    """An entity (or a word) longer than --maxlen's windows crashed inside the windowing with a
+    traceback, leaving run.json and an empty log; the run stops with one line naming the file,
+    the line, the span's length and the --maxlen that fits, before any epoch and any file."""
+    files = []
+    for name, chosen in (('train', sentences), ('dev', sentences[:1])):
+        files.append(tmp_path / f'{name}.txt')
+        files[-1].write_text('\n\n'.join('\n'.join(lines) for lines in chosen) + '\n',
+                             encoding='utf-8')
+    output = tmp_path / 'run'
+    with pytest.raises(SystemExit) as exit_info:
+        load_script(script).main(['--train-file', str(files[0]), '--dev-file', str(files[1]),
+                                  '--encoder', tiny['config'], '--epochs', '1', '--maxlen', '10',
+                                  '--output', str(output)])
+    assert exit_info.value.code == (f'error: {files[0]}:{line}: a span of 13 characters does not '
+                                    'fit --maxlen 10 (windows of 8); use --maxlen 15 or more')
+    assert 'epoch 1' not in capsys.readouterr().out and not output.exists()
+
+
 @pytest.mark.parametrize('name', ['crf', 'softmax'])
 def test_padding_and_special_tokens_never_reach_the_loss(tiny, name):
     """Labels under [SEP] and padding, and extra padding, leave the loss unchanged."""

@@ -476,3 +476,28 @@ def test_predict_piped_into_a_reader_that_stops_ends_quietly(saved, tmp_path):
                            '--format json | head -1',
                            shell=True, capture_output=True, text=True, timeout=300)
     assert shell.stdout and 'Traceback' not in shell.stderr and 'BrokenPipe' not in shell.stderr
+
+
+def test_a_word_longer_than_a_window_is_read_as_unk_and_every_line_is_answered(tmp_path, capsys):
+    """A line holding a word of more WordPieces than a window holds (here 16 of 10), or a long
+    CJK run given to a word model, stopped the whole run with a usage error and no output; it is
+    read as one [UNK], as BERT reads an over-long word. Oracle: the same line with an unknown
+    short word there (one [UNK]) gives the same types, confidences and path probability."""
+    from crf_lr.compat import keras
+    from crf_lr.predict import predict_records
+    from crf_lr.tagger import Tagger
+    from test_examples import save_random_tagger
+    keras.utils.set_random_seed(2)
+    model_dir = save_random_tagger(str(tmp_path / 'words'), 'crf', ['LOC', 'PER'], 'BIOES',
+                                   MAXLEN, crf_scale=2, units='words')
+    long_line, short_line = ('peter runs in london ' + word + ' call to boycott'
+                             for word in ('eu' + 's' * 15, 'zz'))
+    lines = ['eu rejects german call', long_line, '北京' * 160, 'peter runs in london']
+    results, out = _run([model_dir, '--format', 'json'], tmp_path, lines, capsys)
+    assert [json.loads(line)['text'] for line in out.splitlines()] == lines
+    tagger = Tagger.load(model_dir)
+    assert results == [record['entities'] for record in predict_records(tagger, lines)]
+    found, expected = predict_records(tagger, [long_line, short_line])
+    assert found['path_probability'] == pytest.approx(expected['path_probability'])
+    assert ([(e['type'], pytest.approx(e['confidence'])) for e in found['entities']]
+            == [(e['type'], e['confidence']) for e in expected['entities']])

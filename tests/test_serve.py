@@ -285,6 +285,62 @@ def test_a_failing_model_is_a_500_and_the_server_goes_on(ner, monkeypatch):
     assert client.post('/v1/predict', json={'texts': ['张三']}).status_code == 200
 
 
+def test_a_failing_request_fails_alone_and_the_others_of_its_batch_are_answered():
+    """A request that fails the model's run took every request batched with it down; the batch
+    runs again request by request, so the failure is the failing request's alone."""
+    from crf_lr.serve import MicroBatcher
+    runs = []
+
+    def predict(texts):
+        runs.append(list(texts))
+        if 'boom' in texts:
+            raise RuntimeError('model failed')
+        return [text.upper() for text in texts]
+
+    async def clients():
+        batcher = MicroBatcher(predict, max_batch=8, wait_ms=200)
+        await batcher.start()
+        try:
+            return await asyncio.gather(*(batcher(r) for r in (['x'], ['boom', 'z'], ['y'])),
+                                        return_exceptions=True)
+        finally:
+            await batcher.stop()
+    answers = asyncio.run(clients())
+    assert runs == [['x', 'boom', 'z', 'y'], ['x'], ['boom', 'z'], ['y']]
+    assert answers[0] == ['X'] and isinstance(answers[1], RuntimeError) and answers[2] == ['Y']
+
+
+def test_a_word_longer_than_a_window_is_answered_with_the_requests_batched_with_it(tmp_path):
+    """A word model's text holding a word of more pieces than a window (16 of 6) was a 500 for
+    its request and every request batched with it; each now gets its answer, as
+    ``predict_records`` gives it (the word read as [UNK])."""
+    from starlette.testclient import TestClient
+
+    from crf_lr.predict import predict_records
+    from crf_lr.serve import create_app
+    from crf_lr.tagger import Tagger
+    from test_examples import save_random_tagger
+    model_dir = save_random_tagger(str(tmp_path), 'crf', ['LOC', 'PER'], 'BIO', 8, units='words')
+    tagger = Tagger.load(model_dir)
+    texts = ['peter runs in london', 'eu' + 's' * 15 + ' call', 'eu rejects german lamb']
+    expected = predict_records(tagger, texts)
+    answers = [None] * len(texts)
+    with TestClient(create_app(tagger, model_dir, batch_wait_ms=500)) as client:
+        def ask(k):
+            answers[k] = client.post('/v1/predict', json={'texts': [texts[k]]})
+        threads = [threading.Thread(target=ask, args=(k,)) for k in range(len(texts))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert [a.status_code for a in answers] == [200] * len(texts)
+    for answer, record in zip(answers, expected):
+        (result,) = answer.json()['results']
+        assert result['path_probability'] == pytest.approx(record['path_probability'])
+        assert ([(e['start'], e['end'], e['type']) for e in result['entities']]
+                == [(e['start'], e['end'], e['type']) for e in record['entities']])
+
+
 def test_concurrent_clients_get_their_own_answers(ner):
     from crf_lr.predict import predict_lines
     tagger, client = ner

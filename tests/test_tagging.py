@@ -308,6 +308,55 @@ def test_windows_prefer_sentence_ends():
         [(0, '一二三'), (3, '四五六'), (6, '七')]
 
 
+def _word_encoder(tmp_path, max_pieces=None):
+    """A UnitEncoder of English words over a tiny vocabulary: 'eu' 'call', and '##s'."""
+    from crf_lr.pieces import UnitEncoder
+    path = tmp_path / 'vocab.txt'
+    path.write_text('\n'.join(['[PAD]', '[UNK]', '[CLS]', '[SEP]', 'eu', 'call', '##s']) + '\n',
+                    encoding='utf-8')
+    return UnitEncoder(str(path), 'words', max_pieces=max_pieces)
+
+
+def test_a_word_of_more_pieces_than_a_window_holds_is_one_unk(tmp_path):
+    """A word whose WordPieces exceed a window (maxlen 6: 4 pieces) could not be windowed (a
+    ValueError for the whole text); read as [UNK], as BERT reads an over-long word, every text
+    windows, and its neighbours keep their pieces."""
+    from crf_lr.pieces import windows_of
+    long_word, cjk = 'eu' + 's' * 8, '北京' * 160           # 9 pieces; 320 pieces
+    words = ['call', long_word, 'eus', cjk, 'call']
+    with pytest.raises(ValueError, match='does not fit'):
+        windows_of(words, 6, _word_encoder(tmp_path))       # no limit: the window's own rule
+    encoder = _word_encoder(tmp_path, max_pieces=4)
+    assert encoder.pieces(long_word) == encoder.pieces(cjk) == [encoder.unk]
+    assert encoder.pieces('eus') == [4, 6] and encoder.pieces('euss') == [4, 6, 6]
+    windows = windows_of(words, 6, encoder)
+    assert [window for _, window in windows] == [['call', long_word, 'eus'], [cjk, 'call']]
+    assert encoder.encode(windows[0][1])[0] == [2, 5, 1, 4, 6, 3]
+
+
+def test_a_span_longer_than_a_window_is_named_with_the_maxlen_that_fits(tmp_path):
+    """One line: the first span (or overlapping spans) no window holds, its length, the
+    --maxlen that holds every span; spans that fit pass."""
+    from crf_lr.pieces import UnitEncoder, check_spans_fit
+    path = tmp_path / 'vocab.txt'
+    path.write_text('[PAD]\n[UNK]\n[CLS]\n[SEP]\n', encoding='utf-8')
+    chars = UnitEncoder(str(path))
+    examples = [('一二三四', None, [(0, 4, 'X')]), ('一二三四五六七', None, [(0, 5, 'X')]),
+                ('一二三四五六七', None, [(0, 3, 'X'), (1, 7, 'Y')])]
+    check_spans_fit(examples[:1], ['t.txt:1'], 6, chars)
+    with pytest.raises(ValueError) as error:
+        check_spans_fit(examples, ['t.txt:1', 't.txt:6', 't.txt:14'], 6, chars)
+    assert str(error.value) == ('t.txt:6: a span of 5 characters does not fit --maxlen 6 '
+                                '(windows of 4); use --maxlen 9 or more')
+    with pytest.raises(ValueError, match='^t.txt:14: 2 overlapping spans of 7 characters'):
+        check_spans_fit(examples[2:], ['t.txt:14'], 6, chars)
+    words = _word_encoder(tmp_path, max_pieces=4)
+    with pytest.raises(ValueError) as error:
+        check_spans_fit([(['eus', 'call', 'eus'], None, [(0, 3, 'X')])], ['c.txt:3'], 6, words)
+    assert str(error.value) == ('c.txt:3: a span of 3 words (5 pieces) does not fit --maxlen 6 '
+                                '(windows of 4 pieces); use --maxlen 7 or more')
+
+
 def test_windows_of_a_long_text_measure_linear_work_and_fit_as_tightly_as_a_scan():
     """Oracle: the largest fitting end found by scanning every end; spaces measure 0, so a unit
     need not add length. The measured characters stay within a few times the text's length
