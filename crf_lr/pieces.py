@@ -111,13 +111,15 @@ def piece_spans_to_unit_spans(spans, starts):
     return [(first[s], first[e], label) for s, e, label in spans if s in first and e in first]
 
 
-def windows_of(units, maxlen, encoder, spans=()):
+def windows_of(units, maxlen, encoder, spans=(), pauses=()):
     """Split a sequence of units into ``(offset, units)`` windows of at most ``maxlen - 2``
-    pieces (room for [CLS] and [SEP]), cutting at sentence ends and never inside ``spans``.
+    pieces (room for [CLS] and [SEP]), cutting at sentence ends (a sentence too long for one
+    window after its last unit in ``pauses``, if any) and never inside ``spans``.
 
         >>> windows_of('北京。上海。', 5, enc)    # [(0, '北京。'), (3, '上海。')]
     """
-    return split_into_windows(units, maxlen - 2, spans=spans, length=encoder.length)
+    return split_into_windows(units, maxlen - 2, spans=spans, length=encoder.length,
+                              pauses=pauses)
 
 
 def _uncut_stretches(spans):

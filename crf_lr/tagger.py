@@ -21,7 +21,7 @@ from crf_lr.heads import Decoded, Window, make_head
 from crf_lr.pieces import UnitEncoder, windows_of
 from crf_lr.precision import load_model, save_model
 from crf_lr.runs import LABELS_KEYS, check_model_folder
-from crf_lr.tagging import merge_window_spans
+from crf_lr.tagging import PAUSES, merge_window_spans
 from crf_lr.tracing import conformed, free_signature, traced_without_autograph
 
 
@@ -124,7 +124,7 @@ class Tagger:
         """
         windows, token_ids = [], []
         for k, units in enumerate(sequences):
-            for offset, window in windows_of(units, self.maxlen, self.encoder):
+            for offset, window in windows_of(units, self.maxlen, self.encoder, pauses=PAUSES):
                 ids, starts = self.encoder.encode(window)
                 windows.append((k, Window(offset, window, starts)))
                 token_ids.append(ids)

@@ -884,11 +884,21 @@ def _sentence_cuts(text, separators):
     return cuts
 
 
-def split_into_windows(text, maxlen, spans=(), separators='。！？；!?;\n', length=len):
+PAUSES = '，,、：: \u3000'   # where prediction cuts a sentence too long for a window
+
+
+def _last_cut_within(cuts, start, end):
+    """The last of the sorted ``cuts`` in ``(start, end]``, or None."""
+    k = bisect.bisect_right(cuts, end) - 1
+    return cuts[k] if k >= 0 and cuts[k] > start else None
+
+
+def split_into_windows(text, maxlen, spans=(), separators='。！？；!?;\n', length=len, pauses=()):
     """Split a long text into consecutive windows that fit ``maxlen``, cutting at sentence ends.
 
     Each window is cut after the last sentence end that keeps it within ``maxlen``; a sentence that
-    is too long alone is cut hard at the longest prefix that fits. No cut falls strictly inside one
+    is too long alone is cut after its last pause in the window (``pauses``: e.g. commas), else
+    hard at the longest prefix that fits. No cut falls strictly inside one
     of ``spans`` (so gold spans survive the split; see ``spans_to_windows``).
 
     Args:
@@ -896,6 +906,8 @@ def split_into_windows(text, maxlen, spans=(), separators='。！？；!?;\n', l
         maxlen: int, the largest ``length(window)``.
         spans: optional iterable of ``(start, end, label)`` unit spans not to cut through.
         separators: collection of the units (characters) that end a sentence.
+        pauses: collection of the units after which a sentence too long for a window is cut
+            (prediction passes ``PAUSES``; training keeps its windows as they were).
         length: function measuring a window (a slice of ``text``) (``len`` for characters, or e.g.
             ``lambda s: len(tokenizer.tokenize(s))`` for tokens including [CLS]/[SEP]); it must
             not decrease when a window grows.
@@ -914,6 +926,7 @@ def split_into_windows(text, maxlen, spans=(), separators='。！？；!?;\n', l
     for start, end, _ in _check_spans(spans, len(text), flat=False):
         forbidden.update(range(start + 1, end))
     cuts = [c for c in _sentence_cuts(text, separators) if c not in forbidden]
+    pause_cuts = [c for c in _sentence_cuts(text, pauses) if c not in forbidden]
     windows, start = [], 0
     while start < len(text):
         # the largest end with length(text[start:end]) <= maxlen: doubling steps bound it, then
@@ -932,9 +945,9 @@ def split_into_windows(text, maxlen, spans=(), separators='。！？；!?;\n', l
                 high = middle - 1
         end = low
         if end < len(text):
-            k = bisect.bisect_right(cuts, end) - 1  # the last sentence end within the window
-            if k >= 0 and cuts[k] > start:
-                end = cuts[k]
+            cut = _last_cut_within(cuts, start, end) or _last_cut_within(pause_cuts, start, end)
+            if cut:
+                end = cut
             else:
                 while end > start and end in forbidden:
                     end -= 1

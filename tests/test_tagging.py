@@ -308,6 +308,20 @@ def test_windows_prefer_sentence_ends():
         [(0, '一二三'), (3, '四五六'), (6, '七')]
 
 
+def test_prediction_cuts_a_sentence_too_long_for_a_window_at_a_pause():
+    """After its last comma (or space) in the window, not inside a word or an entity there;
+    a sentence end still comes first, and a stretch without either is cut hard."""
+    from crf_lr.tagging import PAUSES
+    text = '我们在北京，明天去上海开会'
+    assert split_into_windows(text, 8) == [(0, '我们在北京，明天'), (8, '去上海开会')]
+    assert split_into_windows(text, 8, pauses=PAUSES) == [(0, '我们在北京，'), (6, '明天去上海开会')]
+    assert split_into_windows('好，很好。明天见', 6, pauses=PAUSES) == [(0, '好，很好。'),
+                                                                 (5, '明天见')]
+    assert split_into_windows('我们在北京明天去', 5, pauses=PAUSES) == [(0, '我们在北京'),
+                                                                (5, '明天去')]
+    assert split_into_windows('a b,c d', 4, pauses=PAUSES) == [(0, 'a b,'), (4, 'c d')]
+
+
 def _word_encoder(tmp_path, max_pieces=None):
     """A UnitEncoder of English words over a tiny vocabulary: 'eu' 'call', and '##s'."""
     from crf_lr.pieces import UnitEncoder
