@@ -28,11 +28,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <vector>
 
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/platform/mutex.h"
 #include "tensorflow/core/util/work_sharder.h"
 #include "unsupported/Eigen/CXX11/Tensor"
 #include "unsupported/Eigen/SpecialFunctions"
@@ -247,49 +249,48 @@ Eigen::bfloat16 Rounded<Eigen::bfloat16>(double value) { return ToBfloat16(value
 // Rows summed in float32 before their sums are added up in double.
 constexpr int64_t kRowChunk = 256;
 
-// Column sums over rows: the rows' values added in float32 over each chunk of kRowChunk rows (the
-// chunks on the worker threads, each into its own sums), then the chunks' sums in double, in
-// chunk order: the same totals whatever the threads.
+// Column sums over rows: each work unit adds its rows' values in float32 over chunks of kRowChunk
+// rows and in double across them; the units' totals are then added in the order of their first
+// rows, so that the totals are the same in every run (the units are the same for the same rows
+// and threads; the order in which they finish is not).
 class ColumnTotals {
  public:
-  ColumnTotals(int64_t rows, int64_t columns)
-      : rows_(rows), columns_(columns), chunk_sums_(ChunkCount(rows) * columns, 0.f) {}
+  explicit ColumnTotals(int64_t columns) : columns_(columns) {}
 
-  // Calls add_row(row, sums) for every row, which adds the row's values to sums (one float per
-  // column) and may write the row's own outputs.
+  // Calls add_row(row, sums) for every row of row_length entries, on the worker threads: it adds
+  // the row's values to sums (one float per column) and may write the row's own outputs.
   template <typename AddRow>
-  void Sum(OpKernelContext* context, AddRow add_row) {
-    auto chunks_from = [&](int64_t begin, int64_t end) {
-      for (int64_t chunk = begin; chunk < end; ++chunk) {
-        float* sums = chunk_sums_.data() + chunk * columns_;
-        for (int64_t row = chunk * kRowChunk; row < std::min(rows_, (chunk + 1) * kRowChunk);
-             ++row) {
-          add_row(row, sums);
+  void Sum(OpKernelContext* context, int64_t rows, int64_t row_length, AddRow add_row) {
+    auto rows_from = [&](int64_t begin, int64_t end) {
+      std::vector<double> own(columns_, 0.0);
+      std::vector<float> chunk_sums(columns_);
+      for (int64_t chunk = begin; chunk < end; chunk += kRowChunk) {
+        std::fill(chunk_sums.begin(), chunk_sums.end(), 0.f);
+        for (int64_t row = chunk; row < std::min(end, chunk + kRowChunk); ++row) {
+          add_row(row, chunk_sums.data());
         }
+        for (int64_t i = 0; i < columns_; ++i) own[i] += chunk_sums[i];
       }
+      tensorflow::mutex_lock held(lock_);
+      unit_totals_.emplace(begin, std::move(own));
     };
-    auto* workers = context->device()->tensorflow_cpu_worker_threads();
-    tensorflow::Shard(workers->num_threads, workers->workers, ChunkCount(rows_),
-                      std::max<int64_t>(kRowChunk * 6 * columns_, 1), chunks_from);
+    ForEachRow(context, rows, row_length, rows_from);
   }
 
   // Columns [first, first + count)'s totals, each rounded once to T, into out.
   template <typename T>
   void RoundedInto(int64_t first, int64_t count, T* out) const {
-    for (int64_t i = 0; i < count; ++i) {
-      double total = 0.0;
-      for (int64_t chunk = 0; chunk < ChunkCount(rows_); ++chunk) {
-        total += chunk_sums_[chunk * columns_ + first + i];
-      }
-      out[i] = Rounded<T>(total);
+    std::vector<double> totals(count, 0.0);
+    for (const auto& unit : unit_totals_) {
+      for (int64_t i = 0; i < count; ++i) totals[i] += unit.second[first + i];
     }
+    for (int64_t i = 0; i < count; ++i) out[i] = Rounded<T>(totals[i]);
   }
 
  private:
-  static int64_t ChunkCount(int64_t rows) { return (rows + kRowChunk - 1) / kRowChunk; }
-
-  const int64_t rows_, columns_;
-  std::vector<float> chunk_sums_;
+  const int64_t columns_;
+  std::map<int64_t, std::vector<double>> unit_totals_;    // by the unit's first row
+  tensorflow::mutex lock_;
 };
 
 // A vector of n entries (gamma or beta) in float32; false (and the op failed) for another size.
@@ -394,7 +395,7 @@ class LayerNormGradOp : public OpKernel {
     const float* std_data = std_in.flat<float>().data();
     const float* gamma_data = gamma.data();
     T* dx_data = dx->flat<T>().data();
-    ColumnTotals totals(rows, 2 * n);    // dgamma's n columns, then dbeta's
+    ColumnTotals totals(2 * n);          // dgamma's n columns, then dbeta's
     auto add_row = [=](int64_t row, float* sums) {
       const T* dy_row = dy_data + row * n;
       const T* x_row = x_data + row * n;
@@ -421,7 +422,7 @@ class LayerNormGradOp : public OpKernel {
             inverse);
       }
     };
-    totals.Sum(context, add_row);
+    totals.Sum(context, rows, n, add_row);
     totals.RoundedInto(0, n, dgamma->flat<T>().data());
     totals.RoundedInto(n, n, dbeta->flat<T>().data());
   }
@@ -440,13 +441,13 @@ class BiasGradOp : public OpKernel {
     Tensor* db = nullptr;
     OP_REQUIRES_OK(context, context->allocate_output(0, tensorflow::TensorShape({n}), &db));
     const Eigen::bfloat16* dy_data = dy.flat<Eigen::bfloat16>().data();
-    ColumnTotals totals(rows, n);
+    ColumnTotals totals(n);
     auto add_row = [=](int64_t row, float* sums) {
       const Eigen::bfloat16* values = dy_data + row * n;
 #pragma omp simd
       for (int64_t i = 0; i < n; ++i) sums[i] += static_cast<float>(values[i]);
     };
-    totals.Sum(context, add_row);
+    totals.Sum(context, rows, n, add_row);
     totals.RoundedInto(0, n, db->flat<Eigen::bfloat16>().data());
   }
 };
