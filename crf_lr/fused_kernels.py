@@ -1,18 +1,19 @@
 """One-pass CPU kernels for a training step: bert4keras's erf GELU and layer norm (with its scale
-and offset), each with its gradient, the gradient of the attention's softmax, the gradient of every bias in bfloat16, and
-the CRF's forward-backward pass.
+and offset), each with its gradient, the gradient of the attention's softmax, the gradient of
+every bias in bfloat16, and the CRF's forward-backward pass.
 
 TensorFlow runs the GELU of every feed-forward layer as five element-wise ops and its gradient
-as about nine, a layer norm as seven each way (its scale and offset two more) and a softmax's gradient
-as four, each a pass over memory. The kernels of ``crf_lr/kernels/fused_ops.cc`` make each of them one pass, and
-``crf_lr/kernels/crf_forward_backward.cc`` makes the CRF loss's loop over positions (some 400
-ops to trace, optimise and schedule) one op. They are compiled against the installed TensorFlow
-the first time they are needed (about 17 s; ``make install`` does it), cached per machine
-(:mod:`crf_lr.native_build`), and used only in training calls (``training=True``) of float32 and
-bfloat16 tensors and in losses whose gradient is being recorded, outside XLA; prediction,
-export, saving, XLA-compiled steps, a visible GPU and a machine without a C++ compiler keep
-TensorFlow's own ops. The same values to float rounding (``tests/test_fused_kernels.py``); the
-step's speed is in docs/performance.md ("Fused element-wise kernels").
+as about nine, a layer norm as seven each way (its scale and offset two more) and a softmax's
+gradient as four, each a pass over memory. The kernels of ``crf_lr/kernels/fused_ops.cc`` make
+each of them one pass, and ``crf_lr/kernels/crf_forward_backward.cc`` makes the CRF loss's
+loop over positions (some 400 ops to trace, optimise and schedule) one op. They are compiled
+against the installed TensorFlow the first time they are needed (about 17 s; ``make install``
+does it), cached per machine (:mod:`crf_lr.native_build`), and used only in training calls
+(``training=True``) of float32 and bfloat16 tensors and in losses whose gradient is being
+recorded, outside XLA; prediction, export, saving, XLA-compiled steps, a visible GPU and a
+machine without a C++ compiler keep TensorFlow's own ops. The same values to float rounding
+(``tests/test_fused_kernels.py``); the step's speed is in docs/performance.md ("Fused
+element-wise kernels").
 
 :mod:`crf_lr.compat` installs the GELU and the bias gradient (``BiasAdd``'s in bfloat16, summed
 in float32 where TensorFlow sums in bfloat16) for every model of the process,

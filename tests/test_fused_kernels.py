@@ -1,7 +1,8 @@
 """crf_lr.fused_kernels and crf_lr.native_build: the one-pass GELU and layer norm (with its scale
-and offset) with their gradients, and the softmax's gradient, against float64 closed forms and TensorFlow's own ops; a model's training calls use
-them, its other calls do not, and its gradients stay TensorFlow's to float rounding; the build
-is cached, atomic, and says why where it cannot run."""
+and offset) with their gradients, and the softmax's gradient, against float64 closed forms and
+TensorFlow's own ops; a model's training calls use them, its other calls do not, and its
+gradients stay TensorFlow's to float rounding; the build is cached, atomic, and says why where
+it cannot run."""
 import math
 import os
 
