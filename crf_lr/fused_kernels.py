@@ -38,7 +38,7 @@ from pathlib import Path  # noqa: E402
 
 import tensorflow as tf  # noqa: E402
 
-from crf_lr.native_build import BuildError, timed_build  # noqa: E402
+from crf_lr.native_build import BuildError, record, timed_build  # noqa: E402
 from crf_lr.switches import ThreadSwitch  # noqa: E402
 
 SOURCES = tuple(Path(__file__).with_name('kernels') / name
@@ -47,7 +47,7 @@ _ENABLED = ThreadSwitch(default=True)          # read when a layer is traced
 _BIAS_GRADIENT = ThreadSwitch(default=True)    # read when a bias's gradient is traced
 _DTYPES = (tf.float32, tf.bfloat16)
 _lock = threading.Lock()
-_loaded = {}                # 'ops' and 'built_s', or 'error': filled once per process
+_loaded = {}                # 'ops', 'built_s' and 'note', or 'error': filled once per process
 
 
 def fused_kernels(enabled=True):
@@ -79,6 +79,7 @@ def _ops():
                 path, seconds = timed_build(SOURCES, on_build=_announce_build)
                 _loaded['ops'] = tf.load_op_library(str(path))
                 _loaded['built_s'] = seconds
+                _loaded['note'] = record(path).get('note')
             except (BuildError, tf.errors.NotFoundError) as error:
                 _loaded['error'] = str(error).splitlines()[0]
         return _loaded.get('ops')
@@ -97,8 +98,22 @@ def _why_off():
     if tf.config.list_logical_devices('GPU'):
         return 'a GPU is visible: they are CPU kernels'
     if _ops() is None:
-        return f"{_loaded['error']}; TensorFlow's ops are used, training steps about 1.1x slower"
+        return f"{_loaded['error']}; TensorFlow's ops are used, {cost_without_them()}"
     return None
+
+
+def cost_without_them(cpuinfo='/proc/cpuinfo'):
+    """What TensorFlow's ops in place of the kernels cost a training step, as measured on the
+    kind of CPU ``cpuinfo`` describes (docs/performance.md): with AMX, bf16 steps lose most.
+
+        >>> cost_without_them()
+        'training steps about 1.1x slower (float32 and bf16, measured on an AMD EPYC)'
+    """
+    from crf_lr.precision import native_bf16
+    if 'amx_bf16' in native_bf16(cpuinfo):
+        return ('training steps about 1.05x slower in float32, 1.6x in bf16 (measured on an '
+                'Intel Xeon with AMX)')
+    return 'training steps about 1.1x slower (float32 and bf16, measured on an AMD EPYC)'
 
 
 def status():
@@ -107,12 +122,16 @@ def status():
 
         >>> status()
         'fused kernels: on (built in 9.1 s, cached)'
+
+    A build at a baseline instead of ``-march=native`` (:func:`crf_lr.native_build.built_library`)
+    says so: ``on (cached; built at -march=x86-64-v3: -march=native failed: g++ failed: ...)``.
     """
     why = _why_off()
     if why is not None:
         return f'fused kernels: off ({why})'
-    built = _loaded['built_s']
-    return f'fused kernels: on ({f"built in {built:.1f} s, cached" if built else "cached"})'
+    built, note = _loaded['built_s'], _loaded['note']
+    return (f'fused kernels: on ({f"built in {built:.1f} s, cached" if built else "cached"}'
+            f'{f"; {note}" if note else ""})')
 
 
 def _graph_takes_them():

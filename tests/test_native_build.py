@@ -1,0 +1,176 @@
+"""crf_lr.native_build's flags and cache: the kernels' sources compile with TensorFlow's headers
+at every x86-64 ISA level (``-fsyntax-only``, whatever this machine is); a native build that
+fails is built at a baseline and says so; a damaged cached library is built again rather than
+loaded; a cache that cannot be written is one line, for the kernels and the packaged encoders;
+a failure found after waiting on the build lock is taken, not compiled again; and the kernel
+tests fail rather than skip where a compiler cannot build them."""
+import contextlib
+import ctypes
+import os
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from crf_lr import fused_kernels, native_build
+from test_fused_kernels import SMALL_SOURCE
+
+REPO = Path(__file__).resolve().parent.parent
+MARCHES = ('x86-64-v2', 'haswell', 'skylake-avx512', 'icelake-server', 'sapphirerapids',
+           'graniterapids', 'znver3', 'znver4')
+
+
+@pytest.fixture(scope='module')
+def syntax_checks():
+    """``{march: (known, first error line or None)}``: the kernels' sources checked with
+    :func:`crf_lr.native_build.compile_flags` at each of :data:`MARCHES` the compiler knows, two
+    at a time, as one translation unit (TensorFlow's headers parsed once: about 6 s of CPU)."""
+    cxx = native_build.compiler()
+    if cxx is None or '__x86_64__' not in native_build.predefined_macros(cxx):
+        pytest.skip('the -march matrix needs a C++ compiler for x86-64')
+    unit = ''.join(f'#include "{source}"\n' for source in fused_kernels.SOURCES)
+
+    def check(march):
+        if not native_build.predefined_macros(cxx, march):
+            return False, None
+        done = subprocess.run([cxx, '-fsyntax-only', *native_build.compile_flags(cxx, march),
+                               '-x', 'c++', '-'], input=unit, capture_output=True, text=True)
+        errors = [line for line in done.stderr.splitlines() if 'error' in line]
+        return True, (errors or [f'exit status {done.returncode}'])[0] if done.returncode else None
+    with ThreadPoolExecutor(2) as pool:
+        return dict(zip(MARCHES, pool.map(check, MARCHES)))
+
+
+@pytest.mark.parametrize('march', MARCHES)
+def test_the_kernels_compile_at_every_isa_level(syntax_checks, march):
+    known, error = syntax_checks[march]
+    if not known:
+        pytest.skip(f'{native_build.compiler()} does not know -march={march}')
+    assert error is None, f'-march={march}: {error}'
+
+
+def _probe(tmp_path, monkeypatch, source=SMALL_SOURCE):
+    monkeypatch.setenv('CRF_LR_CACHE', str(tmp_path / 'cache'))
+    path = tmp_path / 'probe.cc'
+    path.write_text(source)
+    return path
+
+
+def test_a_native_build_that_fails_is_built_at_a_baseline_and_says_so(tmp_path, monkeypatch):
+    cxx = native_build.compiler()
+    if cxx is None or '__AES__' not in native_build.predefined_macros(cxx):
+        pytest.skip('needs a compiler whose -march=native has AES (x86-64, 2010 on)')
+    source = _probe(tmp_path, monkeypatch, '#ifdef __AES__\n#error not at a baseline\n#endif\n'
+                    + SMALL_SOURCE)                  # x86-64-v2 and -v3 have no AES
+    path = native_build.built_library(source)
+    built = native_build.record(path)
+    assert built['march'] == native_build.baseline_march(cxx)
+    assert built['note'].startswith(f"built at -march={built['march']}: -march=native failed: ")
+    assert 'not at a baseline' in built['note']
+    assert ctypes.CDLL(str(path)).crf_lr_probe() == 1
+    monkeypatch.setattr(fused_kernels, '_loaded', {'ops': object(), 'built_s': 0.0,
+                                                   'note': built['note']})
+    assert fused_kernels.status() == f"fused kernels: on (cached; {built['note']})"
+
+
+def _truncated(path):
+    with open(path, 'r+b') as f:
+        f.truncate(path.stat().st_size // 2)
+
+
+def _byte_changed(path):
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def _record_gone(path):
+    path.with_suffix('.json').unlink()
+
+
+def _record_a_list(path):
+    path.with_suffix('.json').write_text('[]')
+
+
+@pytest.mark.parametrize('damage', [_truncated, _byte_changed, _record_gone, _record_a_list],
+                         ids=['truncated', 'a-byte-changed', 'no-record', 'record-a-list'])
+def test_a_damaged_library_is_removed_and_built_again(tmp_path, monkeypatch, capsys, damage):
+    source = _probe(tmp_path, monkeypatch)
+    path = native_build.built_library(source)
+    assert native_build.record(path)['size'] == path.stat().st_size
+    damage(path)
+    capsys.readouterr()
+    builds = []
+    assert native_build.built_library(source, on_build=lambda: builds.append(1)) == path
+    assert builds == [1]
+    said = capsys.readouterr().err.splitlines()
+    assert len(said) == 1 and said[0].startswith(f'{path}: ')
+    assert said[0].endswith('; removed, building it again')
+    assert ctypes.CDLL(str(path)).crf_lr_probe() == 1
+    assert native_build.built_library(source, on_build=lambda: builds.append(1)) == path
+    assert builds == [1]                                       # whole again: cached
+
+
+def test_a_truncated_kernel_library_is_built_again_not_a_bus_error(fused_ops, tmp_path):
+    """A copy of this machine's kernels, truncated in a cache of its own: a process that loads
+    them builds them again (about 20 s) and is on."""
+    cached = native_build.library_path(fused_kernels.SOURCES, native_build.compiler())
+    cache = tmp_path / 'cache'
+    cache.mkdir()
+    for path in (cached, cached.with_suffix('.json')):
+        shutil.copy(path, cache / path.name)
+    _truncated(cache / cached.name)
+    done = subprocess.run([sys.executable, '-c', 'from crf_lr import fused_kernels; '
+                           'print(fused_kernels.status())'], capture_output=True, text=True,
+                          env=dict(os.environ, CRF_LR_CACHE=str(cache)), cwd=REPO)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f'{cache / cached.name}: ' in done.stderr
+    assert done.stdout.splitlines()[-1].startswith('fused kernels: on (built in ')
+
+
+def test_a_process_that_waited_on_the_lock_takes_the_failure_left(tmp_path, monkeypatch):
+    """The process that held the lock failed (its note written) while this one waited."""
+    source = _probe(tmp_path, monkeypatch)
+    locked = native_build._locked
+
+    @contextlib.contextmanager
+    def failed_while_waiting(path):
+        with locked(path):
+            path.with_suffix('.failed').write_text('g++ failed: probe.cc:1: error: as before\n')
+            yield
+    monkeypatch.setattr(native_build, '_locked', failed_while_waiting)
+    builds = []
+    with pytest.raises(native_build.BuildError,
+                       match=r'^g\+\+ failed: probe\.cc:1: error: as before \(remembered: '):
+        native_build.built_library(source, on_build=lambda: builds.append(1))
+    assert builds == []
+
+
+@pytest.fixture(params=['a-file', 'under-a-file'])
+def unwritable_cache(request, tmp_path, monkeypatch):
+    """``CRF_LR_CACHE`` set to a file, or to a folder under a file; ``(cache, why)``."""
+    blocker = tmp_path / 'file'
+    blocker.write_text('')
+    cache = blocker if request.param == 'a-file' else blocker / 'cache'
+    monkeypatch.setenv('CRF_LR_CACHE', str(cache))
+    return cache, 'it is a file' if request.param == 'a-file' else 'Not a directory'
+
+
+def test_an_unwritable_cache_turns_the_kernels_off_in_one_line(unwritable_cache, monkeypatch):
+    cache, why = unwritable_cache
+    monkeypatch.setattr(fused_kernels, '_loaded', {})
+    assert fused_kernels.status() == (
+        f"fused kernels: off (cannot write the cache {cache} ({why}): set CRF_LR_CACHE to a "
+        f"writable folder; TensorFlow's ops are used, {fused_kernels.cost_without_them()})")
+
+
+def test_the_cost_said_where_the_kernels_are_off_is_the_one_measured_on_that_kind_of_cpu(
+        tmp_path):
+    cpuinfo = tmp_path / 'cpuinfo'
+    cpuinfo.write_text('flags\t\t: fpu avx512f avx512_bf16 amx_bf16 amx_tile\n')
+    assert '1.6x in bf16' in fused_kernels.cost_without_them(str(cpuinfo))
+    cpuinfo.write_text('flags\t\t: fpu avx512f avx512_bf16\n')
+    assert 'about 1.1x slower (float32 and bf16' in fused_kernels.cost_without_them(str(cpuinfo))
