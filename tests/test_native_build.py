@@ -167,6 +167,19 @@ def test_an_unwritable_cache_turns_the_kernels_off_in_one_line(unwritable_cache,
         f"writable folder; TensorFlow's ops are used, {fused_kernels.cost_without_them()})")
 
 
+@pytest.mark.slow
+def test_a_packaged_encoder_is_converted_into_a_temporary_folder_where_the_cache_cannot_be(
+        unwritable_cache, capsys):
+    from crf_lr.pretrained import packaged_checkpoint
+    cache, why = unwritable_cache
+    out = packaged_checkpoint('albert-tiny-zh')
+    said = capsys.readouterr().err.splitlines()
+    assert len(said) == 1 and said[0].startswith(
+        f'cannot write the cache {cache} ({why}): set CRF_LR_CACHE to a writable folder; '
+        f'albert-tiny-zh is converted into ')
+    assert os.path.isfile(out.checkpoint_path + '.index') and str(cache) not in out.config_path
+
+
 def test_the_cost_said_where_the_kernels_are_off_is_the_one_measured_on_that_kind_of_cpu(
         tmp_path):
     cpuinfo = tmp_path / 'cpuinfo'
