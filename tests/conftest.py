@@ -80,9 +80,15 @@ def trained_ner_dir(tmp_path_factory):
 
 @pytest.fixture(scope='session')
 def fused_ops():
-    """crf_lr's op library (crf_lr.fused_kernels), built where needed; skips where it cannot be."""
-    from crf_lr import fused_kernels
+    """crf_lr's op library (crf_lr.fused_kernels), built where needed. Where it cannot be, the
+    test skips if there is no C++ compiler or a GPU is visible, and fails otherwise: a compiler
+    that cannot build the kernels is a failure, not a reason to skip."""
+    from crf_lr import fused_kernels, native_build
+    from crf_lr.compat import tf
     library = fused_kernels._ops()
     if library is None:
-        pytest.skip(fused_kernels.status())
+        if native_build.compiler() is None or tf.config.list_logical_devices('GPU'):
+            pytest.skip(fused_kernels.status())
+        pytest.fail(f'{native_build.compiler()} is on the PATH but {fused_kernels.status()}',
+                    pytrace=False)
     return library

@@ -187,3 +187,18 @@ def test_the_cost_said_where_the_kernels_are_off_is_the_one_measured_on_that_kin
     assert '1.6x in bf16' in fused_kernels.cost_without_them(str(cpuinfo))
     cpuinfo.write_text('flags\t\t: fpu avx512f avx512_bf16\n')
     assert 'about 1.1x slower (float32 and bf16' in fused_kernels.cost_without_them(str(cpuinfo))
+
+
+def test_kernel_tests_fail_where_a_compiler_cannot_build_them_and_skip_without_one(tmp_path):
+    """The ``fused_ops`` fixture, in two pytest processes: $CXX a compiler that fails (an error in
+    the fixture: the run fails), and no compiler on the PATH."""
+    test = 'tests/test_fused_kernels.py::test_gelu_and_its_gradient_match_the_closed_form'
+    env = dict(os.environ, CRF_LR_CACHE=str(tmp_path / 'cache'), TF_CPP_MIN_LOG_LEVEL='3')
+    runs = [subprocess.Popen([sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider',
+                              f'{test}[float32]'], cwd=REPO, stdout=subprocess.PIPE, text=True,
+                             env=dict(env, **change))
+            for change in ({'CXX': '/bin/false'}, {'CXX': '', 'PATH': str(tmp_path)})]
+    failing, missing = (run.communicate()[0] for run in runs)
+    assert '1 error' in failing and '/bin/false is on the PATH but fused kernels: off (' \
+        '/bin/false failed: exit status 1, no message' in failing
+    assert '1 skipped' in missing and 'no C++ compiler to build them' in missing
