@@ -53,11 +53,15 @@ def parse_args(argv=None):
 def word_offsets(line):
     """Words of an English line, punctuation split off as CoNLL-style corpora write it
     (``Berlin.`` -> ``Berlin`` ``.``, ``Germany's`` -> ``Germany`` ``'s``; ``U.S.``, ``J.``,
-    ``Mr.``, ``1,200``, ``New-York``, ``O'Neil`` stay whole), and
-    their ``(start, end)`` character offsets.
+    ``Mr.``, ``1,200``, ``New-York``, ``O'Neil``, ``three-`` before a space, ``...`` stay whole),
+    and URLs, e-mail addresses, @handles and #hashtags whole, as tweet corpora keep them (a URL
+    without the punctuation that ends its sentence, its own parentheses kept); and their
+    ``(start, end)`` character offsets.
 
         >>> word_offsets('In Berlin, U.S. aid.')[0]
         ['In', 'Berlin', ',', 'U.S.', 'aid', '.']
+        >>> word_offsets('@ann_b: see https://t.co/Turkey1. #Turkey')[0]
+        ['@ann_b', ':', 'see', 'https://t.co/Turkey1', '.', '#Turkey']
     """
     spans = []
     for match in _WORD.finditer(line):
@@ -69,11 +73,18 @@ def word_offsets(line):
     return [line[s:e] for s, e in spans], spans
 
 
-# a number with its separators (1,200; 3.5), a possessive 's or n't, a run of word characters
-# joined by - ' ’ . & / (an abbreviation or an initial keeps its final '.'), or one other
-# non-space character
-_WORD = re.compile(r"\d+(?:[.,]\d+)+|['’]s\b|\w+(?:[-.&/]\w+|['’](?!s\b)\w+)*"
-                   r"(?:(?<=\.\w)\.|(?<=\b[A-Z])\.)?|[^\w\s]")
+# a URL (a scheme:// or www., or a domain and a path; ending before the punctuation after it,
+# its balanced parentheses kept), an e-mail address, an @handle or #hashtag; a number with its
+# separators (1,200; 3.5), a possessive 's or n't, a run of word characters joined by - ' ’ . & /
+# (an abbreviation or an initial keeps its final '.', a word its final '-' before a space), a
+# run of one punctuation mark ('...', '--'), or one other non-space character
+_URL_BODY = r"""(?:\([^\s()]*\)|[^\s()<>"])+(?<![.,;:!?'’”])"""
+_WORD = re.compile(
+    rf"(?:[a-zA-Z][a-zA-Z0-9+.-]*://|www\.){_URL_BODY}"
+    rf"|[\w-]+(?:\.[\w-]+)*\.[a-zA-Z]{{2,}}/{_URL_BODY}"
+    r"|[\w.+-]+@[\w-]+(?:\.[\w-]+)*\.[a-zA-Z]{2,}|(?<![\w@])@\w+|(?<![\w#&])#\w+"
+    r"|\d+(?:[.,]\d+)+|['’]s\b|\w+(?:[-.&/]\w+|['’](?!s\b)\w+)*"
+    r"(?:(?<=\.\w)\.|(?<=\b[A-Z])\.|-(?=\s|$))?|([^\w\s])\1+|[^\w\s]")
 _ABBREVIATIONS = frozenset(
     'Mr Mrs Ms Dr Prof St Jr Sr Inc Ltd Co Corp Bros Gen Gov Sen Rep Lt Col Sgt Capt Adm '
     'Jan Feb Mar Apr Aug Sep Sept Oct Nov Dec No vs etc'.split())

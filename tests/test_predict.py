@@ -433,6 +433,31 @@ def test_english_lines_split_punctuation_off_as_conll_writes_it(line, words):
     assert found == words and [line[s:e] for s, e in offsets] == words
 
 
+@pytest.mark.parametrize('line, words', [
+    ('RT @Nadia_88: Turkey wins! https://t.co/Turkey123. #Turkey #WorldCup2018',
+     ['RT', '@Nadia_88', ':', 'Turkey', 'wins', '!', 'https://t.co/Turkey123', '.', '#Turkey',
+      '#WorldCup2018']),
+    ('mail me@ex.co.uk, or www.turkey.com/news?id=3&x=y)',
+     ['mail', 'me@ex.co.uk', ',', 'or', 'www.turkey.com/news?id=3&x=y', ')']),
+    ('(see http://en.wikipedia.org/wiki/Turkey_(bird)).',
+     ['(', 'see', 'http://en.wikipedia.org/wiki/Turkey_(bird)', ')', '.']),
+    ('visit bit.ly/2xYz?a=1, or "http://x.com/a"!',
+     ['visit', 'bit.ly/2xYz?a=1', ',', 'or', '"', 'http://x.com/a', '"', '!']),
+    ('Seoul- and Busan-based fans -- wow!!! ...',
+     ['Seoul-', 'and', 'Busan-based', 'fans', '--', 'wow', '!!!', '...']),
+    ('@人民日报 #北京 AT&T#1 &#39; a@b', ['@人民日报', '#北京', 'AT&T', '#', '1', '&', '#', '39', ';',
+                                      'a', '@', 'b']),
+])
+def test_tweets_keep_urls_addresses_handles_and_hashtags_whole(line, words):
+    """As tweet corpora (WNUT) write them, so no entity is found inside a URL; a trailing
+    hyphen and a run of one punctuation mark stay whole, as CoNLL-2003's training file keeps
+    ``three-`` and ``...``; a sentence's full stop or a closing parenthesis after a URL is not
+    part of it."""
+    from crf_lr.predict import word_offsets
+    found, offsets = word_offsets(line)
+    assert found == words and [line[s:e] for s, e in offsets] == words
+
+
 @pytest.mark.parametrize('content, format', [
     ('张 B-PER\n三 I-PER\n去 O\n', 'char-bio'),
     ('{"text": "张三去", "label": {"name": {"张三": [[0, 1]]}}}\n', 'jsonl'),
