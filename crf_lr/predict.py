@@ -8,7 +8,8 @@ sentence ends and the predictions are stitched back. A word-segmentation model p
 words (whitespace in the input always separates words). An NER model prints each line's entities,
 one per line as ``start<TAB>end<TAB>type<TAB>mention`` (character offsets, end exclusive), then a
 blank line; ``--format json`` prints one JSON object per input line instead, with each entity's
-(or word's) ``confidence`` in [0, 1] and the line's ``path_probability`` (see the README).
+(or word's) ``confidence`` in [0, 1] and the line's ``path_probability`` and its natural log,
+``path_log_probability`` (see the README).
 
     python -m crf_lr.predict runs/ner/model input.txt --format json --min-confidence 0.5
     python -m crf_lr.predict runs/ner/model input.txt --format json --marginals
@@ -120,13 +121,15 @@ def result_key(tagger):
 def predict_records(tagger, lines, constrain=True, min_confidence=None, marginals=False):
     """One JSON-ready dict per line: ``text``; ``entities`` (as :func:`predict_lines`) or, for a
     segmentation model, ``words`` and their ``confidences``; ``path_probability`` (the whole
-    decoded tag path's probability, None for span heads); with ``marginals``, ``labels``,
+    decoded tag path's probability, None for span heads; 0.0 where it underflows, on a long line)
+    and ``path_log_probability``, its natural log (finite at any length); with ``marginals``,
+    ``labels``,
     ``marginals``, the label probabilities of each unit (characters, or words of an English
     model; a segmentation line's characters without its whitespace), and ``offsets``, each
     unit's ``[start, end]`` in ``text``.
 
         >>> records = predict_records(tagger, lines)
-        >>> sorted(records, key=lambda r: r['path_probability'])[:100]   # least sure first
+        >>> sorted(records, key=lambda r: r['path_log_probability'])[:100]   # least sure first
     """
     segmenting = tagger.head.scheme.segmentation
     if min_confidence is not None and segmenting:
@@ -158,9 +161,10 @@ def predict_records(tagger, lines, constrain=True, min_confidence=None, marginal
                      text=line[offsets[s][0]:offsets[e - 1][1]], confidence=confidence)
                 for (s, e, label), confidence in zip(prediction.spans, prediction.confidences)
                 if min_confidence is None or confidence >= min_confidence]
-        probabilities = [p.path_probability for p in found]
-        record['path_probability'] = (None if None in probabilities
-                                      else float(np.prod(probabilities)))
+        logs = [p.path_log_probability for p in found]
+        log_probability = None if None in logs else float(sum(logs))
+        record['path_probability'] = None if None in logs else float(np.exp(log_probability))
+        record['path_log_probability'] = log_probability
         if marginals:
             record['labels'] = list(tagger.head.labels)
             record['marginals'] = np.round(np.concatenate(

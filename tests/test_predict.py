@@ -149,6 +149,8 @@ def test_crf_confidences_and_path_probability_equal_brute_force(saved, name):
         np.testing.assert_allclose(confidence, expected, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(prediction.path_probability, table[tuple(prediction.tags)],
                                rtol=1e-6)
+    np.testing.assert_allclose(np.exp(prediction.path_log_probability),
+                               table[tuple(prediction.tags)], rtol=1e-6)
     labels = tagger.head.labels
     expected = np.zeros((len(text), len(labels)))
     for tags, p in table.items():
@@ -182,6 +184,30 @@ def test_softmax_confidence_is_the_probability_of_the_entity_under_independent_t
                                probabilities[np.arange(len(text)), ids].prod(), rtol=1e-5)
 
 
+@pytest.mark.parametrize('name', ['ner', 'ner_crf', 'cws'])
+def test_a_long_line_keeps_a_finite_path_log_probability(saved, name):
+    """A line of 875 sentences of 8 characters (a window each): its path probability underflows
+    to 0.0, its log is the sum of its windows' logs, finite; a short line's log is that of its
+    probability, in ``predict_records`` (which the server answers with) as in the ``Tagger``'s
+    result."""
+    from crf_lr.predict import predict_records
+    from crf_lr.tagger import Tagger
+    tagger = Tagger.load(saved[name])
+    long, short = '张三去上海工作。' * 875, '张三上海'
+    records = predict_records(tagger, [long, short])
+    log_p = records[0]['path_log_probability']
+    assert records[0]['path_probability'] == 0.0 and -np.inf < log_p < -745
+    assert records[1]['path_log_probability'] == pytest.approx(
+        np.log(records[1]['path_probability']))
+    if name != 'cws':                                # a segmentation line: one text a chunk
+        predictions = tagger.decode(tagger.run([long, short]))
+        assert [p.path_log_probability for p in predictions] == pytest.approx(
+            [r['path_log_probability'] for r in records])
+        windows = tagger.decode(tagger.run(['张三去上海工作。']))
+        assert records[0]['path_log_probability'] == pytest.approx(
+            875 * windows[0].path_log_probability)
+
+
 def test_json_carries_confidences_marginals_and_drops_the_unsure(saved, tmp_path, capsys):
     texts = ['张三上海', '上海张三去']
     results, out = _run([saved['ner_crf'], '--format', 'json', '--marginals'], tmp_path, texts,
@@ -192,6 +218,7 @@ def test_json_carries_confidences_marginals_and_drops_the_unsure(saved, tmp_path
     assert confidences and all(0 <= c <= 1 for c in confidences)
     for text, record in zip(texts, records):
         assert 0 < record['path_probability'] <= 1
+        assert record['path_log_probability'] == pytest.approx(np.log(record['path_probability']))
         marginals = np.array(record['marginals'])
         assert marginals.shape == (len(text), len(record['labels']))
         np.testing.assert_allclose(marginals.sum(axis=1), 1, atol=1e-5)
