@@ -410,6 +410,7 @@ def test_calibrate_fits_a_temperature_that_lowers_the_nll_and_travels_with_the_m
     report = calibrate(tagger, (texts, gold), test=(texts[:2], gold[:2]))
     dev = report['dev']
     assert dev['after']['nll'] <= dev['before']['nll'] and report['temperature'] != 1.0
+    assert dev['after']['ece'] < dev['before']['ece'] and report['fitted'] == report['temperature']
     assert tagger.head.temperature == report['temperature']
     assert dev['before']['entities'] == sum(len(p.spans) for p in predicted) > 2
     assert set(report['test']) == {'before', 'after'}
@@ -425,6 +426,41 @@ def test_calibrate_fits_a_temperature_that_lowers_the_nll_and_travels_with_the_m
                              'fitted': dev['after']['outcomes']}, str(tmp_path / 'r.png'))
     assert open(path, 'rb').read(8) == b'\x89PNG\r\n\x1a\n'
     assert report['bound'] is None and report['dev_right'] == sum(len(g) for g in gold)
+
+
+def test_a_fitted_temperature_that_would_raise_the_dev_ece_is_not_kept(saved):
+    """Gold = all but the first three predicted entities of every other text: the temperature
+    that minimises the NLL raises the ECE (recomputed here from the entities' outcomes at that
+    temperature), so T stays 1 and the report says why, with both ECEs."""
+    from crf_lr.calibration import calibrate, entity_outcomes, expected_calibration_error
+    from crf_lr.tagger import Tagger
+    tagger = Tagger.load(saved['ner_crf'])
+    texts = ['张三上海', '上海张三去', '张三去上海工作', '今天很好', '北京张三', '去上海了']
+    predicted = tagger.decode(tagger.run(texts))
+    gold = [p.spans[:3] if k % 2 else p.spans[3:] for k, p in enumerate(predicted)]
+    report = calibrate(tagger, (texts, gold))
+    fitted = report['fitted']
+    tagger.head.temperature = fitted
+    ece = [expected_calibration_error(*entity_outcomes(decoded, gold)) for decoded in (
+        predicted, tagger.decode(tagger.run(texts)))]
+    assert fitted != 1.0 and ece[1] > ece[0]
+    dev = {when: {k: v for k, v in scores.items() if k != 'outcomes'}
+           for when, scores in report['dev'].items()}
+    assert report['temperature'] == 1.0 and dev['after'] == dev['before']
+    assert report['choice'] == (f'T 1 kept: the fitted temperature {fitted} would not lower dev '
+                                f'ECE ({ece[0]:.4f} at T 1, {ece[1]:.4f} at T {fitted})')
+    reloaded = Tagger.load(saved['ner_crf'])
+    assert calibrate(reloaded, (texts, gold)) and reloaded.head.temperature == 1.0
+
+
+def test_kept_temperature_keeps_only_a_lower_ece():
+    from crf_lr.calibration import kept_temperature
+    assert kept_temperature(1.7, 0.08, 0.02) == (
+        1.7, 'the fitted temperature 1.7 kept: it lowers dev ECE from 0.0800 at T 1 to 0.0200')
+    assert kept_temperature(1.146, 0.0467, 0.0505)[0] == 1.0
+    assert kept_temperature(0.9, 0.03, 0.03) == (
+        1.0, 'T 1 kept: the fitted temperature 0.9 would not lower dev ECE (0.0300 at T 1, 0.0300 '
+             'at T 0.9)')
 
 
 def test_a_temperature_at_the_end_of_its_range_is_named(saved):
