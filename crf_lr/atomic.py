@@ -6,7 +6,8 @@
   as a sibling ``.NAME.partial-PID``, fsynced, then swapped in with two renames (the old folder is
   set aside as ``.NAME.previous`` first); the previous folder stays whole until the new one is.
 - ``recover_folder(folder)``: what a reader or a rerun does first: puts the previous folder back
-  when a kill fell between the two renames, and removes partial writes.
+  when a kill fell between the two renames (saying so in one line on stderr), and removes
+  partial writes.
 
 No TensorFlow. For fault-injection tests, ``CRF_LR_PAUSE_AT=NAME:STAGE[:K]`` stops the process
 (``SIGSTOP``, after printing ``CRF_LR_PAUSED NAME:STAGE:K`` to stderr) at the K-th (default first)
@@ -136,9 +137,9 @@ def _alive(pid):
 
 def recover_folder(folder):
     """Undo what a kill inside :func:`replace_folder` left: the previous folder is put back if
-    the kill fell between the two renames, a finished swap's leftover is deleted, and so are
-    the partial files and folders (``.*.partial-PID``) beside ``folder`` of processes that no
-    longer run. Returns ``folder``.
+    the kill fell between the two renames (one line on stderr says so), a finished swap's
+    leftover is deleted, and so are the partial files and folders (``.*.partial-PID``) beside
+    ``folder`` of processes that no longer run. Returns ``folder``.
 
         >>> model_files(recover_folder('runs/ner/model'))
     """
@@ -146,8 +147,10 @@ def recover_folder(folder):
     if os.path.isdir(previous):
         if os.path.isdir(folder):
             shutil.rmtree(previous, ignore_errors=True)     # the swap had finished
-        else:
-            os.replace(previous, folder)            # the new one never arrived: the old one back
+        elif not os.path.exists(folder):            # the new one never arrived: the old one back
+            os.replace(previous, folder)
+            print(f'restored {folder} from {previous}, where a kill between the two renames of '
+                  f'its replacement had left it', file=sys.stderr)
     for entry in os.listdir(parent) if os.path.isdir(parent) else ():
         pid = entry.rpartition(f'{_PARTIAL}-')[2]
         if entry.startswith('.') and f'{_PARTIAL}-' in entry and pid.isdigit() \
@@ -155,6 +158,14 @@ def recover_folder(folder):
             path = os.path.join(parent, entry)
             shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else os.remove(path)
     return folder
+
+
+def check_folder_path(folder):
+    """NotADirectoryError naming ``folder`` where a file (not a folder) is there: a folder
+    cannot replace it."""
+    if os.path.exists(folder) and not os.path.isdir(folder):
+        raise NotADirectoryError(f'{folder} is a file, not a folder: remove it or choose another '
+                                 f'path')
 
 
 @contextlib.contextmanager
@@ -174,6 +185,7 @@ def replace_folder(folder):
         ...     checkpoint.write(os.path.join(scratch, 'last'))
     """
     recover_folder(folder)
+    check_folder_path(folder)
     parent, name, previous = _siblings(folder)
     partial = _partial(parent, name)
     shutil.rmtree(partial, ignore_errors=True)
@@ -193,5 +205,5 @@ def replace_folder(folder):
     shutil.rmtree(previous, ignore_errors=True)
 
 
-__all__ = ['atomic_path', 'atomic_write', 'fsync_tree', 'pause_point', 'recover_folder',
-           'replace_folder']
+__all__ = ['atomic_path', 'atomic_write', 'check_folder_path', 'fsync_tree', 'pause_point',
+           'recover_folder', 'replace_folder']

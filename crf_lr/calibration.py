@@ -9,11 +9,14 @@ softmax: log-probabilities; GlobalPointer: span scores); it changes no predictio
 confidences. :func:`calibrate` chooses T by minimising the negative log-likelihood of entity
 correctness on the development split (binary cross-entropy of each predicted entity's confidence
 against whether it is right): the quantity the ECE measures, and one that every head shares.
+The fitted T is kept only where it lowers the dev ECE; else T stays 1 (:func:`kept_temperature`).
 Missed entities carry no confidence and play no part.
 
     >>> report = calibrate(tagger, ([e.tokens for e in data.dev], [e.spans for e in data.dev]))
     >>> report['temperature'], report['dev']['before']['ece'], report['dev']['after']['ece']
     (1.7, 0.08, 0.02)
+    >>> report['choice']
+    'the fitted temperature 1.7 kept: it lowers dev ECE from 0.0800 at T 1 to 0.0200'
     >>> tagger.head.temperature                                            # 1.7: now applied
 """
 import numpy as np
@@ -112,6 +115,20 @@ def entity_outcomes(predictions, gold_spans):
     return np.array(confidences, dtype=np.float64), np.array(correct, dtype=bool)
 
 
+def kept_temperature(fitted, ece_untempered, ece_fitted):
+    """``(temperature, why)``: ``fitted`` where it lowers the dev ECE ``ece_untempered`` (at
+    T = 1) to ``ece_fitted``, else 1.0; ``why`` says which and gives both ECEs.
+
+        >>> kept_temperature(1.074, 0.0156, 0.0158)[1]       # (0.0156 at T 1, 0.0158 at T 1.074)
+        'T 1 kept: the fitted temperature 1.074 would not lower dev ECE (0.0156 at T 1, ...'
+    """
+    if ece_fitted < ece_untempered:
+        return fitted, (f'the fitted temperature {fitted} kept: it lowers dev ECE from '
+                        f'{ece_untempered:.4f} at T 1 to {ece_fitted:.4f}')
+    return 1.0, (f'T 1 kept: the fitted temperature {fitted} would not lower dev ECE '
+                 f'({ece_untempered:.4f} at T 1, {ece_fitted:.4f} at T {fitted})')
+
+
 def calibrate(tagger, dev, test=None, bins=10):
     """Fit ``tagger.head.temperature`` on the development split; ECE before and after.
 
@@ -122,13 +139,16 @@ def calibrate(tagger, dev, test=None, bins=10):
         test: optional ``(sequences, gold_spans)`` scored with the same two temperatures.
         bins: ECE bins.
     Returns:
-        dict: ``temperature`` (now set on the head); ``bound``: None, or 'lower' / 'upper' when
+        dict: ``temperature``, the one kept (now set on the head): ``fitted``, the fitted one,
+        where it lowers the dev ECE, else 1.0; ``choice``, one line saying which and why, with
+        both dev ECEs (:func:`kept_temperature`); ``bound``: None, or 'lower' / 'upper' when
         the fit stopped at that end of ``TEMPERATURE_RANGE`` (every dev entity right, or nearly
         every one wrong: the confidences pushed as far as the range lets them), and
         ``dev_right``: how many dev entities are right; per split (``dev``, ``test``),
-        ``{'before': scores, 'after': scores}`` where scores are ``entities`` (how many were
-        predicted), ``ece``, ``nll`` and ``outcomes`` ``(confidences, correct)`` (arrays, for
-        :func:`crf_lr.plots.plot_reliability`; drop them before writing JSON).
+        ``{'before': scores, 'after': scores}`` at T = 1 and at the kept temperature, where
+        scores are ``entities`` (how many were predicted), ``ece``, ``nll`` and ``outcomes``
+        ``(confidences, correct)`` (arrays, for :func:`crf_lr.plots.plot_reliability`; drop
+        them before writing JSON).
     """
     splits = {'dev': dev} if test is None else {'dev': dev, 'test': test}
     outputs = {name: _with_entities(tagger, tagger.run(sequences), gold)
@@ -140,12 +160,17 @@ def calibrate(tagger, dev, test=None, bins=10):
         return entity_outcomes(tagger.decode(found), gold)
 
     before = outcomes('dev', 1.0)
-    temperature = (round(fit_temperature(lambda t: correctness_nll(*outcomes('dev', t))), 4)
-                   if len(before[0]) else 1.0)
+    if not len(before[0]):
+        fitted, temperature, choice = 1.0, 1.0, 'T 1: no dev entity to fit a temperature on'
+    else:
+        fitted = round(fit_temperature(lambda t: correctness_nll(*outcomes('dev', t))), 4)
+        temperature, choice = kept_temperature(
+            fitted, *(expected_calibration_error(*outcomes('dev', t), bins=bins)
+                      for t in (1.0, fitted)))
     ends = [name for name, end in zip(('lower', 'upper'), TEMPERATURE_RANGE)
-            if abs(np.log(temperature / end)) < 1e-3]
-    report = dict(temperature=temperature, bound=ends[0] if ends else None,
-                  dev_right=int(before[1].sum()))
+            if abs(np.log(fitted / end)) < 1e-3]
+    report = dict(temperature=temperature, fitted=fitted, choice=choice,
+                  bound=ends[0] if ends else None, dev_right=int(before[1].sum()))
     for name in splits:
         report[name] = {}
         for when, value in (('before', 1.0), ('after', temperature)):
@@ -169,7 +194,7 @@ def _with_entities(tagger, found, gold):
 def bound_note(report):
     """A line saying why a fitted temperature sits at an end of its range, or None.
 
-        >>> bound_note(dict(temperature=20.0, bound='upper', dev_right=3,
+        >>> bound_note(dict(fitted=20.0, bound='upper', dev_right=3,
         ...                 dev={'before': {'entities': 40}}))
         'the temperature stopped at the top of its range (20.0): 3 of 40 dev entities are ...'
     """
@@ -177,7 +202,7 @@ def bound_note(report):
         return None
     upper = report['bound'] == 'upper'
     return (f"the temperature stopped at the {'top' if upper else 'bottom'} of its range "
-            f"({report['temperature']}): {report['dev_right']} of "
+            f"({report['fitted']}): {report['dev_right']} of "
             f"{report['dev']['before']['entities']} dev entities are right, so the fit "
             f"{'lowers' if upper else 'raises'} every confidence as far as it can; train longer "
             f"or give a larger development split for confidences worth reading")

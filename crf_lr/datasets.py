@@ -42,6 +42,7 @@ import importlib.util
 import json
 import os
 import re
+import unicodedata
 from collections import Counter
 from typing import Callable, NamedTuple, Optional, Sequence
 
@@ -82,6 +83,8 @@ class Example:
         notes: tuple of str, repairs made while reading this example.
         repaired_at: tuple of ``'path:line'`` str, where a tag was repaired (the conlleval rule,
             or a BIOES tag in a BIO file).
+        noted_at: tuple of ``(note, 'path:line')``, the line of each note that belongs to one
+            line (a character broken in transit), named in place of ``source``.
     """
     text: str
     tokens: Sequence[str]
@@ -91,6 +94,7 @@ class Example:
     source: str = ''
     notes: tuple = ()
     repaired_at: tuple = ()
+    noted_at: tuple = ()
 
 
 @dataclasses.dataclass
@@ -152,6 +156,8 @@ class Dataset:
 def read_text(path):
     """Text of ``path``: UTF-8 (a BOM dropped), or UTF-16 / UTF-32 opening with its BOM; other
     bytes a DataFormatError naming the line and what the file seems to be (GB18030, Latin-1).
+    UTF-16 surrogates written as UTF-8 (CESU-8) are read: a pair as the character it encodes, a
+    lone one as U+FFFD (a character broken in transit, which the character readers note).
 
         >>> read_text('data/char-bio/dev.txt')[:7]
         '胡 B-PER'
@@ -171,6 +177,11 @@ def read_text(path):
                                               f'not {wide.upper()}: save it as UTF-8') from None
     try:
         return data.decode('utf-8-sig')
+    except UnicodeDecodeError:
+        pass
+    try:                        # UTF-16 surrogates written as UTF-8 (CESU-8, as Java writes them)
+        text = data.decode('utf-8-sig', 'surrogatepass')
+        return text.encode('utf-16-le', 'surrogatepass').decode('utf-16-le', 'replace')
     except UnicodeDecodeError as error:
         line = data.count(b'\n', 0, error.start) + 1
         raise DataFormatError(path, line, f'not UTF-8: {data[error.start:error.start + 2]!r} '
@@ -385,6 +396,10 @@ _DUPLICATE_NOTE = 'a span written twice in its record is read once'
 _IOB1_NOTE = 'IOB1 tags (an entity opening with I-X) read as BIO'
 REPAIR_NOTE = 'a tag breaking its entity (a stray I-X, or an entity never closed): conlleval rule'
 STRAY_NOTE = 'a BIOES tag in a BIO file: E-X read as I-X, S-X as B-X'
+BROKEN_NOTE = ('a character broken in transit (U+FFFD: a character outside the BMP often arrives '
+               'as two) read as one unit')
+CLUSTER_NOTE = ('a character of several code points (an emoji sequence, a letter and its combining '
+                'marks, a zero-width character) read as one unit, its tag on each code point')
 
 
 def note_line(note, count, places=()):
@@ -411,11 +426,14 @@ def place_list(places, shown=3):
 
 
 def note_places(examples, note):
-    """``path:line`` of the examples carrying ``note`` (their record or sentence), each once; none
-    for tag repairs, whose own lines are in ``Example.repaired_at``."""
+    """``path:line`` of the lines carrying ``note`` (``Example.noted_at``), else of the examples
+    carrying it (their record or sentence), each once; none for tag repairs, whose own lines are
+    in ``Example.repaired_at``."""
     if note in (REPAIR_NOTE, STRAY_NOTE):
         return []
-    return list(dict.fromkeys(example.source for example in examples if note in example.notes))
+    lines = [place for example in examples for kind, place in example.noted_at if kind == note]
+    return list(dict.fromkeys(lines or [example.source for example in examples
+                                        if note in example.notes]))
 
 
 def _check_type(kind, types, path, number, what):
@@ -506,29 +524,67 @@ def _checked(tags, first_line, path, scheme, repair, notes=(), strays=()):
 def _char_and_tag(line, sep=None, marks=False):
     """``(character, tag)`` of a ``char<sep>tag`` line, or None when the line is not one. ``sep``:
     the separator (a run of it), or None for any run of spaces, tabs, U+3000 and no-break
-    spaces; whitespace after the tag is ignored. The character may itself be a space (``'  O'``). With ``marks`` the character
-    carries a word-position number (``科0<sep>O``), which is dropped."""
+    spaces; whitespace after the tag is ignored. The character may itself be a space
+    (``'  O'``), or several code points that read as one (:func:`one_character`). With ``marks``
+    the character carries a word-position number (``科0<sep>O``), which is dropped."""
     pattern = _MARKED_LINE if marks else _CHAR_LINE
     found = pattern[sep].fullmatch(line.rstrip())
-    return found.groups() if found else None
+    return found.groups() if found and one_character(found.group(1)) else None
 
 
 _SEPARATORS = {None: '[ \t\u3000\xa0]+', ' ': ' +', '\t': '\t+'}
 _SEPARATOR_NAMES = {None: 'spaces or tabs', ' ': 'spaces', '\t': 'tabs'}
-_CHAR_LINE = {sep: re.compile(f'(.){run}(\\S+)') for sep, run in _SEPARATORS.items()}
-_MARKED_LINE = {sep: re.compile(f'(\\S)\\d+{run}(\\S+)') for sep, run in _SEPARATORS.items()}
+_CHAR_LINE = {sep: re.compile(f'(.|\\S+){run}(\\S+)') for sep, run in _SEPARATORS.items()}
+_MARKED_LINE = {sep: re.compile(f'(\\S+?)\\d+{run}(\\S+)') for sep, run in _SEPARATORS.items()}
 # A character followed by its position in its word (0 = first), as some Chinese NER corpora write
 # their tokens ('科0', '技1'): Weibo NER and the corpora built the same way.
-_POSITION_MARKED = re.compile(r'(\S)(\d+)')
+_POSITION_MARKED = re.compile(r'(\S+?)(\d+)')
+_JOINER, _BROKEN = '\u200d', '\ufffd'
+
+
+def one_character(token):
+    """True where ``token`` reads as one character: one code point; a run of U+FFFD (a character
+    outside the BMP broken in transit arrives as two or more); a flag's two regional
+    indicators; or a code point followed by combining marks, variation selectors, emoji
+    modifiers, zero-width (format) characters and code points a ZWJ joins to it (an emoji
+    sequence).
+
+        >>> [one_character(t) for t in ('中', '\ufffd\ufffd', 'e\u0301', '👍🏽', '中国', '\ufffd中')]
+        [True, True, True, True, False, False]
+    """
+    if len(token) == 1 or token and not token.strip(_BROKEN):
+        return True
+    if len(token) == 2 and all(0x1f1e6 <= ord(char) <= 0x1f1ff for char in token):
+        return True
+    joined = False                                       # the code point after a ZWJ is joined
+    for char in token[1:]:
+        if not (joined or char == _JOINER or 0x1f3fb <= ord(char) <= 0x1f3ff
+                or unicodedata.category(char) in ('Mn', 'Mc', 'Me', 'Cf')):
+            return False
+        joined = char == _JOINER
+    return bool(token)
+
+
+def _unit_note(unit, path, number):
+    """``[(note, 'path:line')]`` for a character read from a line that is broken in transit
+    (U+FFFD) or of several code points, else ``[]``."""
+    if _BROKEN in unit:
+        return [(BROKEN_NOTE, f'{path}:{number}')]
+    return [(CLUSTER_NOTE, f'{path}:{number}')] if len(unit) > 1 else []
+
+
+def _marked_character(token):
+    """The character of a ``token`` that is one character followed by its word-position number
+    (``'科0'``, ``'\ufffd\ufffd0'``), else None."""
+    found = _POSITION_MARKED.fullmatch(token)
+    return found.group(1) if found and one_character(found.group(1)) else None
 
 
 def _position_marked(tokens):
     """True when every token is one character followed by digits and most of the characters are
     CJK: word-position marks, not words."""
-    tokens = list(tokens)
-    marked = [_POSITION_MARKED.fullmatch(token) for token in tokens]
-    return (bool(tokens) and all(marked)
-            and 2 * sum(bool(CJK.match(m.group(1))) for m in marked) > len(marked))
+    chars = [_marked_character(token) for token in tokens]
+    return bool(chars) and all(chars) and 2 * sum(bool(CJK.match(c)) for c in chars) > len(chars)
 
 
 def read_bio(path, sep=None, types=None, scheme='BIO', repair=False, chunked=True, marks=False):
@@ -562,19 +618,22 @@ def read_bio(path, sep=None, types=None, scheme='BIO', repair=False, chunked=Tru
     if scheme not in (BIO, BIOES, BMES):
         raise ValueError(f"scheme must be 'BIO', 'BIOES' or 'BMES', got {str(scheme)!r}")
     check = _tag_checker(types, scheme, path, repair)
-    examples, chars, tags, strays, first_line = [], [], [], [], 0
+    examples, chars, tags, strays, noted, first_line = [], [], [], [], [], 0
 
     def finish():
-        notes = ()
+        notes = tuple(note for note, _ in noted)
         if chunked and scheme is BIO and tags[0][0] == 'I' and 0 not in strays:
             tags[0] = 'B' + tags[0][1:]
-            notes = (_CHUNK_START_NOTE,)
+            notes += (_CHUNK_START_NOTE,)
         checked, spans, notes, repaired_at = _checked(tags, first_line, path, scheme, repair, notes,
                                                       strays)
         text = ''.join(chars)
+        if len(text) > len(chars):                     # a character of several code points
+            checked = scheme.spread(checked, [len(char) for char in chars])
+            spans = scheme.decode(checked)
         examples.append(Example(text=text, tokens=text, spans=spans, tags=checked,
                                 source=f'{path}:{first_line}', notes=notes,
-                                repaired_at=repaired_at))
+                                repaired_at=repaired_at, noted_at=tuple(noted)))
 
     lines, parsed = _lines(path), {}                   # parsed: line -> (character, tag)
     if marks is None:                                  # looks at every line first: keep them
@@ -584,7 +643,7 @@ def read_bio(path, sep=None, types=None, scheme='BIO', repair=False, chunked=Tru
         if not line or _document_start(line):
             if chars:
                 finish()
-                chars, tags, strays = [], [], []
+                chars, tags, strays, noted = [], [], [], []
             continue
         pair = parsed.get(line)
         if pair is None:
@@ -596,6 +655,7 @@ def read_bio(path, sep=None, types=None, scheme='BIO', repair=False, chunked=Tru
         if not chars:
             first_line = number
         chars.append(pair[0])
+        noted += _unit_note(pair[0], path, number)
         tags.append(check(pair[1], number))
         if tags[-1] != pair[1]:
             strays.append(len(tags) - 1)
@@ -1011,18 +1071,20 @@ def read_char_segmentation(path):
         >>> read_char_segmentation('data/char-seg/train.txt')[0].words[:4]
         ['李', '明', '昨天', '从']
     """
-    examples, words, first_line, closed = [], [], 0, True
+    examples, words, noted, first_line, closed = [], [], [], 0, True
     for number, line in list(_lines(path)) + [(None, '')]:
         if not line or _document_start(line):
             if words:
                 examples.append(_segmentation_example(words, f'{path}:{first_line}'))
-                words, closed = [], True
+                examples[-1].notes, examples[-1].noted_at = tuple(n for n, _ in noted), tuple(noted)
+                words, noted, closed = [], [], True
             continue
         pair = _char_and_tag(line)
         if pair is None or not _WORD_POSITION_TAG.fullmatch(pair[1]):
             raise DataFormatError(path, number, 'expected one character, spaces or tabs and its '
                                                 f'word-position tag (B, M, I, E or S), got {echo(line)}')
         char, tag = pair[0], pair[1].upper()
+        noted += _unit_note(char, path, number)
         if not words:
             first_line = number
         if closed or tag in 'BS':
@@ -1132,14 +1194,18 @@ def _detected(path):
         example = facts[lines[0][1]][0][0]
         return (f'char-{scheme.name.lower()}',
                 f'one character with its word-position number and its tag a line '
-                f'({example!r} read as {example[0]!r}; --format conll keeps the tokens); {why}')
-    chars = [facts[line][2] or _marked_line(facts[line][0]) for _, line in lines]
-    if len(lines) >= 10 and len(lines) - sum(chars) <= len(lines) // 10:
-        number, line = next(entry for entry, char in zip(lines, chars) if not char)
-        raise DataFormatError(path, number, 'expected one character, spaces or tabs and a tag like '
-                                            f'{100 * sum(chars) // len(lines)}% of the lines, got '
-                                            f'{echo(line)}: give one character a line, or pass '
-                                            '--format conll to read tokens as words')
+                f'({example!r} read as {_marked_character(example)!r}); {why}')
+    chars = [facts[line][2] for _, line in lines]
+    marked = [_marked_line(facts[line][0]) for _, line in lines]
+    kind, name = ((marked, 'one character with its word-position number')
+                  if sum(marked) > sum(chars) else (chars, 'one character'))
+    if len(lines) >= 10 and len(lines) - sum(kind) <= len(lines) // 10:
+        number, line = next(entry for entry, ok in zip(lines, kind) if not ok)
+        raise DataFormatError(path, number, f'expected {name}, spaces or tabs and a tag like '
+                                            f'{100 * sum(kind) // len(lines)}% of the lines, got '
+                                            f'{echo(line)}: write it as they are, {name} a line '
+                                            '(a character model reads raw text a character at a '
+                                            'time)')
     return 'conll', f'{len(facts[lines[0][1]][0])} columns a line, a word first and its tag last; {why}'
 
 
@@ -1159,7 +1225,7 @@ def _line_facts(lines):
 
 def _marked_line(fields):
     """True for a line's fields that are a character with its word-position number and a tag."""
-    return len(fields) == 2 and bool(_POSITION_MARKED.fullmatch(fields[0]))
+    return len(fields) == 2 and bool(_marked_character(fields[0]))
 
 
 def _read_as(tags):

@@ -32,7 +32,7 @@ import shutil
 
 import numpy as np
 
-from crf_lr.atomic import replace_folder
+from crf_lr.atomic import check_folder_path, recover_folder, replace_folder
 from crf_lr.runs import check_model_folder
 
 
@@ -150,14 +150,20 @@ def export(model_dir, out_dir, overwrite=False):
     """Write the SavedModel of the model saved in ``model_dir`` to ``out_dir``, with its
     ``labels.json`` and ``vocab.txt`` beside it; atomic (built in a temporary folder beside it).
 
+    An earlier export of ``out_dir`` killed between its two renames is put back first (and
+    said so), before ``out_dir`` is checked.
+
     Raises:
         FileNotFoundError or ValueError for a model folder with files missing or damaged
         (``crf_lr.runs.check_model_folder``); FileExistsError when ``out_dir`` exists and not
-        ``overwrite``; ValueError for a head that cannot be exported.
+        ``overwrite``; NotADirectoryError naming ``out_dir`` when it is a file; ValueError for
+        a head that cannot be exported.
     """
     _, labels_path, vocab_path, _ = check_model_folder(model_dir)
+    recover_folder(out_dir)
     if os.path.exists(out_dir) and not overwrite:
         raise FileExistsError(f'{out_dir} exists: choose another folder or pass --overwrite')
+    check_folder_path(out_dir)
     from crf_lr.compat import flat_dense, tf
     from crf_lr.crf import use_xla
     from crf_lr.tagger import Tagger

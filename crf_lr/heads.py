@@ -89,13 +89,15 @@ class Decoded:
     """A head's reading of one window: unit spans ``(start, end, label)`` (end exclusive; words
     are labelled ``'w'`` when segmenting), one tag per unit (tag heads; None for span heads), a
     confidence in [0, 1] per span (see :meth:`Head.decode`), the probability of the whole
-    decoded tag path (tag heads; None for span heads) and, when asked, the label probabilities
-    of every unit ``(units, L)`` (tag heads)."""
+    decoded tag path (tag heads; None for span heads), when asked, the label probabilities
+    of every unit ``(units, L)`` (tag heads), and the path probability's natural log (finite
+    where the probability underflows to 0)."""
     spans: list
     tags: Optional[list] = None
     confidences: Optional[list] = None
     path_probability: Optional[float] = None
     marginals: Optional[np.ndarray] = None
+    path_log_probability: Optional[float] = None
 
 
 class Head:
@@ -238,7 +240,7 @@ class TagHead(Head):
 
     def _posteriors(self, scores, lengths, parameters):
         """What the confidences are read from, for one batch of Viterbi inputs ``scores``
-        (B, n, L): an object with ``path_probability(row, path)`` and ``marginals()``. By
+        (B, n, L): an object with ``path_log_probability(row, path)`` and ``marginals()``. By
         default the CRF that Viterbi decodes: ``p(path) ~ exp(score / temperature)``."""
         return Posteriors(scores, lengths=lengths, temperature=self.temperature, **parameters)
 
@@ -318,7 +320,8 @@ class TagHead(Head):
                  if marginals else None)
         for row, (reading, path) in enumerate(zip(readings, paths)):
             reading.confidences = [next(found) for _ in reading.spans]
-            reading.path_probability = posteriors.path_probability(row, path)
+            reading.path_log_probability = posteriors.path_log_probability(row, path)
+            reading.path_probability = float(np.exp(reading.path_log_probability))
             if marginals:
                 reading.marginals = units[row]
 

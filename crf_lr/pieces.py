@@ -137,8 +137,9 @@ def _uncut_stretches(spans):
 
 def check_spans_fit(examples, sources, maxlen, encoder):
     """ValueError, in one line, where a training span is longer than a window of ``maxlen``
-    tokens holds (:func:`windows_of` never cuts one): it names the first such span's
-    ``path:line``, its length and the smallest ``--maxlen`` that holds every span.
+    tokens holds (:func:`windows_of` never cuts one): it names the longest such span's
+    ``path:line`` and length, the smallest ``--maxlen`` that holds it (and so every span), and
+    where the first of several is.
 
     Args:
         examples: ``(units, tags, spans)`` of each training sentence; sources: the ``path:line``
@@ -148,20 +149,19 @@ def check_spans_fit(examples, sources, maxlen, encoder):
         ValueError: a.txt:1: a span of 5 characters does not fit --maxlen 6 (windows of 4); use
         --maxlen 7 or more
     """
-    longest, first = 0, None
-    for (units, _, spans), source in zip(examples, sources):
-        for start, end, count in _uncut_stretches(spans):
-            size = encoder.length(units[start:end])
-            longest = max(longest, size)
-            if first is None and size > maxlen - 2:
-                first = source, end - start, count, size
-    if first is None:
+    stretches = ((encoder.length(units[start:end]), source, end - start, count)
+                 for (units, _, spans), source in zip(examples, sources)
+                 for start, end, count in _uncut_stretches(spans))
+    too_long = [stretch for stretch in stretches if stretch[0] > maxlen - 2]
+    if not too_long:
         return
-    source, length, count, size = first
+    size, source, length, count = max(too_long, key=lambda stretch: stretch[0])   # the first
     what = 'a span' if count == 1 else f'{count} overlapping spans'
     if encoder.units == 'words':
         what, window = f'{what} of {length} words ({size} pieces)', f'{maxlen - 2} pieces'
     else:
         what, window = f'{what} of {length} characters', maxlen - 2
-    raise ValueError(f'{source}: {what} does not fit --maxlen {maxlen} (windows of {window}); '
-                     f'use --maxlen {longest + 2} or more')
+    others = (f' (the longest of {len(too_long)} that do not fit; the first is at '
+              f'{too_long[0][1]})' if len(too_long) > 1 else '')
+    raise ValueError(f'{source}: {what} {"does" if count == 1 else "do"} not fit --maxlen '
+                     f'{maxlen} (windows of {window}); use --maxlen {size + 2} or more{others}')

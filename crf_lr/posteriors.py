@@ -151,9 +151,14 @@ class Posteriors:
         return float(self.start[path[0]] + self.emissions[row, np.arange(len(path)), path].sum()
                      + self.transitions[path[:-1], path[1:]].sum() + self.end[path[-1]])
 
+    def path_log_probability(self, row, path):
+        """``s(path) - log Z`` of sequence ``row``, the natural log of its probability (at most
+        0; 0 for an empty sequence): finite where the probability underflows."""
+        return min(self.path_log_score(row, path) - float(self.log_z[row]), 0.0)
+
     def path_probability(self, row, path):
         """``exp(s(path) - log Z)`` of sequence ``row`` (1 for an empty sequence)."""
-        return float(np.exp(min(self.path_log_score(row, path) - self.log_z[row], 0.0)))
+        return float(np.exp(self.path_log_probability(row, path)))
 
     def span_probability(self, row, begin, stop, events, unit_starts=None, reading=None):
         """Probability that units ``begin..stop-1`` of sequence ``row`` hold one of ``events``.

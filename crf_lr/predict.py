@@ -8,7 +8,8 @@ sentence ends and the predictions are stitched back. A word-segmentation model p
 words (whitespace in the input always separates words). An NER model prints each line's entities,
 one per line as ``start<TAB>end<TAB>type<TAB>mention`` (character offsets, end exclusive), then a
 blank line; ``--format json`` prints one JSON object per input line instead, with each entity's
-(or word's) ``confidence`` in [0, 1] and the line's ``path_probability`` (see the README).
+(or word's) ``confidence`` in [0, 1] and the line's ``path_probability`` and its natural log,
+``path_log_probability`` (see the README).
 
     python -m crf_lr.predict runs/ner/model input.txt --format json --min-confidence 0.5
     python -m crf_lr.predict runs/ner/model input.txt --format json --marginals
@@ -53,11 +54,15 @@ def parse_args(argv=None):
 def word_offsets(line):
     """Words of an English line, punctuation split off as CoNLL-style corpora write it
     (``Berlin.`` -> ``Berlin`` ``.``, ``Germany's`` -> ``Germany`` ``'s``; ``U.S.``, ``J.``,
-    ``Mr.``, ``1,200``, ``New-York``, ``O'Neil`` stay whole), and
-    their ``(start, end)`` character offsets.
+    ``Mr.``, ``1,200``, ``New-York``, ``O'Neil``, ``three-`` before a space, ``...`` stay whole),
+    and URLs, e-mail addresses, @handles and #hashtags whole, as tweet corpora keep them (a URL
+    without the punctuation that ends its sentence, its own parentheses kept); and their
+    ``(start, end)`` character offsets.
 
         >>> word_offsets('In Berlin, U.S. aid.')[0]
         ['In', 'Berlin', ',', 'U.S.', 'aid', '.']
+        >>> word_offsets('@ann_b: see https://t.co/Turkey1. #Turkey')[0]
+        ['@ann_b', ':', 'see', 'https://t.co/Turkey1', '.', '#Turkey']
     """
     spans = []
     for match in _WORD.finditer(line):
@@ -69,11 +74,18 @@ def word_offsets(line):
     return [line[s:e] for s, e in spans], spans
 
 
-# a number with its separators (1,200; 3.5), a possessive 's or n't, a run of word characters
-# joined by - ' ’ . & / (an abbreviation or an initial keeps its final '.'), or one other
-# non-space character
-_WORD = re.compile(r"\d+(?:[.,]\d+)+|['’]s\b|\w+(?:[-.&/]\w+|['’](?!s\b)\w+)*"
-                   r"(?:(?<=\.\w)\.|(?<=\b[A-Z])\.)?|[^\w\s]")
+# a URL (a scheme:// or www., or a domain and a path; ending before the punctuation after it,
+# its balanced parentheses kept), an e-mail address, an @handle or #hashtag; a number with its
+# separators (1,200; 3.5), a possessive 's or n't, a run of word characters joined by - ' ’ . & /
+# (an abbreviation or an initial keeps its final '.', a word its final '-' before a space), a
+# run of one punctuation mark ('...', '--'), or one other non-space character
+_URL_BODY = r"""(?:\([^\s()]*\)|[^\s()<>"])+(?<![.,;:!?'’”])"""
+_WORD = re.compile(
+    rf"(?:[a-zA-Z][a-zA-Z0-9+.-]*://|www\.){_URL_BODY}"
+    rf"|[\w-]+(?:\.[\w-]+)*\.[a-zA-Z]{{2,}}/{_URL_BODY}"
+    r"|[\w.+-]+@[\w-]+(?:\.[\w-]+)*\.[a-zA-Z]{2,}|(?<![\w@])@\w+|(?<![\w#&])#\w+"
+    r"|\d+(?:[.,]\d+)+|['’]s\b|\w+(?:[-.&/]\w+|['’](?!s\b)\w+)*"
+    r"(?:(?<=\.\w)\.|(?<=\b[A-Z])\.|-(?=\s|$))?|([^\w\s])\1+|[^\w\s]")
 _ABBREVIATIONS = frozenset(
     'Mr Mrs Ms Dr Prof St Jr Sr Inc Ltd Co Corp Bros Gen Gov Sen Rep Lt Col Sgt Capt Adm '
     'Jan Feb Mar Apr Aug Sep Sept Oct Nov Dec No vs etc'.split())
@@ -109,13 +121,15 @@ def result_key(tagger):
 def predict_records(tagger, lines, constrain=True, min_confidence=None, marginals=False):
     """One JSON-ready dict per line: ``text``; ``entities`` (as :func:`predict_lines`) or, for a
     segmentation model, ``words`` and their ``confidences``; ``path_probability`` (the whole
-    decoded tag path's probability, None for span heads); with ``marginals``, ``labels``,
+    decoded tag path's probability, None for span heads; 0.0 where it underflows, on a long line)
+    and ``path_log_probability``, its natural log (finite at any length); with ``marginals``,
+    ``labels``,
     ``marginals``, the label probabilities of each unit (characters, or words of an English
     model; a segmentation line's characters without its whitespace), and ``offsets``, each
     unit's ``[start, end]`` in ``text``.
 
         >>> records = predict_records(tagger, lines)
-        >>> sorted(records, key=lambda r: r['path_probability'])[:100]   # least sure first
+        >>> sorted(records, key=lambda r: r['path_log_probability'])[:100]   # least sure first
     """
     segmenting = tagger.head.scheme.segmentation
     if min_confidence is not None and segmenting:
@@ -147,9 +161,10 @@ def predict_records(tagger, lines, constrain=True, min_confidence=None, marginal
                      text=line[offsets[s][0]:offsets[e - 1][1]], confidence=confidence)
                 for (s, e, label), confidence in zip(prediction.spans, prediction.confidences)
                 if min_confidence is None or confidence >= min_confidence]
-        probabilities = [p.path_probability for p in found]
-        record['path_probability'] = (None if None in probabilities
-                                      else float(np.prod(probabilities)))
+        logs = [p.path_log_probability for p in found]
+        log_probability = None if None in logs else float(sum(logs))
+        record['path_probability'] = None if None in logs else float(np.exp(log_probability))
+        record['path_log_probability'] = log_probability
         if marginals:
             record['labels'] = list(tagger.head.labels)
             record['marginals'] = np.round(np.concatenate(

@@ -337,8 +337,9 @@ def fit(model, run, batches_for_epoch, evaluate, epochs, metric, save_best, extr
     """Train epoch by epoch; after each, evaluate, log, keep the best model and checkpoint.
 
     Resumable: the epochs ``run`` has finished are skipped after restoring the model and
-    optimiser state from its checkpoint. Ctrl-C stops with one line saying where the last
-    finished epoch is saved and how to resume.
+    optimiser state from its checkpoint; a rerun of a finished run trains nothing and says so,
+    and its final test line says that the selected model was scored again. Ctrl-C stops with
+    one line saying where the last finished epoch is saved and how to resume.
 
     Args:
         model: a compiled keras.Model.
@@ -368,10 +369,14 @@ def fit(model, run, batches_for_epoch, evaluate, epochs, metric, save_best, extr
     from crf_lr.compat import tf
     done = tf.Variable(0, dtype=tf.int64, trainable=False)
     checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer, epoch=done)
-    if run.finished_epochs:
+    resumed = run.finished_epochs
+    if resumed:
         checkpoint.read(run.checkpoint_prefix).expect_partial()
         run.truncate(int(done.numpy()))
-        print(f'resuming {run.output} after epoch {int(done.numpy())}')
+        resumed = run.finished_epochs
+        print(f'resuming {run.output} after epoch {resumed}' if resumed < epochs else
+              f'{run.output} had finished its {resumed} epochs: nothing to train (--overwrite '
+              f'trains afresh)')
     results = run.write_results(metric, **(extra or {}))
     epoch = run.finished_epochs
     try:
@@ -408,8 +413,11 @@ def fit(model, run, batches_for_epoch, evaluate, epochs, metric, save_best, extr
         test = final_test()
         results = run.write_results(metric, **(extra or {}), test=test)
         if test is not None:
+            scored = ('scored again with the selected model (a rerun: no epoch trained)'
+                      if resumed and run.finished_epochs == resumed else
+                      'scored once with the selected model')
             print(f'selected epoch {results["best_epoch"]} ({metric} {results["best"]:.4f}); '
-                  f'test F1 {test["f1"]:.4f}, scored once with the selected model')
+                  f'test F1 {test["f1"]:.4f}, {scored}')
     if announce and os.path.isdir(run.model_dir):
         print(run.model_line())
     return results

@@ -9,6 +9,7 @@ script run, which is what ``python -m crf_lr.predict`` serves.
 """
 import dataclasses
 import json
+import math
 import os
 import shutil
 import warnings
@@ -30,8 +31,10 @@ class Prediction(Decoded):
     """One text's prediction, its windows' :class:`~crf_lr.heads.Decoded` stitched: unit spans ``(start, end, label)`` (end exclusive); for tag heads,
     one tag per unit (None for span heads); a confidence in [0, 1] per span, aligned with
     ``spans``; the probability of the text's whole decoded tag path (the product over its
-    windows; None for span heads); and, when asked for, each unit's label probabilities
-    ``(units, L)`` in the order of ``head.labels``.
+    windows; None for span heads; 0.0 where it underflows, on a long text); when asked for, each
+    unit's label probabilities ``(units, L)`` in the order of ``head.labels``; and the path
+    probability's natural log, ``path_log_probability`` (the sum over the windows, finite at any
+    length).
 
     Confidence: CRF head, the exact probability under the CRF that the text holds exactly this
     entity (its units read as the head reads them: a word's tag off its pieces); softmax head,
@@ -184,7 +187,7 @@ class Tagger:
         tagging = self.head.kind == 'tags'
         results = []
         for windows in outputs:
-            local, tags, probability, rows = [], [], 1.0, []
+            local, tags, log_probability, rows = [], [], 0.0, []
             for window in windows:
                 reading = next(decoded)
                 # the label carries the confidence through the merge (which sorts the spans)
@@ -193,19 +196,28 @@ class Tagger:
                     zip(reading.spans, reading.confidences or [None] * len(reading.spans))]))
                 tags = None if reading.tags is None or tags is None else tags + reading.tags
                 if tagging and confidences:
-                    probability *= reading.path_probability
+                    log_probability += _path_log_probability(reading)
                 rows.append(reading.marginals)
             merged = merge_window_spans(local)
             results.append(Prediction(
                 [(s, e, label) for s, e, (label, _) in merged], tags if tagging else None,
                 [confidence for _, _, (_, confidence) in merged] if confidences else None,
-                probability if tagging and confidences else None,
-                _stacked(rows, len(self.head.labels)) if marginals and tagging else None))
+                math.exp(log_probability) if tagging and confidences else None,
+                _stacked(rows, len(self.head.labels)) if marginals and tagging else None,
+                log_probability if tagging and confidences else None))
         return results
 
     def predict(self, sequences, constrain=True):
         """Spans of each sequence: ``run`` then ``decode``; returns a list of span lists."""
         return [p.spans for p in self.decode(self.run(sequences), constrain, confidences=False)]
+
+
+def _path_log_probability(reading):
+    """A window's path log probability; from ``path_probability`` where a user's head sets only
+    that (``-inf`` for 0)."""
+    if reading.path_log_probability is not None:
+        return reading.path_log_probability
+    return math.log(reading.path_probability) if reading.path_probability > 0 else -math.inf
 
 
 def _stacked(rows, num_labels):

@@ -9,14 +9,15 @@ Efficient GlobalPointer head: on your own files, or on a benchmark.
         --no-bias-correction --reinit-top 1                       # experiment 3
 
 After every epoch the development split is scored (strict span P/R/F1; relaxed F1, the share of
-characters or words given their gold entity type whatever the boundaries; per type); it selects
-the epoch. The selected model is saved to OUTPUT/model and scored once on the test split at the
-end. Then a temperature for its entity confidences is fitted on the development split and saved
-with it; results.json's ``calibration`` holds the expected calibration error before and after
+characters or words given their gold entity type whatever the boundaries; per type); it selects the
+epoch. The selected model is saved to OUTPUT/model and scored once on the test split at the end.
+Then a temperature for its entity confidences is fitted on the development split, kept only where it
+lowers the dev expected calibration error (else T = 1), and saved with it; results.json's
+``calibration`` holds which was kept and why, and the expected calibration error before and after
 (dev, and test when labelled), OUTPUT/reliability_*.png the diagrams. Words of English text are
-split into WordPieces; a word's label goes to all its pieces and the first piece's prediction is
-the word's (--label-pieces first: only the first piece is labelled, and the CRF runs over the
-first pieces only).
+split into WordPieces; a word's label goes to all its pieces and the first piece's prediction is the
+word's (--label-pieces first: only the first piece is labelled, and the CRF runs over the first
+pieces only).
 """
 import argparse
 import os
@@ -165,6 +166,7 @@ def main(argv=None):
                              title=f'{head.name}, {split}')
             print(f'{split}: entity confidence ECE {report[split]["before"]["ece"]:.4f} -> '
                   f'{report[split]["after"]["ece"]:.4f} at temperature {report["temperature"]}')
+    print(f'calibration: {report["choice"]}')
     note = bound_note(report)
     if note:
         print(f'note: {note}')

@@ -221,7 +221,8 @@ def test_ner_span_head_on_nested_capable_data(tiny):
     assert 0 <= records[-1]['dev_relaxed_f1'] <= 1 and 'dev_f1_unconstrained' not in records[-1]
     assert os.path.isfile(output / 'confusion_dev_epoch2.txt')
     assert results['test'] is None and 'no labelled test split' in results['splits']['test']
-    assert set(results['calibration']) == {'temperature', 'bound', 'dev_right', 'dev'}
+    assert set(results['calibration']) == {'temperature', 'fitted', 'choice', 'bound', 'dev_right',
+                                           'dev'}
     assert os.path.isfile(output / 'reliability_dev.png')
     heads, d, hidden = 10, 8, 16                     # CLUENER types, head size, hidden
     assert results['head_parameters'] == 2 * d * (hidden + 1) + heads * (4 * d + 2)
@@ -238,8 +239,9 @@ def test_ner_softmax_on_word_pieces_scores_like_its_saved_model(tiny):
     assert records[1]['loss'] < records[0]['loss']
     assert 'dev_f1_unconstrained' in records[-1] and records[-1]['dev_predict_sentences_per_second'] > 0
     calibration = results['calibration']               # fitted on dev, saved with the model
-    assert set(calibration) == {'temperature', 'bound', 'dev_right', 'dev', 'test'}
-    assert calibration['dev']['after']['nll'] <= calibration['dev']['before']['nll'] + 1e-9
+    assert set(calibration) == {'temperature', 'fitted', 'choice', 'bound', 'dev_right', 'dev',
+                                'test'}
+    assert calibration['dev']['after']['ece'] <= calibration['dev']['before']['ece']
     assert all(0 <= calibration[s][w]['ece'] <= 1 for s in ('dev', 'test')
                for w in ('before', 'after'))
     assert os.path.isfile(output / 'reliability_test.png')

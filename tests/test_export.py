@@ -172,6 +172,46 @@ def test_bad_arguments_are_one_line_errors(exported, tmp_path, capsys):
         assert exit_info.value.code == 2 and message in capsys.readouterr().err
 
 
+def test_overwrite_onto_a_file_names_the_file(exported, tmp_path, capsys):
+    """It named the scratch folder (``[Errno 20] Not a directory: '.afile.partial-…'``)."""
+    from crf_lr.export import main
+    target = tmp_path / 'afile'
+    target.write_text('mine')
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(exported[0] / 'models' / 'crf' / 'model'), str(target), '--overwrite'])
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert exit_info.value.code == 2 and error.endswith(
+        f'error: {target} is a file, not a folder: remove it or choose another path')
+    assert target.read_text() == 'mine' and os.listdir(tmp_path) == ['afile']
+
+
+def test_an_export_killed_between_its_renames_is_restored_by_the_next_one(exported, tmp_path,
+                                                                         capsys):
+    """The version folder set aside as ``.1.previous`` and the new one never renamed in: the
+    next export puts it back, says so, and then finds it there (no --overwrite: refused);
+    a served model folder left so is put back when the server starts (its first check)."""
+    import shutil
+    from crf_lr.export import main
+    from crf_lr.runs import check_model_folder
+    root = exported[0]
+    version, previous = tmp_path / 'ner' / '1', tmp_path / 'ner' / '.1.previous'
+    shutil.copytree(root / 'exported' / 'crf', previous)
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(root / 'models' / 'crf' / 'model'), str(version)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0] == (f'restored {version} from {previous}, where a kill between the two renames '
+                      f'of its replacement had left it')
+    assert exit_info.value.code == 2 and err[-1].endswith(f'{version} exists: choose another '
+                                                          'folder or pass --overwrite')
+    assert sorted(os.listdir(version)) == sorted(os.listdir(root / 'exported' / 'crf'))
+    assert not previous.exists()
+    model, set_aside = tmp_path / 'run' / 'model', tmp_path / 'run' / '.model.previous'
+    shutil.copytree(root / 'models' / 'crf' / 'model', set_aside)
+    assert check_model_folder(str(model))[0] == str(model / 'model.h5')
+    assert capsys.readouterr().err == (f'restored {model} from {set_aside}, where a kill between '
+                                       'the two renames of its replacement had left it\n')
+
+
 def test_a_head_trained_on_first_pieces_is_refused_in_one_line(tmp_path, capsys):
     """Its scores past a word's first piece were never trained: decoding every piece (all that a
     served graph can do) would give other tags than the Tagger's."""

@@ -262,3 +262,23 @@ def test_bad_unit_starts_readings_and_events_are_named():
         posteriors.span_probability(0, 0, 1, events, [0, 1, 3], np.zeros((3, 3), dtype=int))
     with pytest.raises(ValueError, match='different number of labels'):
         posteriors.span_probability(0, 0, 2, events, [0, 1, 3])
+
+
+@pytest.mark.parametrize('constrained', [False, True])
+def test_path_log_probability_is_the_log_of_the_brute_force_probability(constrained):
+    """Every path of a small CRF: ``exp(path_log_probability)`` is its enumerated probability and
+    ``path_probability``; on a sequence of 20,000 positions, where the probability underflows
+    to 0.0, the log stays finite."""
+    rng = np.random.default_rng(stable_seed(constrained, 'path log'))
+    case = random_case(rng, 2, 4, 3, boundary=True, constrained=constrained)
+    posteriors = Posteriors(**case)
+    for row in range(2):
+        for path, expected in path_probabilities(case, row).items():
+            log_p = posteriors.path_log_probability(row, path)
+            np.testing.assert_allclose(np.exp(log_p), expected, rtol=1e-9, atol=1e-300)
+            assert np.exp(log_p) == posteriors.path_probability(row, path)
+    long = random_case(rng, 1, 20000, 3, boundary=True, constrained=False)
+    posteriors = Posteriors(**long)
+    path = viterbi_decode(**long)[0]
+    log_p = posteriors.path_log_probability(0, path)
+    assert posteriors.path_probability(0, path) == 0.0 and -np.inf < log_p < -745

@@ -149,6 +149,8 @@ def test_crf_confidences_and_path_probability_equal_brute_force(saved, name):
         np.testing.assert_allclose(confidence, expected, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(prediction.path_probability, table[tuple(prediction.tags)],
                                rtol=1e-6)
+    np.testing.assert_allclose(np.exp(prediction.path_log_probability),
+                               table[tuple(prediction.tags)], rtol=1e-6)
     labels = tagger.head.labels
     expected = np.zeros((len(text), len(labels)))
     for tags, p in table.items():
@@ -182,6 +184,30 @@ def test_softmax_confidence_is_the_probability_of_the_entity_under_independent_t
                                probabilities[np.arange(len(text)), ids].prod(), rtol=1e-5)
 
 
+@pytest.mark.parametrize('name', ['ner', 'ner_crf', 'cws'])
+def test_a_long_line_keeps_a_finite_path_log_probability(saved, name):
+    """A line of 875 sentences of 8 characters (a window each): its path probability underflows
+    to 0.0, its log is the sum of its windows' logs, finite; a short line's log is that of its
+    probability, in ``predict_records`` (which the server answers with) as in the ``Tagger``'s
+    result."""
+    from crf_lr.predict import predict_records
+    from crf_lr.tagger import Tagger
+    tagger = Tagger.load(saved[name])
+    long, short = '张三去上海工作。' * 875, '张三上海'
+    records = predict_records(tagger, [long, short])
+    log_p = records[0]['path_log_probability']
+    assert records[0]['path_probability'] == 0.0 and -np.inf < log_p < -745
+    assert records[1]['path_log_probability'] == pytest.approx(
+        np.log(records[1]['path_probability']))
+    if name != 'cws':                                # a segmentation line: one text a chunk
+        predictions = tagger.decode(tagger.run([long, short]))
+        assert [p.path_log_probability for p in predictions] == pytest.approx(
+            [r['path_log_probability'] for r in records])
+        windows = tagger.decode(tagger.run(['张三去上海工作。']))
+        assert records[0]['path_log_probability'] == pytest.approx(
+            875 * windows[0].path_log_probability)
+
+
 def test_json_carries_confidences_marginals_and_drops_the_unsure(saved, tmp_path, capsys):
     texts = ['张三上海', '上海张三去']
     results, out = _run([saved['ner_crf'], '--format', 'json', '--marginals'], tmp_path, texts,
@@ -192,6 +218,7 @@ def test_json_carries_confidences_marginals_and_drops_the_unsure(saved, tmp_path
     assert confidences and all(0 <= c <= 1 for c in confidences)
     for text, record in zip(texts, records):
         assert 0 < record['path_probability'] <= 1
+        assert record['path_log_probability'] == pytest.approx(np.log(record['path_probability']))
         marginals = np.array(record['marginals'])
         assert marginals.shape == (len(text), len(record['labels']))
         np.testing.assert_allclose(marginals.sum(axis=1), 1, atol=1e-5)
@@ -383,6 +410,7 @@ def test_calibrate_fits_a_temperature_that_lowers_the_nll_and_travels_with_the_m
     report = calibrate(tagger, (texts, gold), test=(texts[:2], gold[:2]))
     dev = report['dev']
     assert dev['after']['nll'] <= dev['before']['nll'] and report['temperature'] != 1.0
+    assert dev['after']['ece'] < dev['before']['ece'] and report['fitted'] == report['temperature']
     assert tagger.head.temperature == report['temperature']
     assert dev['before']['entities'] == sum(len(p.spans) for p in predicted) > 2
     assert set(report['test']) == {'before', 'after'}
@@ -398,6 +426,41 @@ def test_calibrate_fits_a_temperature_that_lowers_the_nll_and_travels_with_the_m
                              'fitted': dev['after']['outcomes']}, str(tmp_path / 'r.png'))
     assert open(path, 'rb').read(8) == b'\x89PNG\r\n\x1a\n'
     assert report['bound'] is None and report['dev_right'] == sum(len(g) for g in gold)
+
+
+def test_a_fitted_temperature_that_would_raise_the_dev_ece_is_not_kept(saved):
+    """Gold = all but the first three predicted entities of every other text: the temperature
+    that minimises the NLL raises the ECE (recomputed here from the entities' outcomes at that
+    temperature), so T stays 1 and the report says why, with both ECEs."""
+    from crf_lr.calibration import calibrate, entity_outcomes, expected_calibration_error
+    from crf_lr.tagger import Tagger
+    tagger = Tagger.load(saved['ner_crf'])
+    texts = ['张三上海', '上海张三去', '张三去上海工作', '今天很好', '北京张三', '去上海了']
+    predicted = tagger.decode(tagger.run(texts))
+    gold = [p.spans[:3] if k % 2 else p.spans[3:] for k, p in enumerate(predicted)]
+    report = calibrate(tagger, (texts, gold))
+    fitted = report['fitted']
+    tagger.head.temperature = fitted
+    ece = [expected_calibration_error(*entity_outcomes(decoded, gold)) for decoded in (
+        predicted, tagger.decode(tagger.run(texts)))]
+    assert fitted != 1.0 and ece[1] > ece[0]
+    dev = {when: {k: v for k, v in scores.items() if k != 'outcomes'}
+           for when, scores in report['dev'].items()}
+    assert report['temperature'] == 1.0 and dev['after'] == dev['before']
+    assert report['choice'] == (f'T 1 kept: the fitted temperature {fitted} would not lower dev '
+                                f'ECE ({ece[0]:.4f} at T 1, {ece[1]:.4f} at T {fitted})')
+    reloaded = Tagger.load(saved['ner_crf'])
+    assert calibrate(reloaded, (texts, gold)) and reloaded.head.temperature == 1.0
+
+
+def test_kept_temperature_keeps_only_a_lower_ece():
+    from crf_lr.calibration import kept_temperature
+    assert kept_temperature(1.7, 0.08, 0.02) == (
+        1.7, 'the fitted temperature 1.7 kept: it lowers dev ECE from 0.0800 at T 1 to 0.0200')
+    assert kept_temperature(1.146, 0.0467, 0.0505)[0] == 1.0
+    assert kept_temperature(0.9, 0.03, 0.03) == (
+        1.0, 'T 1 kept: the fitted temperature 0.9 would not lower dev ECE (0.0300 at T 1, 0.0300 '
+             'at T 0.9)')
 
 
 def test_a_temperature_at_the_end_of_its_range_is_named(saved):
@@ -428,6 +491,31 @@ def test_a_temperature_at_the_end_of_its_range_is_named(saved):
 ])
 def test_english_lines_split_punctuation_off_as_conll_writes_it(line, words):
     """An entity's text and offsets then stop at the word (``Berlin``, not ``Berlin.``)."""
+    from crf_lr.predict import word_offsets
+    found, offsets = word_offsets(line)
+    assert found == words and [line[s:e] for s, e in offsets] == words
+
+
+@pytest.mark.parametrize('line, words', [
+    ('RT @Nadia_88: Turkey wins! https://t.co/Turkey123. #Turkey #WorldCup2018',
+     ['RT', '@Nadia_88', ':', 'Turkey', 'wins', '!', 'https://t.co/Turkey123', '.', '#Turkey',
+      '#WorldCup2018']),
+    ('mail me@ex.co.uk, or www.turkey.com/news?id=3&x=y)',
+     ['mail', 'me@ex.co.uk', ',', 'or', 'www.turkey.com/news?id=3&x=y', ')']),
+    ('(see http://en.wikipedia.org/wiki/Turkey_(bird)).',
+     ['(', 'see', 'http://en.wikipedia.org/wiki/Turkey_(bird)', ')', '.']),
+    ('visit bit.ly/2xYz?a=1, or "http://x.com/a"!',
+     ['visit', 'bit.ly/2xYz?a=1', ',', 'or', '"', 'http://x.com/a', '"', '!']),
+    ('Seoul- and Busan-based fans -- wow!!! ...',
+     ['Seoul-', 'and', 'Busan-based', 'fans', '--', 'wow', '!!!', '...']),
+    ('@人民日报 #北京 AT&T#1 &#39; a@b', ['@人民日报', '#北京', 'AT&T', '#', '1', '&', '#', '39', ';',
+                                      'a', '@', 'b']),
+])
+def test_tweets_keep_urls_addresses_handles_and_hashtags_whole(line, words):
+    """As tweet corpora (WNUT) write them, so no entity is found inside a URL; a trailing
+    hyphen and a run of one punctuation mark stay whole, as CoNLL-2003's training file keeps
+    ``three-`` and ``...``; a sentence's full stop or a closing parenthesis after a URL is not
+    part of it."""
     from crf_lr.predict import word_offsets
     found, offsets = word_offsets(line)
     assert found == words and [line[s:e] for s, e in offsets] == words

@@ -44,6 +44,30 @@ def test_the_dev_scores_select_and_the_final_test_runs_once_on_the_selected_epoc
         assert json.load(f)['test'] == {'f1': 0.8}
 
 
+def test_a_rerun_of_a_finished_run_says_it_trained_nothing_and_scored_test_again(
+        tiny_model, tmp_path, capsys):
+    """The first run scores test once; its command run again trains no epoch, and says so and
+    that test was scored again; a resumed run that trains scores it once."""
+    model, batches = tiny_model
+    tested = []
+
+    def run_for(epochs):
+        fit(model, _run(tmp_path), lambda epoch: batches, lambda e: {'f1': 0.1 * e}, epochs, 'f1',
+            lambda: None, final_test=lambda: tested.append(1) or {'f1': 0.8}, progress=False)
+        return capsys.readouterr().out.splitlines()
+
+    assert run_for(2)[-1] == 'selected epoch 2 (f1 0.2000); test F1 0.8000, scored once with the ' \
+                             'selected model'
+    again = run_for(2)
+    assert again == [f'{tmp_path / "run"} had finished its 2 epochs: nothing to train '
+                     '(--overwrite trains afresh)',
+                     'selected epoch 2 (f1 0.2000); test F1 0.8000, scored again with the selected '
+                     'model (a rerun: no epoch trained)']
+    longer = run_for(3)
+    assert longer[0] == f'resuming {tmp_path / "run"} after epoch 2' and longer[-1].endswith(
+        'scored once with the selected model') and tested == [1, 1, 1]
+
+
 def test_ctrl_c_says_where_the_last_epoch_is_saved_and_the_run_resumes(tiny_model, tmp_path):
     model, batches = tiny_model
 

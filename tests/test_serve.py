@@ -80,9 +80,12 @@ def test_entities_are_those_of_predict_records(ner):
     response = client.post('/v1/predict', json={'texts': texts})
     assert response.status_code == 200
     results = response.json()['results']
-    assert results == [dict(entities=r['entities'], path_probability=r['path_probability'])
+    assert results == [dict(entities=r['entities'], path_probability=r['path_probability'],
+                            path_log_probability=r['path_log_probability'])
                        for r in predict_records(tagger, texts)]
     assert all(0 < r['path_probability'] <= 1 for r in results)
+    assert all(r['path_log_probability'] == pytest.approx(np.log(r['path_probability']))
+               for r in results)
     assert [(e['start'], e['end'], e['type']) for e in results[0]['entities']] == \
         [(0, 2, 'PER'), (3, 5, 'LOC')]
     assert all(texts[k][e['start']:e['end']] == e['text']
@@ -98,7 +101,7 @@ def test_words_of_a_segmentation_model(segmenter):
     results = client.post('/v1/predict', json={'texts': texts}).json()['results']
     assert results == [{k: v for k, v in r.items() if k != 'text'}
                        for r in predict_records(tagger, texts)]
-    assert set(results[0]) == {'words', 'confidences', 'path_probability'}
+    assert set(results[0]) == {'words', 'confidences', 'path_probability', 'path_log_probability'}
     assert [''.join(r['words']) for r in results] == [t.replace(' ', '') for t in texts]
 
 

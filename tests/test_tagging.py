@@ -349,8 +349,9 @@ def test_a_word_of_more_pieces_than_a_window_holds_is_one_unk(tmp_path):
 
 
 def test_a_span_longer_than_a_window_is_named_with_the_maxlen_that_fits(tmp_path):
-    """One line: the first span (or overlapping spans) no window holds, its length, the
-    --maxlen that holds every span; spans that fit pass."""
+    """One line: the longest span (or overlapping spans) no window holds, its length, the
+    --maxlen that holds it and so every span (derived from the span named, at any --maxlen),
+    where the first is; spans that fit pass."""
     from crf_lr.pieces import UnitEncoder, check_spans_fit
     path = tmp_path / 'vocab.txt'
     path.write_text('[PAD]\n[UNK]\n[CLS]\n[SEP]\n', encoding='utf-8')
@@ -360,10 +361,13 @@ def test_a_span_longer_than_a_window_is_named_with_the_maxlen_that_fits(tmp_path
     check_spans_fit(examples[:1], ['t.txt:1'], 6, chars)
     with pytest.raises(ValueError) as error:
         check_spans_fit(examples, ['t.txt:1', 't.txt:6', 't.txt:14'], 6, chars)
-    assert str(error.value) == ('t.txt:6: a span of 5 characters does not fit --maxlen 6 '
-                                '(windows of 4); use --maxlen 9 or more')
-    with pytest.raises(ValueError, match='^t.txt:14: 2 overlapping spans of 7 characters'):
-        check_spans_fit(examples[2:], ['t.txt:14'], 6, chars)
+    assert str(error.value) == ('t.txt:14: 2 overlapping spans of 7 characters do not fit --maxlen '
+                                '6 (windows of 4); use --maxlen 9 or more (the longest of 2 that '
+                                'do not fit; the first is at t.txt:6)')
+    with pytest.raises(ValueError) as error:
+        check_spans_fit([('一二三', None, [(0, 2, 'X')])], ['t.txt:1'], 3, chars)
+    assert str(error.value) == ('t.txt:1: a span of 2 characters does not fit --maxlen 3 '
+                                '(windows of 1); use --maxlen 4 or more')
     words = _word_encoder(tmp_path, max_pieces=4)
     with pytest.raises(ValueError) as error:
         check_spans_fit([(['eus', 'call', 'eus'], None, [(0, 3, 'X')])], ['c.txt:3'], 6, words)

@@ -306,8 +306,9 @@ def test_a_space_character_and_its_tag(tmp_path):
     ('张 B-PER\n去 0\n', 2, "'0' is not a tag"),
     ('B-PER 张\nI-PER 三\nO 去\n', 1, "the tag stands first \\('B-PER 张'\\): put each line's tag last"),
     ('B 中\nE 国\nS 人\n', 1, "the tag stands first \\('B 中'\\): put each line's tag last"),
-    ('张 B-PER\n' * 12 + 'e\u0301 O\n', 13, "expected one character, spaces or tabs and a tag like "
-                                          "92% of the lines, got 'e\u0301 O'"),
+    ('张 B-PER\n' * 12 + 'iPhone O\n', 13, "expected one character, spaces or tabs and a tag like "
+                                         "92% of the lines, got 'iPhone O': write it as they are, "
+                                         r"one character a line \(a character model"),
     ('{"text": "张三", "label": {"name": {"张三": [[0, 1]]}}},\n', 1,
      'a comma ends the line: JSON lines hold one object a line'),
 ])
@@ -370,8 +371,10 @@ def test_an_iob1_file_says_it_was_read_as_bio(tmp_path):
                                               "the lines, got '天天 S'"),
     ('[{"text": "张三", "spans": [[0, 2, "name"]]}]\n[{"text": "李四", "spans": []}]\n', 2,
      "more after the JSON array's closing ']': give one array, or one record a line"),
-    ('\n'.join(f'{c}{k % 3} O' for k, c in enumerate('中国人民共和国是一个美丽的国家')) + '\n❤️0 O\n', 16,
-     "expected one character, spaces or tabs and a tag like 93% of the lines, got '❤️0 O'"),
+    ('\n'.join(f'{c}{k % 3} O' for k, c in enumerate('中国人民共和国是一个美丽的国家')) + '\n国 O\n', 16,
+     'expected one character with its word-position number, spaces or tabs and a tag like 93% of '
+     "the lines, got '国 O': write it as they are, one character with its word-position number a "
+     'line'),
     ('迈向/v  充满/v  希望/n  的/u  新/a  世纪/n\n迈向/v  充满  希望/n  的/u  新/a  世纪/n\n', 2,
      "'充满' has no /TAG where 91% of the words are word/TAG"),
     ('Müller B-PER\nKöln B-LOC\n'.encode('latin-1'), 1,
@@ -436,3 +439,69 @@ def test_a_few_bioes_tags_in_a_bio_file_are_read_as_bio_and_named(tmp_path, layo
     assert genuine.format == ('conll' if layout == 'conll' else 'char-bioes')
     assert 'repaired' not in genuine.summary() and sum(len(e.spans) for e in genuine) == 20
     assert read_corpus(bioes, repair=False) and 'BIOES' in detect_format(bioes, reason=True)[1]
+
+
+# ----------------------------------------------------------------------------------------------
+# Characters of several code points, and characters broken in transit
+
+BROKEN, FAMILY = '\ufffd\ufffd', '\U0001f468\u200d\U0001f469\u200d\U0001f467'
+
+
+def test_a_weibo_style_file_reads_broken_characters_and_emoji_as_one_unit_each(tmp_path):
+    """Word-position marks after a character broken to two U+FFFD, an emoji, an emoji with its
+    variation selector, a ZWJ family and a flag: each line is one character whose tag spreads
+    over its code points, counted with its lines; the detection advises no word format."""
+    lines = ['张0\tB-PER.NAM', '三1\tE-PER.NAM', f'{BROKEN}0\tO', '在0\tO', '北0\tB-GPE.NAM',
+             '京1\tE-GPE.NAM', '😀0\tO', '工0\tO', '❤️1\tS-PER.NOM',
+             '作0\tO', '', f'{FAMILY}0\tO', '\U0001f1e8\U0001f1f30\tS-GPE.NAM', '好0\tO',
+             f'{BROKEN}0\tO', '说1\tO', '了2\tO', '吗3\tO', '的0\tO', '人1\tO']
+    path = write(tmp_path, 'weibo.train', '\n'.join(lines) + '\n')
+    found, why = detect_format(path, reason=True)
+    assert found == 'char-bioes' and 'conll' not in why
+    data = read_corpus(path)
+    assert [e.text for e in data] == [f'张三{BROKEN}在北京😀工❤️作',
+                                      f'{FAMILY}\U0001f1e8\U0001f1f3好{BROKEN}说了吗的人']
+    assert data[0].spans == [(0, 2, 'PER.NAM'), (5, 7, 'GPE.NAM'), (9, 11, 'PER.NOM')]
+    assert data[1].spans == [(5, 7, 'GPE.NAM')]
+    assert data[0].tags[9:11] == ['B-PER.NOM', 'I-PER.NOM']     # the variation selector's tag
+    summary = data.summary()
+    assert (f'noted 2x ({path}:3, {path}:15): a character broken in transit (U+FFFD: a character '
+            'outside the BMP often arrives as two) read as one unit') in summary
+    assert (f'noted 3x ({path}:9, {path}:12, {path}:13): a character of several code points'
+            in summary)
+
+
+@pytest.mark.parametrize('char, tag, text, spans', [
+    ('e\u0301', 'S-PER', 'e\u0301', [(0, 2, 'PER')]),                      # a combining accent
+    ('中\u200b', 'B-PER', '中\u200b三', [(0, 3, 'PER')]),                   # a zero-width space
+    ('\u200b', 'O', '\u200b', []),                                        # one alone
+    ('\U0001f44d\U0001f3fd', 'O', '\U0001f44d\U0001f3fd', []),            # a skin tone
+    ('\ufffd', 'S-LOC', '\ufffd', [(0, 1, 'LOC')]),                       # one U+FFFD
+    ('\u00a0', 'O', '\u00a0', []),                                        # a no-break space
+    ('\u3000', 'O', '\u3000', []),                                        # a full-width space
+])
+def test_characters_of_several_code_points_keep_them_all_and_spread_the_tag(
+        tmp_path, char, tag, text, spans):
+    follow = '三 E-PER\n' if tag == 'B-PER' else ''
+    path = write(tmp_path, 'train.txt', f'\ufeff{char} {tag}\n{follow}\n说 O\n\ufeff话 O\n')
+    data = read_corpus(path)
+    assert data.format.startswith('char-') and [e.text for e in data] == [text, '说话']
+    assert data[0].spans == spans
+    assert ('noted' in data.summary()) == (len(char) > 1 or char == '\ufffd')
+
+
+def test_cesu8_surrogates_read_as_their_character_or_as_broken(tmp_path):
+    """Java's modified UTF-8: a surrogate pair is the emoji it encodes, a lone one U+FFFD."""
+    pair = ''.join(chr(int.from_bytes('\U0001f600'.encode('utf-16-be')[i:i + 2], 'big'))
+                   for i in (0, 2))
+    content = f'中 O\n{pair} O\n\ud83d O\n'.encode('utf-8', 'surrogatepass')
+    data = read_corpus(write(tmp_path, 'java.txt', content))
+    assert data[0].text == '中\U0001f600\ufffd'
+    assert 'noted 1x' in data.summary() and 'broken in transit' in data.summary()
+
+
+def test_segmentation_reads_a_broken_character_inside_its_word(tmp_path):
+    path = write(tmp_path, 'seg.txt', f'中 B\n{BROKEN} E\ne\u0301 S\n')
+    data = read_corpus(path)
+    assert data.format == 'char-seg' and data[0].words == [f'中{BROKEN}', 'e\u0301']
+    assert f'noted 1x ({path}:2): a character broken in transit' in data.summary()
