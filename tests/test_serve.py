@@ -28,8 +28,8 @@ SENTENCE = '张三去北京工作。'
 
 @pytest.fixture(scope='module')
 def ner(trained_ner_dir, tmp_path_factory):
-    """The trained tiny NER model in a run folder (run.json, results.json), its Tagger and a
-    TestClient of its app."""
+    """The trained tiny NER model in a run folder (run.json, results.json): its Tagger, a
+    TestClient of its app and its folder."""
     import shutil
 
     from starlette.testclient import TestClient
@@ -41,10 +41,11 @@ def ner(trained_ner_dir, tmp_path_factory):
     (run / 'run.json').write_text(json.dumps(dict(config=dict(encoder='tiny'), command='python x')))
     (run / 'results.json').write_text(json.dumps(dict(
         command='python examples/task_ner.py --train-file t.txt', metric='dev_f1', best=0.5,
-        best_epoch=3, encoder=dict(encoder='random:1:16'))))
+        best_epoch=3, encoder=dict(encoder='/srv/encoders/random:1:16'),
+        epochs=[dict(epoch=k, time=f'2026-11-2{k} 10:00:00') for k in (2, 3, 4)])))
     tagger = Tagger.load(str(run / 'model'))
     with TestClient(create_app(tagger, str(run / 'model'))) as client:
-        yield tagger, client
+        yield tagger, client, str(run / 'model')
 
 
 @pytest.fixture(scope='module')
@@ -75,7 +76,7 @@ def test_entities_are_those_of_predict_records(ner):
     """Entities with their confidences, and each text's path probability, as ``crf_lr.predict``
     gives them."""
     from crf_lr.predict import predict_records
-    tagger, client = ner
+    tagger, client, _ = ner
     texts = ['张三去北京工作', '我们喜欢上海的天气。', '', '今天很好']
     response = client.post('/v1/predict', json={'texts': texts})
     assert response.status_code == 200
@@ -103,22 +104,35 @@ def test_words_of_a_segmentation_model(segmenter):
 
 
 def test_model_card_reads_labels_and_the_run_folder(ner, segmenter):
-    tagger, client = ner
-    card = client.get('/v1/model').json()
+    """The card names no file of the server's (model folder, encoder folder, training command)
+    unless told to (``--card-details``)."""
+    from starlette.testclient import TestClient
+
+    from crf_lr.serve import create_app
+    tagger, client, model_dir = ner
+    answer = client.get('/v1/model')
+    card = answer.json()
     assert {k: card[k] for k in ('task', 'head', 'scheme', 'types', 'labels', 'maxlen')} == dict(
         task='ner', head='crf', scheme='BIO', types=['LOC', 'PER'], labels=tagger.head.labels,
         maxlen=32)
-    assert (card['encoder'], card['metric'], card['dev'], card['best_epoch'], card['command']) == (
-        'random:1:16', 'dev_f1', 0.5, 3, 'python examples/task_ner.py --train-file t.txt')
+    assert (card['encoder'], card['metric'], card['dev'], card['best_epoch'], card['trained']) == (
+        'random:1:16', 'dev_f1', 0.5, 3, '2026-11-23 10:00:00')
     assert card['has_transitions'] and card['limits']['max_texts'] == 64
+    assert not {'command', 'model_dir'} & set(card)
+    assert '/srv' not in answer.text and 'task_ner' not in answer.text and '/tmp' not in answer.text
+    with TestClient(create_app(tagger, model_dir, card_details=True)) as detailed:
+        card = detailed.get('/v1/model').json()
+    assert (card['encoder'], card['command'], card['model_dir']) == (
+        '/srv/encoders/random:1:16', 'python examples/task_ner.py --train-file t.txt',
+        model_dir)
     card = segmenter[1].get('/v1/model').json()
-    assert (card['task'], card['dev'], card['command'], card['has_transitions']) == (
+    assert (card['task'], card['dev'], card['trained'], card['has_transitions']) == (
         'segmentation', None, None, False)
     assert client.get('/healthz').json() == {'status': 'ok'}
 
 
 def test_transitions_are_the_crf_weights_with_the_scheme_moves(ner, segmenter):
-    tagger, client = ner
+    tagger, client, _ = ner
     matrix = client.get('/v1/transitions').json()
     allowed, starts, ends = tagger.head.scheme.allowed(tagger.head.labels)
     assert matrix['labels'] == tagger.head.labels
@@ -167,6 +181,20 @@ def test_a_100000_character_text_is_windowed(ner):
     (dict(content=b'{"texts": ["\\ud800"]}'), 400, 'lone surrogate'),
     (dict(content=b'[' * 100_000 + b']' * 100_000), 400, 'too deeply'),
     (dict(content=b'{"texts": ["a"], "texts": ["b"]}'), 400, "gives the key 'texts' twice"),
+    (dict(content=b'{"texts": [' + b'7' * 5000 + b']}'), 400, 'texts[0] is a number'),
+    (dict(content=b'{"texts": ["a", 1e999]}'), 400, 'texts[1] is a number'),
+    (dict(content=b'{"texts": [NaN]}'), 400, 'NaN is not JSON'),
+    (dict(json={'texts': [None]}), 400, 'texts[0] is null'),
+    (dict(json={'texts': ['a', True]}), 400, 'texts[1] is true or false'),
+    (dict(json={'texts': [['a']]}), 400, 'texts[0] is an array'),
+    (dict(json={'texts': [{'text': 'a'}]}), 400, 'texts[0] is an object'),
+    (dict(json={'texts': ['a'], 'min_confidence': 2}), 400, '"min_confidence" must be'),
+    (dict(json={'texts': ['a'], 'min_confidence': True}), 400, '"min_confidence" must be'),
+    (dict(json={'texts': ['a'], 'marginals': 'yes'}), 400, '"marginals" must be true or false'),
+    (dict(json={'texts': ['a'], 'offsets': 'utf32'}), 400, "'codepoint', 'utf16', 'byte'"),
+    (dict(json={'texts': ['a'], 'timeout_s': 0}), 400, '"timeout_s" must be'),
+    (dict(content=b'{"texts": ["a"], "timeout_s": 1e999}'), 400, '"timeout_s" must be'),
+    (dict(json={'texts': ['a'], 'colour': 'red'}), 400, 'expected a JSON object'),
 ])
 def test_bad_input_is_a_one_line_4xx_and_the_server_goes_on(ner, request_kwargs, status, message):
     client = ner[1]
@@ -178,10 +206,73 @@ def test_bad_input_is_a_one_line_4xx_and_the_server_goes_on(ner, request_kwargs,
     assert after.status_code == 200 and len(after.json()['results'][0]['entities']) == 2
 
 
+@pytest.mark.parametrize('content_type', [
+    'application/json; charset="utf-8"', 'application/json;charset=UTF8',
+    'application/json; charset=utf-8; profile=x', 'Application/JSON ; charset = "UTF-8"',
+    'application/json'])
+def test_json_with_any_spelling_of_utf8_is_read(ner, content_type):
+    answer = ner[1].post('/v1/predict', content='{"texts": ["张三去北京工作"]}'.encode(),
+                         headers={'content-type': content_type})
+    assert answer.status_code == 200, answer.text
+    assert len(answer.json()['results'][0]['entities']) == 2
+
+
 def test_wrong_method_and_path_are_json_errors(ner):
     client = ner[1]
-    _one_line_error(client.get('/v1/predict'), 405)
+    assert _one_line_error(client.get('/v1/predict'), 405) and \
+        client.get('/v1/predict').headers['allow'] == 'POST'
+    assert set(client.post('/v1/model').headers['allow'].split(', ')) == {'GET', 'HEAD'}
     _one_line_error(client.get('/v2/nothing'), 404)
+
+
+def test_openapi_describes_the_request_and_its_options(ner):
+    schema = ner[1].get('/openapi.json').json()
+    body = schema['paths']['/v1/predict']['post']['requestBody']['content'][
+        'application/json']['schema']
+    assert set(body['properties']) == {'texts', 'min_confidence', 'marginals', 'offsets',
+                                       'timeout_s'}
+    assert body['properties']['offsets']['enum'] == ['codepoint', 'utf16', 'byte']
+    assert body['properties']['texts']['maxItems'] == 64
+    assert {'/v1/model', '/healthz', '/readyz', '/metrics'} <= set(schema['paths'])
+
+
+def test_options_min_confidence_and_marginals_are_those_of_predict_records(ner, segmenter):
+    from crf_lr.predict import predict_records
+    tagger, client, _ = ner
+    texts = ['张三去北京工作', '我们喜欢上海的天气。']
+    threshold = sorted(e['confidence'] for r in predict_records(tagger, texts)
+                       for e in r['entities'])[1]          # drops the least confident
+    for options in (dict(min_confidence=threshold), dict(marginals=True)):
+        answer = client.post('/v1/predict', json=dict(texts=texts, **options)).json()
+        expected = predict_records(tagger, texts, **options)
+        assert answer['results'] == [{k: v for k, v in r.items() if k != 'text'}
+                                     for r in expected]
+    assert 'segments words' in _one_line_error(segmenter[1].post(
+        '/v1/predict', json={'texts': ['a'], 'min_confidence': 0.5}), 400)
+
+
+def test_offsets_count_code_points_utf16_units_or_bytes(ner):
+    """After astral characters (emoji), UTF-16 offsets slice a JavaScript string right and byte
+    offsets the UTF-8 bytes; code points (the default) a Python string."""
+    from crf_lr.predict import predict_lines
+    tagger, client, _ = ner
+    text = '😀😀张三去北京工作。𝔸é'
+    mentions = [e['text'] for e in predict_lines(tagger, [text])[0]]
+    assert mentions[:2] == ['张三', '北京']
+    spans = {}
+    for unit in ('codepoint', 'utf16', 'byte'):
+        answer = client.post('/v1/predict', json={'texts': [text], 'offsets': unit,
+                                                  'marginals': True}).json()['results'][0]
+        spans[unit] = [(e['start'], e['end']) for e in answer['entities']]
+        units = {'codepoint': text, 'utf16': text.encode('utf-16-le'), 'byte': text.encode()}[
+            unit]
+        size = 2 if unit == 'utf16' else 1
+        decode = {'codepoint': str, 'utf16': lambda b: b.decode('utf-16-le'),
+                  'byte': lambda b: b.decode()}[unit]
+        assert [decode(units[s * size:e * size]) for s, e in spans[unit]] == mentions
+        assert [decode(units[s * size:e * size]) for s, e in answer['offsets']] == list(text)
+    assert {unit: found[:2] for unit, found in spans.items()} == dict(
+        codepoint=[(2, 4), (5, 7)], utf16=[(4, 6), (7, 9)], byte=[(8, 14), (17, 23)])
 
 
 def _serve(model_dir, port, **kwargs):
@@ -263,7 +354,7 @@ def test_micro_batching_groups_concurrent_requests():
     answers = asyncio.run(clients(MicroBatcher(predict, max_batch=8, wait_ms=5), requests))
     assert answers == [[text.upper() for text in r] for r in requests]   # each gets its own
     assert len(runs) < len(requests) and max(map(len, runs)) >= 4
-    assert all(len(run) <= 8 + 1 for run in runs)        # a request is never split
+    assert all(len(run) <= 8 for run in runs)
     runs.clear()
     answers = asyncio.run(clients(MicroBatcher(predict, max_batch=1, wait_ms=5),
                                   [['x'], ['boom'], ['y']]))
@@ -272,14 +363,14 @@ def test_micro_batching_groups_concurrent_requests():
 
 
 def test_a_failing_model_is_a_500_and_the_server_goes_on(ner, monkeypatch):
-    tagger, client = ner
-    original = tagger.run
+    tagger, client, _ = ner
+    original = tagger.fill
 
-    def run(sequences):
-        if any('爆' in s for s in sequences):
+    def fill(windows):
+        if any('爆' in window.units for window, _ in windows):
             raise RuntimeError('out of memory\nsecond line')
-        return original(sequences)
-    monkeypatch.setattr(tagger, 'run', run)
+        return original(windows)
+    monkeypatch.setattr(tagger, 'fill', fill)
     error = _one_line_error(client.post('/v1/predict', json={'texts': ['爆']}), 500)
     assert error == 'RuntimeError: out of memory'
     assert client.post('/v1/predict', json={'texts': ['张三']}).status_code == 200
@@ -306,7 +397,7 @@ def test_a_failing_request_fails_alone_and_the_others_of_its_batch_are_answered(
         finally:
             await batcher.stop()
     answers = asyncio.run(clients())
-    assert runs == [['x', 'boom', 'z', 'y'], ['x'], ['boom', 'z'], ['y']]
+    assert runs == [['x', 'boom', 'y', 'z'], ['x'], ['boom', 'z'], ['y']]   # in turn
     assert answers[0] == ['X'] and isinstance(answers[1], RuntimeError) and answers[2] == ['Y']
 
 
@@ -343,7 +434,7 @@ def test_a_word_longer_than_a_window_is_answered_with_the_requests_batched_with_
 
 def test_concurrent_clients_get_their_own_answers(ner):
     from crf_lr.predict import predict_lines
-    tagger, client = ner
+    tagger, client, _ = ner
     texts = ['张三去北京工作', '我们喜欢上海', '今天很好', '张三去上海'] * 4
     expected = predict_lines(tagger, texts)
     answers = [None] * len(texts)
