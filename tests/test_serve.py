@@ -8,6 +8,7 @@ scheme's allowed transitions, the run files written here, and the texts themselv
 character text built from one sentence whose entities the trained model finds).
 """
 import asyncio
+import contextlib
 import json
 import os
 import socket
@@ -448,3 +449,265 @@ def test_concurrent_clients_get_their_own_answers(ner):
         thread.join()
     assert [a['results'][0]['entities'] for a in answers] == expected
     assert all(0 < a['results'][0]['path_probability'] <= 1 for a in answers)
+
+
+def _batcher_run(batcher, *coroutines):
+    """Run ``coroutines`` (functions of the started ``batcher``) together; their results."""
+    async def main():
+        await batcher.start()
+        try:
+            return await asyncio.gather(*(c(batcher) for c in coroutines),
+                                        return_exceptions=True)
+        finally:
+            await batcher.stop()
+    return asyncio.run(main())
+
+
+def _slow_upper(runs, seconds=0.05):
+    def run(items):
+        runs.append(list(items))
+        time.sleep(seconds)
+        return [item.upper() for item in items]
+    return run
+
+
+def test_a_long_request_shares_batches_and_a_short_one_is_answered_first():
+    """A request of 40 items and a later one of 1: the later one's item runs in the second
+    batch, with the long one's, and it is answered long before the long one."""
+    from crf_lr.serve import MicroBatcher
+    runs, answered = [], []
+
+    async def long(batcher):
+        answered.append(('long', await batcher([f'l{k}' for k in range(40)])))
+
+    async def short(batcher):
+        await asyncio.sleep(0.02)                      # while the first batch runs
+        answered.append(('short', await batcher(['s'])))
+    _batcher_run(MicroBatcher(_slow_upper(runs), max_batch=4, wait_ms=0), long, short)
+    assert runs[0] == ['l0', 'l1', 'l2', 'l3'] and runs[1] == ['l4', 's', 'l5', 'l6']
+    assert answered == [('short', ['S']), ('long', [f'L{k}' for k in range(40)])]
+
+
+def test_a_cancelled_request_is_dropped_before_its_items_and_between_them():
+    from crf_lr.serve import MicroBatcher
+    runs = []
+
+    async def leaves(batcher):                          # its client leaves mid-way
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(batcher([f'l{k}' for k in range(40)]), 0.08)
+
+    async def never_runs(batcher):
+        await asyncio.sleep(0.01)                      # while the first batch runs
+        task = asyncio.ensure_future(batcher(['gone']))
+        await asyncio.sleep(0.01)
+        task.cancel()
+
+    async def stays(batcher):
+        await asyncio.sleep(0.3)
+        return await batcher(['s'])
+    answers = _batcher_run(MicroBatcher(_slow_upper(runs), max_batch=4, wait_ms=0), leaves,
+                           never_runs, stays)
+    assert answers[2] == ['S']
+    ran = [item for run in runs for item in run]
+    assert 'gone' not in ran and 4 <= sum(item.startswith('l') for item in ran) <= 12
+    assert runs[-1] == ['s']
+
+
+def test_a_full_queue_refuses_and_a_deadline_drops():
+    from crf_lr.serve import MicroBatcher, QueueFull
+    runs, answered = [], []
+
+    async def first(batcher):
+        try:
+            return await batcher(['a', 'b'])
+        finally:
+            answered.append(True)
+
+    async def beyond(batcher):
+        await asyncio.sleep(0.01)
+        return await batcher(['c'])                     # 2 wait, at most 2: refused
+
+    async def late(batcher):
+        while not answered:                             # the queue has room again
+            await asyncio.sleep(0.01)
+        return await batcher(['d', 'e'], deadline=asyncio.get_running_loop().time() - 1)
+    answers = _batcher_run(MicroBatcher(_slow_upper(runs, 0.1), max_batch=1, wait_ms=0,
+                                        max_queue=2), first, beyond, late)
+    assert answers[0] == ['A', 'B'] and isinstance(answers[1], QueueFull)
+    assert isinstance(answers[2], TimeoutError) and runs == [['a'], ['b']]
+
+
+@pytest.fixture()
+def stalled(ner, monkeypatch):
+    """The ner app with a model that waits for ``release`` (a threading.Event) before a batch
+    that holds '停', and a TestClient of it with --max-queue 2."""
+    from starlette.testclient import TestClient
+
+    from crf_lr.serve import create_app
+    tagger, _, model_dir = ner
+    release, original = threading.Event(), tagger.fill
+
+    def fill(windows):
+        if any('停' in window.units for window, _ in windows):
+            release.wait(30)
+        return original(windows)
+    monkeypatch.setattr(tagger, 'fill', fill)
+    with TestClient(create_app(tagger, model_dir, max_queue=2, batch_wait_ms=0)) as client:
+        yield client, release
+        release.set()
+
+
+def test_a_full_queue_is_a_503_with_retry_after_and_not_ready(stalled):
+    client, release = stalled
+    held = threading.Thread(target=client.post, args=('/v1/predict',),
+                            kwargs=dict(json={'texts': ['停', '停']}))
+    held.start()
+    deadline = time.time() + 30
+    while client.get('/readyz').status_code == 200 and time.time() < deadline:
+        time.sleep(0.01)
+    answer = client.post('/v1/predict', json={'texts': ['张三']})
+    assert 'retry later' in _one_line_error(answer, 503) and answer.headers['retry-after'] == '1'
+    assert 'full' in _one_line_error(client.get('/readyz'), 503)
+    release.set()
+    held.join()
+    assert client.get('/readyz').json() == {'status': 'ready', 'queue_texts': 0}
+    assert client.post('/v1/predict', json={'texts': ['张三']}).status_code == 200
+
+
+def test_a_request_past_its_deadline_is_a_504(stalled):
+    client, release = stalled
+    held = threading.Thread(target=client.post, args=('/v1/predict',),
+                            kwargs=dict(json={'texts': ['停']}))
+    held.start()
+    time.sleep(0.2)
+    began = time.time()
+    answer = client.post('/v1/predict', json={'texts': ['张三'], 'timeout_s': 0.3})
+    assert 'deadline of 0.3 s' in _one_line_error(answer, 504)
+    assert time.time() - began < 5
+    release.set()
+    held.join()
+
+
+def test_metrics_count_requests_queue_batches_latency_and_load_time(ner):
+    client = ner[1]
+
+    def metrics():
+        answer = client.get('/metrics')
+        assert answer.headers['content-type'].startswith('text/plain')
+        return dict(line.rsplit(' ', 1) for line in answer.text.splitlines()
+                    if not line.startswith('#'))
+    before = metrics()
+    client.post('/v1/predict', json={'texts': ['张三去北京工作', '上海']})
+    client.post('/v1/predict', json={'texts': 1})
+    client.get('/nothing/here')
+    after = metrics()
+    for name, more in (('crf_lr_requests_total{route="/v1/predict",status="200"}', 1),
+                       ('crf_lr_requests_total{route="/v1/predict",status="400"}', 1),
+                       ('crf_lr_requests_total{route="other",status="404"}', 1),
+                       ('crf_lr_requests_total{route="/metrics",status="200"}', 1),
+                       ('crf_lr_batch_windows_sum', 2), ('crf_lr_batch_windows_count', 1),
+                       ('crf_lr_request_seconds_count{route="/v1/predict"}', 2)):
+        assert float(after[name]) - float(before.get(name, 0)) == more, name
+    assert after['crf_lr_queue_texts'] == '0.0' and after['crf_lr_model_load_seconds'] == '0.0'
+    assert client.get('/readyz').json()['status'] == 'ready'
+
+
+@pytest.fixture(scope='module')
+def served(trained_ner_dir, tmp_path_factory):
+    """``python -m crf_lr.serve`` of the trained model on a free port, a connection without a
+    whole request head closed after 2 s; yields its base URL."""
+    with socket.socket() as probe:
+        probe.bind(('127.0.0.1', 0))
+        port = probe.getsockname()[1]
+    log = tmp_path_factory.mktemp('served') / 'serve.log'
+    with open(log, 'w') as out:
+        server = subprocess.Popen(
+            [sys.executable, '-m', 'crf_lr.serve', trained_ner_dir, '--port', str(port),
+             '--headers-timeout-s', '2'], stdout=out, stderr=subprocess.STDOUT,
+            env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    try:
+        deadline = time.time() + 120
+        while '/ (Ctrl-C' not in log.read_text():
+            assert server.poll() is None and time.time() < deadline, log.read_text()
+            time.sleep(0.05)
+        yield f'http://127.0.0.1:{port}'
+        assert 'Traceback' not in log.read_text(), log.read_text()
+    finally:
+        server.terminate()
+        server.wait(30)
+
+
+def _metric(url, name):
+    import httpx
+    text = httpx.get(f'{url}/metrics').text
+    return float(next(line.split()[-1] for line in text.splitlines()
+                      if line.startswith(name + ' ')))
+
+
+def test_a_client_that_leaves_has_its_work_dropped_and_short_requests_go_on(served):
+    """A 200,000-character request (about 6,700 windows) whose client leaves after 1 s: the
+    windows run stop growing at once, and a short request sent meanwhile is answered at
+    once."""
+    import httpx
+    text = SENTENCE * (200_000 // len(SENTENCE))
+    before = _metric(served, 'crf_lr_batch_windows_sum')
+
+    def short():
+        began = time.time()
+        answer = httpx.post(f'{served}/v1/predict', json={'texts': [SENTENCE]}, timeout=30)
+        assert answer.status_code == 200
+        return time.time() - began
+    with httpx.Client(timeout=1) as leaving:
+        threading.Timer(0.5, lambda: latencies.append(short())).start()
+        latencies = []
+        with pytest.raises(httpx.ReadTimeout):
+            leaving.post(f'{served}/v1/predict', json={'texts': [text]})
+    time.sleep(0.5)
+    ran = _metric(served, 'crf_lr_batch_windows_sum') - before
+    time.sleep(1)
+    assert _metric(served, 'crf_lr_batch_windows_sum') - before == ran < 6000
+    assert latencies and latencies[0] < 1.0, latencies
+    assert _metric(served, 'crf_lr_queue_texts') == 0
+
+
+def test_a_connection_stopped_mid_headers_is_closed(served):
+    """Slowloris: a byte of header every 0.5 s keeps no connection past --headers-timeout-s."""
+    port = int(served.rsplit(':', 1)[1])
+    with socket.create_connection(('127.0.0.1', port), timeout=10) as slow:
+        slow.sendall(b'POST /v1/predict HTTP/1.1\r\nHost: x\r\n')
+        began, closed = time.time(), False
+        while time.time() - began < 8 and not closed:
+            try:
+                slow.sendall(b'X')
+                slow.settimeout(0.5)
+                closed = slow.recv(1024) == b''
+            except socket.timeout:
+                continue
+            except OSError:
+                closed = True
+        assert closed and time.time() - began < 4
+
+
+def _send_all(connection, data):
+    """Send ``data``, as much as the server takes before it answers and closes."""
+    with contextlib.suppress(OSError):
+        connection.sendall(data)
+
+
+@pytest.mark.parametrize('head', [b'GARBAGE\r\n\r\n',
+                                  b'GET /' + b'a' * (1 << 20) + b' HTTP/1.1\r\nHost: x\r\n\r\n',
+                                  b'GET / HTTP/1.1\r\nHost: x\r\nX: ' + b'a' * (1 << 20)
+                                  + b'\r\n\r\n'])
+def test_a_request_that_cannot_be_parsed_is_a_json_400(served, head):
+    port = int(served.rsplit(':', 1)[1])
+    answer = b''
+    with socket.create_connection(('127.0.0.1', port), timeout=10) as client:
+        threading.Thread(target=_send_all, args=(client, head), daemon=True).start()
+        with contextlib.suppress(ConnectionResetError):
+            while chunk := client.recv(65536):
+                answer += chunk
+    status, _, rest = answer.partition(b'\r\n')
+    headers, _, body = rest.partition(b'\r\n\r\n')
+    assert status == b'HTTP/1.1 400 Bad Request'
+    assert b'content-type: application/json' in headers.lower()
+    assert 'malformed HTTP request' in json.loads(body)['error']
