@@ -3,18 +3,18 @@
     python -m crf_lr.serve runs/ner/model                  # then open http://127.0.0.1:8000/
     curl -s 127.0.0.1:8000/v1/predict -H 'Content-Type: application/json' \\
          -d '{"texts": ["中共中央总书记江泽民发表新年讲话"]}'
-    # {"results": [{"entities": [{"start": 0, "end": 4, "type": "ORG", "text": "中共中央"}, ...]}]}
+    # {"results": [{"entities": [{"start": 0, "end": 4, "type": "ORG", ...}, ...]}]}
 
-Endpoints: ``POST /v1/predict`` ``{"texts": [str, ...]}`` -> ``{"results": [...]}``, per text
-``{"entities": [{"start", "end", "type", "text", "confidence"}], "path_probability": p}``
-(character offsets, end exclusive; what ``crf_lr.predict.predict_records`` gives but the text) or
-``{"words": [...], "confidences": [...], "path_probability": p}`` for a segmentation model;
-``GET /v1/model`` the model card; ``GET /v1/transitions`` a CRF's transition matrix and the
-scheme's allowed moves; ``GET /healthz``; ``GET /`` the page.
+Endpoints: ``POST /v1/predict`` ``{"texts": [str, ...]}`` and the options ``min_confidence``,
+``marginals``, ``offsets`` (``codepoint``, ``utf16``, ``byte``) and ``timeout_s`` ->
+``{"results": [...]}``, per text what ``crf_lr.predict.predict_records`` gives but the text;
+``GET /v1/model`` the model card; ``GET /v1/transitions`` a CRF's transitions; ``GET /healthz``,
+``GET /readyz``, ``GET /metrics`` (Prometheus), ``GET /openapi.json``; ``GET /`` the page.
 
-Requests that arrive while the model runs, or within ``--batch-wait-ms`` of the first, are run
-as one padded batch of at most ``--max-batch`` texts (``--max-batch 1``: one request, one batch).
-Bad input is a 4xx answer with a one-line JSON ``{"error": ...}``: see :data:`LIMITS`.
+The windows of the texts that wait run in batches of at most ``--max-batch``, one window of each
+request in turn (a long text shares batches with short ones); at most ``--max-queue`` texts wait
+(beyond: 503), each request within ``--timeout-s`` (beyond: 504); a request whose client leaves is
+dropped. Bad input is a 4xx answer with a one-line JSON ``{"error": ...}``: see :data:`LIMITS`.
 Requires the ``serve`` extra (``pip install '.[serve]'``); binds to 127.0.0.1 unless told.
 """
 import argparse
@@ -669,24 +669,21 @@ def main(argv=None):
     parser.add_argument('--batch-wait-ms', type=float, default=2.0,
                         help='how long the first request of a batch waits for others '
                              '(default: %(default)s)')
-    parser.add_argument('--max-queue', type=int, default=256,
-                        help='texts admitted and not yet answered; a request beyond is a 503 '
-                             'with Retry-After (default: %(default)s)')
-    parser.add_argument('--timeout-s', type=float, default=30.0,
-                        help='deadline of a request, from its arrival; past it, a 504 and its '
-                             'work dropped (default: %(default)s)')
-    parser.add_argument('--headers-timeout-s', type=float, default=10.0,
-                        help='a connection without a whole request head this long after it '
-                             'opened or after its last answer is closed (default: %(default)s)')
-    parser.add_argument('--body-timeout-s', type=float, default=30.0,
-                        help='a request body not all there this long after its head is a 408 '
-                             '(default: %(default)s)')
-    parser.add_argument('--keep-alive-s', type=int, default=5,
-                        help='an idle keep-alive connection is closed after this long '
-                             '(default: %(default)s)')
-    parser.add_argument('--limit-concurrency', type=int, default=1024,
-                        help="connections or requests at once; beyond, uvicorn's 503 "
-                             '(default: %(default)s)')
+    for flag, kind, default, what in (
+            ('--max-queue', int, 256, 'texts admitted and not yet answered; a request beyond '
+                                      'is a 503 with Retry-After'),
+            ('--timeout-s', float, 30.0, 'deadline of a request, from its arrival; past it, a '
+                                         '504 and its work dropped'),
+            ('--headers-timeout-s', float, 10.0, 'a connection without a whole request head '
+                                                 'this long after it opened or after its last '
+                                                 'answer is closed'),
+            ('--body-timeout-s', float, 30.0, 'a request body not all there this long after '
+                                              'its head is a 408'),
+            ('--keep-alive-s', int, 5, 'an idle keep-alive connection is closed after this long'),
+            ('--limit-concurrency', int, 1024, "connections or requests at once; beyond, "
+                                               "uvicorn's 503")):
+        parser.add_argument(flag, type=kind, default=default,
+                            help=what + ' (default: %(default)s)')
     parser.add_argument('--card-details', action='store_true',
                         help='the model card names the model folder and the training command')
     parser.add_argument('--precision', choices=('float32', 'mixed_bfloat16', 'auto'),

@@ -332,6 +332,18 @@ def test_a_port_out_of_range_is_one_line(port, capsys):
         f'python -m crf_lr.serve: error: --port must be 0-65535 (0: any free port), not {port}')
 
 
+def _batcher_run(batcher, *coroutines):
+    """Run ``coroutines`` (functions of the started ``batcher``) together; their results."""
+    async def main():
+        await batcher.start()
+        try:
+            return await asyncio.gather(*(c(batcher) for c in coroutines),
+                                        return_exceptions=True)
+        finally:
+            await batcher.stop()
+    return asyncio.run(main())
+
+
 def test_micro_batching_groups_concurrent_requests():
     from crf_lr.serve import MicroBatcher
     runs = []
@@ -343,22 +355,16 @@ def test_micro_batching_groups_concurrent_requests():
             raise RuntimeError('model failed')
         return [text.upper() for text in texts]
 
-    async def clients(batcher, requests):
-        await batcher.start()
-        try:
-            return await asyncio.gather(*(batcher(r) for r in requests),
-                                        return_exceptions=True)
-        finally:
-            await batcher.stop()
+    def clients(batcher, requests):
+        return _batcher_run(batcher, *(lambda b, r=r: b(r) for r in requests))
 
     requests = [[f'r{k}a', f'r{k}b'] if k % 3 == 0 else [f'r{k}'] for k in range(24)]
-    answers = asyncio.run(clients(MicroBatcher(predict, max_batch=8, wait_ms=5), requests))
+    answers = clients(MicroBatcher(predict, max_batch=8, wait_ms=5), requests)
     assert answers == [[text.upper() for text in r] for r in requests]   # each gets its own
     assert len(runs) < len(requests) and max(map(len, runs)) >= 4
     assert all(len(run) <= 8 for run in runs)
     runs.clear()
-    answers = asyncio.run(clients(MicroBatcher(predict, max_batch=1, wait_ms=5),
-                                  [['x'], ['boom'], ['y']]))
+    answers = clients(MicroBatcher(predict, max_batch=1, wait_ms=5), [['x'], ['boom'], ['y']])
     assert runs == [['x'], ['boom'], ['y']]               # one request, one batch
     assert answers[0] == ['X'] and isinstance(answers[1], RuntimeError) and answers[2] == ['Y']
 
@@ -389,15 +395,8 @@ def test_a_failing_request_fails_alone_and_the_others_of_its_batch_are_answered(
             raise RuntimeError('model failed')
         return [text.upper() for text in texts]
 
-    async def clients():
-        batcher = MicroBatcher(predict, max_batch=8, wait_ms=200)
-        await batcher.start()
-        try:
-            return await asyncio.gather(*(batcher(r) for r in (['x'], ['boom', 'z'], ['y'])),
-                                        return_exceptions=True)
-        finally:
-            await batcher.stop()
-    answers = asyncio.run(clients())
+    answers = _batcher_run(MicroBatcher(predict, max_batch=8, wait_ms=200),
+                           *(lambda b, r=r: b(r) for r in (['x'], ['boom', 'z'], ['y'])))
     assert runs == [['x', 'boom', 'y', 'z'], ['x'], ['boom', 'z'], ['y']]   # in turn
     assert answers[0] == ['X'] and isinstance(answers[1], RuntimeError) and answers[2] == ['Y']
 
@@ -449,18 +448,6 @@ def test_concurrent_clients_get_their_own_answers(ner):
         thread.join()
     assert [a['results'][0]['entities'] for a in answers] == expected
     assert all(0 < a['results'][0]['path_probability'] <= 1 for a in answers)
-
-
-def _batcher_run(batcher, *coroutines):
-    """Run ``coroutines`` (functions of the started ``batcher``) together; their results."""
-    async def main():
-        await batcher.start()
-        try:
-            return await asyncio.gather(*(c(batcher) for c in coroutines),
-                                        return_exceptions=True)
-        finally:
-            await batcher.stop()
-    return asyncio.run(main())
 
 
 def _slow_upper(runs, seconds=0.05):
