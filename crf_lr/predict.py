@@ -118,7 +118,8 @@ def result_key(tagger):
     return 'words' if tagger.head.scheme.segmentation else 'entities'
 
 
-def predict_records(tagger, lines, constrain=True, min_confidence=None, marginals=False):
+def predict_records(tagger, lines, constrain=True, min_confidence=None, marginals=False,
+                    predictions=None):
     """One JSON-ready dict per line: ``text``; ``entities`` (as :func:`predict_lines`) or, for a
     segmentation model, ``words`` and their ``confidences``; ``path_probability`` (the whole
     decoded tag path's probability, None for span heads; 0.0 where it underflows, on a long line)
@@ -126,24 +127,17 @@ def predict_records(tagger, lines, constrain=True, min_confidence=None, marginal
     ``labels``,
     ``marginals``, the label probabilities of each unit (characters, or words of an English
     model; a segmentation line's characters without its whitespace), and ``offsets``, each
-    unit's ``[start, end]`` in ``text``.
+    unit's ``[start, end]`` in ``text``. ``predictions``: the Tagger's predictions of
+    :func:`line_units`'s sequences, when already made (decoded with ``marginals`` if asked).
 
         >>> records = predict_records(tagger, lines)
         >>> sorted(records, key=lambda r: r['path_log_probability'])[:100]   # least sure first
     """
+    check_options(tagger, min_confidence, marginals)
     segmenting = tagger.head.scheme.segmentation
-    if min_confidence is not None and segmenting:
-        raise ValueError('--min-confidence drops entities, but this model segments words')
-    if marginals and tagger.head.kind != 'tags':
-        raise ValueError(f'--marginals needs a tag head (crf, softmax), not {tagger.head.name}')
-    if segmenting:
-        pieces = [line.split() for line in lines]
-    elif tagger.encoder.units == 'words':
-        pieces = [[word_offsets(line)] for line in lines]
-    else:
-        pieces = [[line] for line in lines]
-    flat = [piece[0] if isinstance(piece, tuple) else piece for line in pieces for piece in line]
-    predicted = iter(tagger.decode(tagger.run(flat), constrain, marginals))
+    pieces, flat = line_units(tagger, lines)
+    predicted = iter(tagger.decode(tagger.run(flat), constrain, marginals)
+                     if predictions is None else predictions)
     records = []
     for line, line_pieces in zip(lines, pieces):
         found = [next(predicted) for _ in line_pieces]
@@ -173,6 +167,28 @@ def predict_records(tagger, lines, constrain=True, min_confidence=None, marginal
             record['offsets'] = _unit_offsets(line, line_pieces, segmenting)
         records.append(record)
     return records
+
+
+def check_options(tagger, min_confidence, marginals):
+    """ValueError when :func:`predict_records`'s options do not fit ``tagger``'s model."""
+    if min_confidence is not None and tagger.head.scheme.segmentation:
+        raise ValueError('--min-confidence drops entities, but this model segments words')
+    if marginals and tagger.head.kind != 'tags':
+        raise ValueError(f'--marginals needs a tag head (crf, softmax), not {tagger.head.name}')
+
+
+def line_units(tagger, lines):
+    """What the model reads of each line: ``(pieces, sequences)``, per line its pieces (a
+    segmentation line's whitespace-separated chunks, a word model's ``(words, offsets)``, else
+    the line), and every piece's units in order, for :meth:`Tagger.run`."""
+    if tagger.head.scheme.segmentation:
+        pieces = [line.split() for line in lines]
+    elif tagger.encoder.units == 'words':
+        pieces = [[word_offsets(line)] for line in lines]
+    else:
+        pieces = [[line] for line in lines]
+    return pieces, [piece[0] if isinstance(piece, tuple) else piece
+                    for line in pieces for piece in line]
 
 
 def _unit_offsets(line, line_pieces, segmenting):

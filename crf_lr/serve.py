@@ -3,29 +3,32 @@
     python -m crf_lr.serve runs/ner/model                  # then open http://127.0.0.1:8000/
     curl -s 127.0.0.1:8000/v1/predict -H 'Content-Type: application/json' \\
          -d '{"texts": ["中共中央总书记江泽民发表新年讲话"]}'
-    # {"results": [{"entities": [{"start": 0, "end": 4, "type": "ORG", "text": "中共中央"}, ...]}]}
+    # {"results": [{"entities": [{"start": 0, "end": 4, "type": "ORG", ...}, ...]}]}
 
-Endpoints: ``POST /v1/predict`` ``{"texts": [str, ...]}`` -> ``{"results": [...]}``, per text
-``{"entities": [{"start", "end", "type", "text", "confidence"}], "path_probability": p}``
-(character offsets, end exclusive; what ``crf_lr.predict.predict_records`` gives but the text) or
-``{"words": [...], "confidences": [...], "path_probability": p}`` for a segmentation model;
-``GET /v1/model`` the model card; ``GET /v1/transitions`` a CRF's transition matrix and the
-scheme's allowed moves; ``GET /healthz``; ``GET /`` the page.
+Endpoints: ``POST /v1/predict`` ``{"texts": [str, ...]}`` and the options ``min_confidence``,
+``marginals``, ``offsets`` (``codepoint``, ``utf16``, ``byte``) and ``timeout_s`` ->
+``{"results": [...]}``, per text what ``crf_lr.predict.predict_records`` gives but the text;
+``GET /v1/model`` the model card; ``GET /v1/transitions`` a CRF's transitions; ``GET /healthz``,
+``GET /readyz``, ``GET /metrics`` (Prometheus), ``GET /openapi.json``; ``GET /`` the page.
 
-Requests that arrive while the model runs, or within ``--batch-wait-ms`` of the first, are run
-as one padded batch of at most ``--max-batch`` texts (``--max-batch 1``: one request, one batch).
-Bad input is a 4xx answer with a one-line JSON ``{"error": ...}``: see :data:`LIMITS`.
+The windows of the texts that wait run in batches of at most ``--max-batch``, one window of each
+request in turn (a long text shares batches with short ones); at most ``--max-queue`` texts wait
+(beyond: 503), each request within ``--timeout-s`` (beyond: 504); a request whose client leaves is
+dropped. Bad input is a 4xx answer with a one-line JSON ``{"error": ...}``: see :data:`LIMITS`.
 Requires the ``serve`` extra (``pip install '.[serve]'``); binds to 127.0.0.1 unless told.
 """
 import argparse
 import asyncio
 import concurrent.futures
 import contextlib
+import email.message
 import errno
+import itertools
 import json
 import logging
 import os
 import socket
+import time
 
 from crf_lr.runs import check_model_folder
 
@@ -34,26 +37,44 @@ LIMITS = dict(max_body_bytes=2 * 1024 * 1024, max_texts=64, max_chars=200_000)
 STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'static')
 
 
+class QueueFull(Exception):
+    """The batcher holds ``max_queue`` texts already: the request is refused (503)."""
+
+
+class _Pending:
+    """One request in the batcher: its items, the next one to run, its results so far."""
+
+    def __init__(self, items, count, deadline, future):
+        self.items, self.count, self.deadline, self.future = items, count, deadline, future
+        self.next, self.results, self.left = 0, [None] * len(items), len(items)
+
+
 class MicroBatcher:
-    """Runs ``predict(texts) -> results`` on the texts of concurrent requests at once.
+    """Runs ``run(items) -> results`` on the items (a text's windows) of concurrent requests at
+    once, ``max_batch`` items a run, taken from the waiting requests in turn.
 
-    One worker takes the first waiting request, adds those that arrive within ``wait_ms`` (or are
-    already waiting) until the batch holds ``max_batch`` texts, and runs ``predict`` on them in
-    one thread (the event loop keeps answering meanwhile); each request gets its own results.
-    When a batch of several requests fails, each runs again alone: the error is only that of the
-    requests that fail alone, and the others get their results.
+    One worker waits ``wait_ms`` after the first waiting request for others (unless
+    ``max_batch`` items wait already), then fills a batch one item of each request at a time,
+    oldest request first, and runs it in one thread (the event loop keeps answering meanwhile):
+    a long text's items share batches with those of later short requests, which are answered
+    without waiting for it. A request that is cancelled (its client left) or whose ``deadline``
+    (event loop time) passes is dropped: its items not yet run never run. At most ``max_queue``
+    texts (``count`` a request) wait in all: a request beyond is :class:`QueueFull`, unless none
+    waits. When a batch of several requests fails, each request's items run again alone: the
+    error is only that of the requests that fail alone.
 
-        >>> batcher = MicroBatcher(lambda texts: predict_lines(tagger, texts), 64, 2)
-        >>> await batcher.start(); results = await batcher(['北京欢迎你'])
+        >>> batcher = MicroBatcher(lambda windows: read(windows), 64, 2)
+        >>> await batcher.start(); results = await batcher(windows_of_a_request)
     """
 
-    def __init__(self, predict, max_batch=64, wait_ms=2.0):
-        self.predict, self.max_batch, self.wait = predict, max_batch, wait_ms / 1000
-        self.queue, self.worker = None, None
+    def __init__(self, run, max_batch=64, wait_ms=2.0, max_queue=None, on_batch=None):
+        self.run, self.max_batch, self.wait = run, max_batch, wait_ms / 1000
+        self.max_queue, self.on_batch = max_queue, on_batch or (lambda size: None)
+        self.pending, self.waiting, self.arrived, self.worker = [], 0, None, None
         self.thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix='model')
 
     async def start(self):
-        self.queue = asyncio.Queue()
+        self.arrived = asyncio.Event()
         self.worker = asyncio.create_task(self._work())
 
     async def stop(self):
@@ -62,52 +83,95 @@ class MicroBatcher:
             await self.worker
         self.thread.shutdown(wait=True)
 
-    async def __call__(self, texts):
-        future = asyncio.get_running_loop().create_future()
-        await self.queue.put((texts, future))
-        return await future
+    @property
+    def full(self):
+        return self.max_queue is not None and self.waiting >= self.max_queue
+
+    async def __call__(self, items, count=None, deadline=None):
+        """The results of ``items``, in order; :class:`QueueFull`; TimeoutError once
+        ``deadline`` passes before the last item runs. ``count``: the texts the request holds
+        (default: one per item)."""
+        count = len(items) if count is None else count
+        if not items:
+            return []
+        if self.max_queue is not None and self.waiting and self.waiting + count > self.max_queue:
+            raise QueueFull(f'{self.waiting} texts wait already (--max-queue {self.max_queue})')
+        pending = _Pending(items, count, deadline, asyncio.get_running_loop().create_future())
+        self.pending.append(pending)
+        self.waiting += count
+        self.arrived.set()
+        try:
+            return await pending.future
+        finally:
+            pending.future.cancel()                    # no-op when answered; else dropped
+
+    def _drop_finished(self, now):
+        """Forget the requests answered, cancelled or past their deadline."""
+        for pending in self.pending:
+            if not pending.future.done() and pending.deadline is not None \
+                    and now >= pending.deadline:
+                pending.future.set_exception(TimeoutError('the deadline passed'))
+            if pending.future.done():
+                self.waiting -= pending.count
+        self.pending = [p for p in self.pending if not p.future.done()]
 
     async def _collect(self):
-        """The next batch: ``[(texts, future), ...]``."""
+        """The next batch: ``[(pending, item index), ...]``, one item per request in turn."""
         loop = asyncio.get_running_loop()
-        batch = [await self.queue.get()]
-        size, deadline = len(batch[0][0]), loop.time() + self.wait
-        while size < self.max_batch:
-            try:
-                left = deadline - loop.time()
-                item = (self.queue.get_nowait() if left <= 0 else
-                        await asyncio.wait_for(self.queue.get(), left))
-            except (asyncio.QueueEmpty, asyncio.TimeoutError):
+        while True:
+            self._drop_finished(loop.time())
+            if self.pending:
                 break
-            batch.append(item)
-            size += len(item[0])
+            self.arrived.clear()
+            await self.arrived.wait()
+        if self.wait:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._more(), self.wait)
+            self._drop_finished(loop.time())
+        batch = []
+        while len(batch) < self.max_batch:
+            ready = [p for p in self.pending if p.next < len(p.items)]
+            for pending in ready[:self.max_batch - len(batch)]:
+                batch.append((pending, pending.next))
+                pending.next += 1
+            if not ready:
+                break
         return batch
+
+    async def _more(self):
+        """Return once ``max_batch`` items wait."""
+        while sum(len(p.items) - p.next for p in self.pending) < self.max_batch:
+            self.arrived.clear()
+            await self.arrived.wait()
 
     async def _work(self):
         while True:
             batch = await self._collect()
-            if len(batch) > 1 and await self._answer(batch, fail=False):
+            if not batch:
                 continue
-            for item in batch:     # one request alone, or each of a batch that failed: whose fault
-                await self._answer([item], fail=True)
+            self.on_batch(len(batch))
+            requests = list(dict.fromkeys(pending for pending, _ in batch))
+            if len(requests) > 1 and await self._answer(batch, fail=False):
+                continue
+            for request in requests:          # one request alone, or each of a batch that failed
+                await self._answer([(p, k) for p, k in batch if p is request], fail=True)
 
     async def _answer(self, batch, fail):
-        """Run ``predict`` on the texts of ``batch`` and give each request its results; False when
-        it raised, after passing the error on to every request of ``batch`` if ``fail``."""
-        texts = [text for request, _ in batch for text in request]
+        """Run the items of ``batch`` and give each request its results; False when it raised,
+        after passing the error on to every request of ``batch`` if ``fail``."""
         try:
-            results = await asyncio.get_running_loop().run_in_executor(self.thread, self.predict,
-                                                                        texts)
+            results = await asyncio.get_running_loop().run_in_executor(
+                self.thread, self.run, [pending.items[k] for pending, k in batch])
         except Exception as error:                     # the server answers 500 and goes on
-            for _, future in batch if fail else ():
-                if not future.done():
-                    future.set_exception(error)
+            for pending in {p for p, _ in batch} if fail else ():
+                if not pending.future.done():
+                    pending.future.set_exception(error)
             return False
-        begin = 0
-        for request, future in batch:
-            if not future.done():                      # not when the client has gone
-                future.set_result(results[begin:begin + len(request)])
-            begin += len(request)
+        for (pending, k), result in zip(batch, results):
+            pending.results[k] = result
+            pending.left -= 1
+            if not pending.left and not pending.future.done():   # not when the client has gone
+                pending.future.set_result(pending.results)
         return True
 
 
@@ -118,23 +182,31 @@ def _read_json(path):
         return json.load(f)
 
 
-def model_card(tagger, model_dir):
-    """What ``GET /v1/model`` answers: the model's task, encoder, labels, scheme, dev score and
-    training command (the last three from the run folder above ``model_dir`` when there)."""
+def model_card(tagger, model_dir, details=False):
+    """What ``GET /v1/model`` answers: the model's task, head, scheme, types, labels, encoder,
+    scores and training date (the last three from the run folder above ``model_dir`` when
+    there); the training command and the model folder only with ``details`` (they name the
+    server's files)."""
     run_dir = os.path.dirname(os.path.abspath(model_dir))
     run, results = _read_json(os.path.join(run_dir, 'run.json')), _read_json(
         os.path.join(run_dir, 'results.json'))
     config = results.get('config') or run.get('config') or {}
     head = tagger.head
     encoder = results.get('encoder') or {}
-    return dict(task='segmentation' if head.scheme.segmentation else 'ner',
+    epochs = {record.get('epoch'): record for record in results.get('epochs') or []}
+    trained = epochs.get(results.get('best_epoch'), {}).get('time')
+    name = encoder.get('encoder') or config.get('encoder')
+    card = dict(task='segmentation' if head.scheme.segmentation else 'ner',
                 head=head.name, scheme=head.scheme.name, types=head.types, labels=head.labels,
                 units=tagger.encoder.units, maxlen=tagger.maxlen,
-                encoder=encoder.get('encoder') or config.get('encoder'),
+                encoder=name if details or not name else os.path.basename(name.rstrip('/')),
                 metric=results.get('metric'), dev=results.get('best'),
-                best_epoch=results.get('best_epoch'), test=results.get('test'),
-                command=results.get('command') or run.get('command'),
-                has_transitions=hasattr(head, 'crf'), model_dir=os.path.abspath(model_dir))
+                best_epoch=results.get('best_epoch'), test=results.get('test'), trained=trained,
+                has_transitions=hasattr(head, 'crf'))
+    if details:
+        card.update(command=results.get('command') or run.get('command'),
+                    model_dir=os.path.abspath(model_dir))
+    return card
 
 
 def transitions(tagger):
@@ -151,11 +223,11 @@ def transitions(tagger):
 
 
 class BadRequest(Exception):
-    """A client error: ``status`` and a one-line message."""
+    """A client error: ``status``, a one-line message and response headers."""
 
-    def __init__(self, status, message):
+    def __init__(self, status, message, headers=None):
         super().__init__(message)
-        self.status = status
+        self.status, self.headers = status, headers
 
 
 class _KeyGivenTwice(ValueError):
@@ -173,13 +245,34 @@ def _object_once(pairs):
     return dict(pairs)
 
 
-async def read_texts(request, limits):
-    """The ``texts`` of a ``POST /v1/predict`` request, or :class:`BadRequest`."""
-    kind, _, parameters = request.headers.get('content-type', '').partition(';')
-    charset = parameters.strip().lower().replace(' ', '')
-    if kind.strip().lower() != 'application/json' or charset not in ('', 'charset=utf-8'):
+def _no_constant(name):
+    raise ValueError(f'{name} is not JSON')
+
+
+OFFSET_UNITS = ('codepoint', 'utf16', 'byte')
+# The request's options: name -> (accepted types, test, what it must be)
+OPTIONS = dict(
+    min_confidence=((int, float), lambda v: 0 <= v <= 1, 'a number in [0, 1]'),
+    marginals=((bool,), lambda v: True, 'true or false'),
+    offsets=((str,), lambda v: v in OFFSET_UNITS, 'one of ' + ', '.join(map(repr, OFFSET_UNITS))),
+    timeout_s=((int, float), lambda v: 0 < v < float('inf'), 'a number of seconds > 0'))
+JSON_TYPES = {str: 'a string', bool: 'true or false', int: 'a number', float: 'a number',
+              list: 'an array', dict: 'an object', type(None): 'null'}
+
+
+def check_content_type(value):
+    """BadRequest 415 unless ``value`` is ``application/json``, with any parameters, a charset
+    (quoted or not) being UTF-8 (``utf-8``, ``utf8``)."""
+    header = email.message.Message()
+    header['content-type'] = value
+    charset = header.get_param('charset')
+    if (value.split(';')[0].strip().lower() != 'application/json'
+            or charset is not None and str(charset).lower() not in ('utf-8', 'utf8')):
         raise BadRequest(415, 'send the body as Content-Type: application/json (UTF-8)')
-    limit = limits['max_body_bytes']
+
+
+async def read_body(request, limit):
+    """The request's body, at most ``limit`` bytes, or BadRequest 413."""
     declared = request.headers.get('content-length', '')
     too_large = BadRequest(413, f'the body exceeds the limit of {limit} bytes')
     if declared.isdigit() and int(declared) > limit:
@@ -189,21 +282,39 @@ async def read_texts(request, limits):
         body += chunk
         if len(body) > limit:
             raise too_large
+    return bytes(body)
+
+
+def parse_request(body, limits):
+    """``(texts, options)`` of a ``POST /v1/predict`` body, or :class:`BadRequest`. Numbers are
+    read as floats (no digit string raises), ``NaN`` and ``Infinity`` refused."""
     try:
-        payload = json.loads(body.decode('utf-8'), object_pairs_hook=_object_once)
+        payload = json.loads(body.decode('utf-8'), object_pairs_hook=_object_once,
+                             parse_int=float, parse_constant=_no_constant)
     except _KeyGivenTwice as error:
         raise BadRequest(400, f'the body gives the key {error.args[0]!r} twice') from None
     except UnicodeDecodeError as error:
         raise BadRequest(400, f'the body is not UTF-8: byte {error.start} is invalid') from None
-    except json.JSONDecodeError as error:
+    except ValueError as error:                      # JSONDecodeError, NaN / Infinity
         raise BadRequest(400, f'the body is not valid JSON: {error}') from None
     except RecursionError:
         raise BadRequest(400, 'the body nests arrays or objects too deeply to decode') from None
-    if not isinstance(payload, dict) or set(payload) != {'texts'}:
-        raise BadRequest(400, 'expected a JSON object {"texts": [str, ...]} and nothing else')
-    texts = payload['texts']
-    if not isinstance(texts, list) or not all(isinstance(text, str) for text in texts):
-        raise BadRequest(400, '"texts" must be a list of strings')
+    if not isinstance(payload, dict) or 'texts' not in payload or set(payload) - {
+            'texts', *OPTIONS}:
+        raise BadRequest(400, 'expected a JSON object {"texts": [str, ...]} and, if any, the '
+                              'options ' + ', '.join(OPTIONS))
+    texts = payload.pop('texts')
+    if not isinstance(texts, list):
+        raise BadRequest(400, f'"texts" must be a list of strings, not {JSON_TYPES[type(texts)]}')
+    for k, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise BadRequest(400, f'"texts" must be a list of strings: texts[{k}] is '
+                                  f'{JSON_TYPES[type(text)]}')
+    for name, value in payload.items():
+        types, test, wanted = OPTIONS[name]
+        if not isinstance(value, types) or isinstance(value, bool) != (bool in types) \
+                or not test(value):
+            raise BadRequest(400, f'"{name}" must be {wanted}')
     if len(texts) > limits['max_texts']:
         raise BadRequest(413, f'{len(texts)} texts: at most {limits["max_texts"]} texts a request')
     if sum(map(len, texts)) > limits['max_chars']:
@@ -214,42 +325,209 @@ async def read_texts(request, limits):
             text.encode('utf-8')
         except UnicodeEncodeError:
             raise BadRequest(400, f'texts[{k}] holds a lone surrogate (not a character)') from None
-    return texts
+    return texts, payload
 
 
-def create_app(tagger, model_dir, max_batch=64, batch_wait_ms=2.0, limits=None):
-    """The Starlette application serving ``tagger`` (see the module docstring).
+def offsets_in(text, unit):
+    """Where each code point boundary of ``text`` lies in ``unit``: a list of ``len(text) + 1``
+    offsets (None for code points: the offsets themselves)."""
+    if unit == 'codepoint':
+        return None
+    sizes = ([1 + (ord(c) > 0xFFFF) for c in text] if unit == 'utf16'
+             else [len(c.encode('utf-8')) for c in text])
+    return [0, *itertools.accumulate(sizes)]
+
+
+def answer_record(record, unit):
+    """A ``predict_records`` record as the API answers it: without its text, its offsets
+    (entities', marginals') counted in ``unit``."""
+    table = offsets_in(record.pop('text'), unit)
+    if table is not None:
+        for entity in record.get('entities', ()):
+            entity['start'], entity['end'] = table[entity['start']], table[entity['end']]
+        if 'offsets' in record:
+            record['offsets'] = [[table[s], table[e]] for s, e in record['offsets']]
+    return record
+
+
+def openapi(limits):
+    """The OpenAPI 3.1 description of the API (``GET /openapi.json``)."""
+    error = {'description': 'a one-line error',
+             'content': {'application/json': {'schema': {
+                 'type': 'object', 'required': ['error'],
+                 'properties': {'error': {'type': 'string'}}}}}}
+    entity = {'type': 'object', 'properties': {
+        'start': {'type': 'integer'}, 'end': {'type': 'integer', 'description': 'exclusive'},
+        'type': {'type': 'string'}, 'text': {'type': 'string'},
+        'confidence': {'type': ['number', 'null']}}}
+    result = {'type': 'object', 'properties': {
+        'entities': {'type': 'array', 'items': entity},
+        'words': {'type': 'array', 'items': {'type': 'string'}},
+        'confidences': {'type': 'array', 'items': {'type': 'number'}},
+        'path_probability': {'type': ['number', 'null']},
+        'labels': {'type': 'array', 'items': {'type': 'string'}},
+        'marginals': {'type': 'array', 'items': {'type': 'array', 'items': {'type': 'number'}}},
+        'offsets': {'type': 'array', 'items': {'type': 'array', 'items': {'type': 'integer'}}}}}
+    body = {'type': 'object', 'required': ['texts'], 'additionalProperties': False, 'properties': {
+        'texts': {'type': 'array', 'maxItems': limits['max_texts'], 'items': {'type': 'string'},
+                  'description': f'at most {limits["max_chars"]} characters in all'},
+        'min_confidence': {'type': 'number', 'minimum': 0, 'maximum': 1,
+                           'description': 'drop entities less confident'},
+        'marginals': {'type': 'boolean', 'description': "each unit's label probabilities "
+                                                        '(tag heads)'},
+        'offsets': {'enum': list(OFFSET_UNITS), 'default': 'codepoint',
+                    'description': 'what offsets count: code points, UTF-16 units, UTF-8 bytes'},
+        'timeout_s': {'type': 'number', 'exclusiveMinimum': 0,
+                      'description': "a deadline shorter than the server's"}}}
+    errors = {str(status): error for status in (400, 413, 415, 503, 504)}
+
+    def read(summary):
+        return {'get': {'summary': summary, 'responses': {'200': {'description': 'ok'}}}}
+    return {'openapi': '3.1.0', 'info': {'title': 'crf_lr', 'version': '1'}, 'paths': {
+        '/v1/predict': {'post': {
+            'summary': 'entities (or words) of each text',
+            'requestBody': {'required': True, 'content': {'application/json': {'schema': body}}},
+            'responses': {'200': {'description': 'one result per text', 'content': {
+                'application/json': {'schema': {'type': 'object', 'properties': {
+                    'results': {'type': 'array', 'items': result}}}}}}, **errors}}},
+        '/v1/model': read('the model card'), '/v1/transitions': read("a CRF's transitions"),
+        '/healthz': read('the process answers'), '/readyz': read('the model is loaded and the '
+                                                                 'queue not full (else 503)'),
+        '/metrics': read('Prometheus metrics'), '/openapi.json': read('this description')}}
+
+
+class Metrics:
+    """The server's Prometheus metrics, in a registry of their own."""
+
+    def __init__(self, batcher, load_seconds):
+        import prometheus_client as prometheus
+        self.registry = prometheus.CollectorRegistry()
+        self.requests = prometheus.Counter('crf_lr_requests', 'HTTP requests answered',
+                                           ['route', 'status'], registry=self.registry)
+        self.latency = prometheus.Histogram(
+            'crf_lr_request_seconds', 'time to answer a request', ['route'],
+            buckets=(.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30), registry=self.registry)
+        self.batch = prometheus.Histogram('crf_lr_batch_windows', 'windows per model run',
+                                          buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+                                          registry=self.registry)
+        prometheus.Gauge('crf_lr_queue_texts', 'texts admitted and not yet answered',
+                         registry=self.registry).set_function(lambda: batcher.waiting)
+        prometheus.Gauge('crf_lr_model_load_seconds', 'time to load the model and warm it up',
+                         registry=self.registry).set(load_seconds)
+        self.exposition = lambda: (prometheus.generate_latest(self.registry),
+                                   prometheus.CONTENT_TYPE_LATEST)
+
+
+def _route_of(scope, paths):
+    """The route a request's metrics are counted under (unknown paths in one)."""
+    path = scope['path']
+    return '/static' if path.startswith('/static/') else path if path in paths else 'other'
+
+
+def create_app(tagger, model_dir, max_batch=64, batch_wait_ms=2.0, limits=None, max_queue=256,
+               timeout_s=30.0, body_timeout_s=30.0, card_details=False, load_seconds=0.0):
+    """The ASGI application serving ``tagger`` (see the module docstring).
 
         >>> app = create_app(Tagger.load('runs/ner/model'), 'runs/ner/model')
         >>> with TestClient(app) as client: client.post('/v1/predict', json={'texts': ['...']})
     """
     from starlette.applications import Starlette
     from starlette.exceptions import HTTPException
-    from starlette.responses import FileResponse, JSONResponse
+    from starlette.responses import FileResponse, JSONResponse, Response
     from starlette.routing import Mount, Route
     from starlette.staticfiles import StaticFiles
 
-    from crf_lr.predict import predict_records
+    from crf_lr.predict import check_options, line_units, predict_records
     limits = dict(LIMITS, **(limits or {}))
-    batcher = MicroBatcher(lambda texts: predict_records(tagger, texts), max_batch, batch_wait_ms)
-    card = dict(model_card(tagger, model_dir), limits=limits)
-    matrix = transitions(tagger)
 
-    def error(status, message):
-        return JSONResponse({'error': message}, status_code=status)
+    def read(items):
+        """The model's reading of each of ``items`` (``(window, ids, marginals)``)."""
+        tagger.fill([(window, ids) for window, ids, _ in items])
+        return tagger.read([window for window, _, _ in items],
+                           marginals=any(marginals for _, _, marginals in items))
+
+    batcher = MicroBatcher(read, max_batch, batch_wait_ms, max_queue)
+    metrics = Metrics(batcher, load_seconds)
+    batcher.on_batch = metrics.batch.observe
+    card = dict(model_card(tagger, model_dir, card_details), limits=limits)
+    matrix = transitions(tagger)
+    schema = openapi(limits)
+    cpu = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix='texts')
+    log = logging.getLogger('crf_lr.serve')
+
+    def error(status, message, headers=None):
+        return JSONResponse({'error': message}, status_code=status, headers=headers)
+
+    def windows_of_texts(texts, marginals):
+        """Every window of ``texts`` as the batcher's items, and per sequence its windows."""
+        per_sequence = tagger.windows(line_units(tagger, texts)[1])
+        return [(window, ids, marginals) for windows in per_sequence
+                for window, ids in windows], [[w for w, _ in ws] for ws in per_sequence]
+
+    def answer(texts, options, outputs, readings):
+        predictions = tagger.decode(outputs, marginals=options.get('marginals', False),
+                                    readings=readings)
+        records = predict_records(tagger, texts, min_confidence=options.get('min_confidence'),
+                                  marginals=options.get('marginals', False),
+                                  predictions=predictions)
+        return [answer_record(r, options.get('offsets', 'codepoint')) for r in records]
+
+    async def gone(request):
+        """Return once the client has disconnected."""
+        while (await request.receive())['type'] != 'http.disconnect':
+            pass
 
     async def predict(request):
+        loop = asyncio.get_running_loop()
+        began = loop.time()
         try:
-            texts = await read_texts(request, limits)
+            check_content_type(request.headers.get('content-type', ''))
+            try:
+                body = await asyncio.wait_for(read_body(request, limits['max_body_bytes']),
+                                              body_timeout_s)
+            except asyncio.TimeoutError:
+                raise BadRequest(408, f'the body did not come within {body_timeout_s:g} s') \
+                    from None
+            texts, options = parse_request(body, limits)
+            try:
+                check_options(tagger, options.get('min_confidence'), options.get('marginals'))
+            except ValueError as bad:
+                raise BadRequest(400, str(bad).replace('--min-confidence', '"min_confidence"')
+                                 .replace('--marginals', '"marginals"')) from None
+            if batcher.full:
+                raise BadRequest(503, f'{batcher.waiting} texts wait already: retry later',
+                                 {'Retry-After': '1'})
         except BadRequest as bad:
-            return error(bad.status, str(bad))
+            return error(bad.status, str(bad), bad.headers)
+        deadline = began + min(timeout_s, options.get('timeout_s', timeout_s))
+        items, outputs = await loop.run_in_executor(cpu, windows_of_texts, texts,
+                                                    options.get('marginals', False))
+        work = asyncio.ensure_future(batcher(items, len(texts), deadline))
+        client_gone = asyncio.ensure_future(gone(request))
         try:
-            results = await batcher(texts)
+            await asyncio.wait({work, client_gone}, timeout=max(0, deadline - loop.time()),
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            client_gone.cancel()
+        if not work.done():
+            work.cancel()                              # its windows not yet run never run
+            if client_gone.done() and not client_gone.cancelled():
+                return error(499, 'the client closed the connection')
+        try:
+            readings = await work
+        except (asyncio.CancelledError, TimeoutError):
+            return error(504, f'not answered within the deadline of '
+                              f'{deadline - began:g} s (--timeout-s, "timeout_s")')
+        except QueueFull as full:
+            return error(503, f'{full}: retry later', {'Retry-After': '1'})
         except Exception as failure:                   # logged; the server goes on
-            logging.getLogger('crf_lr.serve').exception('prediction failed')
+            log.exception('prediction failed')
             return error(500, f'{type(failure).__name__}: {failure}'.splitlines()[0])
-        return JSONResponse({'results': [{k: v for k, v in record.items() if k != 'text'}
-                                          for record in results]})
+        ends = list(itertools.accumulate(map(len, outputs)))
+        per_sequence = [readings[end - len(ws):end] for ws, end in zip(outputs, ends)]
+        results = await loop.run_in_executor(
+            cpu, answer, texts, options, outputs, [r for rs in per_sequence for r in rs])
+        return JSONResponse({'results': results})
 
     async def model(request):
         return JSONResponse(card)
@@ -262,24 +540,57 @@ def create_app(tagger, model_dir, max_batch=64, batch_wait_ms=2.0, limits=None):
     async def health(request):
         return JSONResponse({'status': 'ok'})
 
+    async def ready(request):
+        if batcher.worker is None or batcher.full:
+            return error(503, 'the queue is full' if batcher.full else 'not started',
+                         {'Retry-After': '1'})
+        return JSONResponse({'status': 'ready', 'queue_texts': batcher.waiting})
+
+    async def exposition(request):
+        content, media_type = metrics.exposition()
+        return Response(content, media_type=media_type)
+
     async def page(request):
         return FileResponse(os.path.join(STATIC, 'index.html'))
 
+    async def openapi_schema(request):
+        return JSONResponse(schema)
+
     async def http_error(request, exc):
-        return error(exc.status_code, exc.detail)
+        return error(exc.status_code, exc.detail, exc.headers)
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
         await batcher.start()
         yield
         await batcher.stop()
+        cpu.shutdown(wait=True)
 
-    routes = [Route('/', page), Route('/healthz', health), Route('/v1/model', model),
-              Route('/v1/transitions', transition_matrix),
+    routes = [Route('/', page), Route('/healthz', health), Route('/readyz', ready),
+              Route('/metrics', exposition), Route('/openapi.json', openapi_schema),
+              Route('/v1/model', model), Route('/v1/transitions', transition_matrix),
               Route('/v1/predict', predict, methods=['POST']),
               Mount('/static', StaticFiles(directory=STATIC), name='static')]
-    return Starlette(routes=routes, lifespan=lifespan,
-                     exception_handlers={HTTPException: http_error})
+    app = Starlette(routes=routes, lifespan=lifespan,
+                    exception_handlers={HTTPException: http_error})
+    paths = {route.path for route in routes}
+
+    async def counted(scope, receive, send):
+        """The app, each HTTP request counted by route and status and timed."""
+        if scope['type'] != 'http':
+            return await app(scope, receive, send)
+        route, began, status = _route_of(scope, paths), time.perf_counter(), [500]
+
+        async def sending(message):
+            if message['type'] == 'http.response.start':
+                status[0] = message['status']
+            await send(message)
+        try:
+            await app(scope, receive, sending)
+        finally:
+            metrics.requests.labels(route, status[0]).inc()
+            metrics.latency.labels(route).observe(time.perf_counter() - began)
+    return counted
 
 
 def bind(host, port):
@@ -298,6 +609,51 @@ def bind(host, port):
     return sock
 
 
+def protocol(headers_timeout_s):
+    """uvicorn's h11 protocol with two changes: a connection that has not sent a whole request
+    head (line and headers) ``headers_timeout_s`` after it opened or after its last answer is
+    closed (uvicorn times only idle keep-alive connections, and any byte restarts that clock);
+    a request h11 cannot parse (a garbage line, a head over ``h11_max_incomplete_event_size``)
+    is answered with a JSON error instead of text."""
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class Protocol(H11Protocol):
+        head_timer = None
+
+        def _await_head(self):
+            if self.head_timer is not None:
+                self.head_timer.cancel()
+            self.head_timer = self.loop.call_later(headers_timeout_s, self._head_late)
+
+        def _head_late(self):
+            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+                self.transport.close()           # no whole request head: nothing to answer
+
+        def connection_made(self, transport):
+            super().connection_made(transport)
+            self._await_head()
+
+        def connection_lost(self, exc):
+            self.head_timer.cancel()
+            super().connection_lost(exc)
+
+        def on_response_complete(self):
+            super().on_response_complete()
+            self._await_head()
+
+        def send_400_response(self, msg):
+            body = json.dumps({'error': 'malformed HTTP request (a request line or header '
+                                        'that cannot be read, or a head too large)'}).encode()
+            for event in (h11.Response(status_code=400, reason=b'Bad Request', headers=[
+                    (b'content-type', b'application/json'), (b'connection', b'close'),
+                    (b'content-length', str(len(body)).encode())]),
+                    h11.Data(data=body), h11.EndOfMessage()):
+                self.transport.write(self.conn.send(event))
+            self.transport.close()
+    return Protocol
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog='python -m crf_lr.serve',
                                      description=__doc__.split('\n\n')[0],
@@ -308,21 +664,45 @@ def main(argv=None):
                                                             'machine only)')
     parser.add_argument('--port', type=int, default=8000, help='(default: %(default)s)')
     parser.add_argument('--max-batch', type=int, default=64,
-                        help='texts per model run (default: %(default)s; 1: no micro-batching)')
+                        help='windows per model run (default: %(default)s; 1: no '
+                             'micro-batching)')
     parser.add_argument('--batch-wait-ms', type=float, default=2.0,
                         help='how long the first request of a batch waits for others '
                              '(default: %(default)s)')
+    for flag, kind, default, what in (
+            ('--max-queue', int, 256, 'texts admitted and not yet answered; a request beyond '
+                                      'is a 503 with Retry-After'),
+            ('--timeout-s', float, 30.0, 'deadline of a request, from its arrival; past it, a '
+                                         '504 and its work dropped'),
+            ('--headers-timeout-s', float, 10.0, 'a connection without a whole request head '
+                                                 'this long after it opened or after its last '
+                                                 'answer is closed'),
+            ('--body-timeout-s', float, 30.0, 'a request body not all there this long after '
+                                              'its head is a 408'),
+            ('--keep-alive-s', int, 5, 'an idle keep-alive connection is closed after this long'),
+            ('--limit-concurrency', int, 1024, "connections or requests at once; beyond, "
+                                               "uvicorn's 503")):
+        parser.add_argument(flag, type=kind, default=default,
+                            help=what + ' (default: %(default)s)')
+    parser.add_argument('--card-details', action='store_true',
+                        help='the model card names the model folder and the training command')
     parser.add_argument('--precision', choices=('float32', 'mixed_bfloat16', 'auto'),
                         default='float32', help='compute precision (default: %(default)s)')
     parser.add_argument('--verbose', action='store_true', help="log every request and "
                                                                "TensorFlow's start-up lines")
     args = parser.parse_args(argv)
-    if args.max_batch < 1 or args.batch_wait_ms < 0:
-        parser.error('--max-batch must be >= 1 and --batch-wait-ms >= 0')
+    if args.max_batch < 1 or args.batch_wait_ms < 0 or args.max_queue < 1 \
+            or args.limit_concurrency < 1:
+        parser.error('--max-batch, --max-queue and --limit-concurrency must be >= 1 and '
+                     '--batch-wait-ms >= 0')
+    if min(args.timeout_s, args.headers_timeout_s, args.body_timeout_s, args.keep_alive_s) <= 0:
+        parser.error('--timeout-s, --headers-timeout-s, --body-timeout-s and --keep-alive-s '
+                     'must be > 0')
     if not 0 <= args.port <= 65535:
         parser.error(f'--port must be 0-65535 (0: any free port), not {args.port}')
     try:
         check_model_folder(args.model_dir)              # before TensorFlow loads: answers at once
+        import prometheus_client  # noqa: F401
         import starlette  # noqa: F401
         import uvicorn
     except (FileNotFoundError, ValueError, ImportError) as error:
@@ -335,17 +715,24 @@ def main(argv=None):
     from crf_lr.predict import predict_lines
     from crf_lr.tagger import Tagger
     set_precision(args.precision)
+    began = time.perf_counter()
     try:
         tagger = Tagger.load(args.model_dir, batch_size=max(args.max_batch, 32))
     except (OSError, ValueError) as error:
         parser.error(str(error))
     predict_lines(tagger, ['warm up'])                  # traced before the first request
-    app = create_app(tagger, args.model_dir, args.max_batch, args.batch_wait_ms)
+    app = create_app(tagger, args.model_dir, args.max_batch, args.batch_wait_ms,
+                     max_queue=args.max_queue, timeout_s=args.timeout_s,
+                     body_timeout_s=args.body_timeout_s, card_details=args.card_details,
+                     load_seconds=time.perf_counter() - began)
     sock.listen(2048)                                  # connections queue from here on
     port = sock.getsockname()[1]                       # the one chosen, for --port 0
     print(f'serving {args.model_dir} on http://{args.host}:{port}/ (Ctrl-C stops)',
           flush=True)
-    server = uvicorn.Server(uvicorn.Config(app, log_level='info' if args.verbose else 'warning'))
+    server = uvicorn.Server(uvicorn.Config(
+        app, log_level='info' if args.verbose else 'warning', lifespan='on',
+        http=protocol(args.headers_timeout_s), timeout_keep_alive=args.keep_alive_s,
+        limit_concurrency=args.limit_concurrency))
     with contextlib.suppress(KeyboardInterrupt):        # uvicorn raises Ctrl-C again once stopped
         server.run(sockets=[sock])
 

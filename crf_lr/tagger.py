@@ -125,23 +125,32 @@ class Tagger:
         Returns:
             list (per sequence) of :class:`~crf_lr.heads.Window` with the head's outputs.
         """
-        windows, token_ids = [], []
-        for k, units in enumerate(sequences):
+        per_sequence = self.windows(sequences)
+        self.fill([window for windows in per_sequence for window in windows])
+        return [[window for window, _ in windows] for windows in per_sequence]
+
+    def windows(self, sequences):
+        """Each sequence's windows as :meth:`run` cuts them, each with its token ids: a list
+        (per sequence) of ``(Window, ids)``, the windows' outputs not yet filled."""
+        per_sequence = []
+        for units in sequences:
+            per_sequence.append([])
             for offset, window in windows_of(units, self.maxlen, self.encoder, pauses=PAUSES):
                 ids, starts = self.encoder.encode(window)
-                windows.append((k, Window(offset, window, starts)))
-                token_ids.append(ids)
-        if windows:
-            batches = Batches([Encoded(ids) for ids in token_ids], self.batch_size, shuffle=False)
-            for batch in batches:
-                predicted = self.scores(batch.inputs)
-                for row, w in enumerate(batch.indices):
-                    window = windows[w][1]
-                    window.output = self.head.window_output(predicted[row], window.starts[-1])
-        per_sequence = [[] for _ in sequences]
-        for k, window in windows:
-            per_sequence[k].append(window)
+                per_sequence[-1].append((Window(offset, window, starts), ids))
         return per_sequence
+
+    def fill(self, windows):
+        """Run the model on ``windows`` (``[(Window, ids)]``, any sequences') in batches of
+        ``batch_size`` and set each Window's ``output``."""
+        if not windows:
+            return
+        batches = Batches([Encoded(ids) for _, ids in windows], self.batch_size, shuffle=False)
+        for batch in batches:
+            predicted = self.scores(batch.inputs)
+            for row, w in enumerate(batch.indices):
+                window = windows[w][0]
+                window.output = self.head.window_output(predicted[row], window.starts[-1])
 
     def scores(self, inputs):
         """The model's outputs for one batch of ``inputs`` (NumPy arrays), as a NumPy array.
@@ -167,7 +176,7 @@ class Tagger:
         with model.distribute_strategy.scope():
             return np.asarray(step(conformed(inputs, signature)))
 
-    def decode(self, outputs, constrain=True, marginals=False, confidences=True):
+    def decode(self, outputs, constrain=True, marginals=False, confidences=True, readings=None):
         """:class:`Prediction` of each sequence from :meth:`run`'s outputs.
 
         Args:
@@ -177,13 +186,12 @@ class Tagger:
             marginals: tag heads: also give each unit's label probabilities.
             confidences: give confidences and path probabilities (False: None, and tag heads
                 skip the forward-backward pass).
+            readings: :meth:`read` of the windows of ``outputs`` in order, when already read
+                (a server reads each batch of windows as it comes).
         """
         flat = [window for windows in outputs for window in windows]
-        # only the options asked for: a user's head may define decode(windows, constrain)
-        options = dict(marginals=True) if marginals else {}
-        if not confidences:
-            options['confidences'] = False
-        decoded = iter(self.head.decode(flat, constrain, **options) if flat else [])
+        decoded = iter(self.read(flat, constrain, marginals, confidences)
+                       if readings is None else readings)
         tagging = self.head.kind == 'tags'
         results = []
         for windows in outputs:
@@ -206,6 +214,15 @@ class Tagger:
                 _stacked(rows, len(self.head.labels)) if marginals and tagging else None,
                 log_probability if tagging and confidences else None))
         return results
+
+    def read(self, windows, constrain=True, marginals=False, confidences=True):
+        """The head's :class:`~crf_lr.heads.Decoded` of each of ``windows`` (filled ones), decoded
+        together; options as :meth:`decode`'s."""
+        # only the options asked for: a user's head may define decode(windows, constrain)
+        options = dict(marginals=True) if marginals else {}
+        if not confidences:
+            options['confidences'] = False
+        return self.head.decode(windows, constrain, **options) if windows else []
 
     def predict(self, sequences, constrain=True):
         """Spans of each sequence: ``run`` then ``decode``; returns a list of span lists."""

@@ -95,16 +95,16 @@ def analyse(driver, url, text, timeout=60):
     driver.get(url + '/')
     wait = WebDriverWait(driver, timeout)
     wait.until(lambda d: d.find_element(By.ID, 'card').text)               # the card is in
-    box = driver.find_element(By.ID, 'text')
-    box.clear()
-    box.send_keys(text)
+    box = driver.find_element(By.ID, 'text')          # ChromeDriver types no astral characters
+    driver.execute_script('arguments[0].value = arguments[1];', box, text)
     driver.find_element(By.ID, 'run').click()
     wait.until(lambda d: ' in ' in d.find_element(By.ID, 'status').text
                or 'error' in d.find_element(By.ID, 'status').get_attribute('class'))
     status = driver.find_element(By.ID, 'status')
     if 'error' in status.get_attribute('class'):
         raise RuntimeError(f'the page shows an error: {status.text}')
-    entities = [(mark.get_attribute('textContent')[:-len(mark.get_attribute('data-type'))],
+    entities = [(mark.get_attribute('textContent')[:-len(
+                     mark.find_element(By.CLASS_NAME, 'label').get_attribute('textContent'))],
                  mark.get_attribute('data-type'), mark.get_attribute('title'))
                 for mark in driver.find_elements(By.CSS_SELECTOR, '#output mark.entity')]
     words = [word.text for word in driver.find_elements(By.CSS_SELECTOR, '#output .word')]

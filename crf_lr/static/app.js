@@ -31,10 +31,10 @@ function showCard() {
     ` · ${card.encoder || "encoder n/a"} · ${card.head} head · ${card.scheme} · ${dev}`;
   const rows = [['task', card.task], ['encoder', card.encoder || 'n/a'], ['head', card.head],
     ['scheme', card.scheme], ['labels', card.labels.join('  ')], ['units', card.units],
-    ['window', `${card.maxlen} tokens`], ['dev score', dev],
-    ['training command', card.command || 'n/a'], ['model folder', card.model_dir],
+    ['window', `${card.maxlen} tokens`], ['dev score', dev], ['trained', card.trained || 'n/a'],
+    ['training command', card.command], ['model folder', card.model_dir],
     ['request limits', `${card.limits.max_texts} texts, ${card.limits.max_chars} characters, ` +
-     `${card.limits.max_body_bytes} bytes`]];
+     `${card.limits.max_body_bytes} bytes`]].filter(([, value]) => value != null);
   rows.forEach(([name, value]) => $('card').append(element('dt', {}, name),
     element('dd', {}, name === 'training command' ? element('code', {}, value) : value)));
   card.types.forEach((type, k) => {
@@ -45,6 +45,19 @@ function showCard() {
   $('text').value = EXAMPLES[card.task];
 }
 
+function confidence(value) {
+  return value == null ? '' : ` ${Number(value).toFixed(2)}`;
+}
+
+// The probability of the line's decoded path, from what the record holds: its log (exact when
+// the probability itself rounds to 0) or the probability.
+function pathProbability(result) {
+  const log = result.path_log_probability;
+  if (log != null) return Math.exp(log) > 0 ? Math.exp(log).toPrecision(3) : `e^${log.toFixed(1)}`;
+  return result.path_probability == null ? null : Number(result.path_probability).toPrecision(3);
+}
+
+// Offsets are UTF-16 units (the request asks for them), as String.slice counts.
 function showEntities(text, entities) {
   const output = $('output');
   output.replaceChildren();
@@ -52,12 +65,17 @@ function showEntities(text, entities) {
   entities.forEach((entity) => {
     if (entity.start < at) return;                       // nested spans: the outer one shows
     output.append(text.slice(at, entity.start));
-    const hover = entity.confidence == null ? entity.type :
-      `${entity.type} · confidence ${Number(entity.confidence).toFixed(3)}`;
+    const mention = Array.from(text.slice(entity.start, entity.end));
+    const hover = entity.type + (entity.confidence == null ? '' :
+      ` · confidence ${Number(entity.confidence).toFixed(3)}`);
+    // the last character and the chip wrap as one: the chip stays beside its entity
+    const tail = element('span', {class: 'tail'}, mention.pop() || '',
+                         element('span', {class: 'label'},
+                                 entity.type + confidence(entity.confidence)));
     output.append(element('mark', {class: 'entity', 'data-type': entity.type, title: hover,
+                                   'data-confidence': entity.confidence ?? '',
                                    style: {background: colours[entity.type] || '#ddd'}},
-                          text.slice(entity.start, entity.end),
-                          element('span', {class: 'label'}, entity.type)));
+                          mention.join(''), tail));
     at = entity.end;
   });
   output.append(text.slice(at));
@@ -75,12 +93,15 @@ async function analyse(event) {
   $('status').textContent = 'running…';
   const began = performance.now();
   try {
-    const body = await call('/v1/predict', {method: 'POST', body: JSON.stringify({texts: [text]}),
-                                            headers: {'Content-Type': 'application/json'}});
+    const body = await call('/v1/predict', {
+      method: 'POST', body: JSON.stringify({texts: [text], offsets: 'utf16'}),
+      headers: {'Content-Type': 'application/json'}});
     const result = body.results[0];
     if (result.words) showWords(result.words); else showEntities(text, result.entities);
     const count = result.words ? `${result.words.length} words` :
       `${result.entities.length} entities`;
+    const path = pathProbability(result);
+    $('path').textContent = path == null ? '' : `path probability ${path}`;
     $('status').textContent = `${count} in ${Math.round(performance.now() - began)} ms`;
   } catch (error) {
     $('status').className = 'error';
