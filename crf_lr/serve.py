@@ -365,6 +365,8 @@ def openapi(limits):
         'words': {'type': 'array', 'items': {'type': 'string'}},
         'confidences': {'type': 'array', 'items': {'type': 'number'}},
         'path_probability': {'type': ['number', 'null']},
+        'path_log_probability': {'type': ['number', 'null'],
+                                 'description': 'natural log; finite where the probability is 0'},
         'labels': {'type': 'array', 'items': {'type': 'string'}},
         'marginals': {'type': 'array', 'items': {'type': 'array', 'items': {'type': 'number'}}},
         'offsets': {'type': 'array', 'items': {'type': 'array', 'items': {'type': 'integer'}}}}}
