@@ -31,7 +31,7 @@ import tensorflow as tf  # noqa: E402
 from bert4keras.backend import K, apply_rotary_position_embeddings, keras  # noqa: E402
 
 from crf_lr import fused_kernels  # noqa: E402
-from crf_lr.patching import patch  # noqa: E402
+from crf_lr.patches.patching import patch  # noqa: E402
 from crf_lr.switches import ThreadSwitch  # noqa: E402
 
 _BATCHED = ThreadSwitch(default=True)     # read when an attention layer is traced

@@ -17,7 +17,7 @@ import importlib.abc
 import importlib.util
 import sys
 
-from crf_lr.patching import patch
+from crf_lr.patches.patching import patch
 
 # The modules whose import registers what a saved model of crf_lr can name.
 REGISTERING_MODULES = ('crf_lr.serialization', 'crf_lr.crf', 'crf_lr.global_pointer',

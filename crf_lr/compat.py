@@ -45,7 +45,7 @@ from bert4keras.backend import K, keras  # noqa: E402
 from crf_lr.attention import install as _install_batched_attention  # noqa: E402
 from crf_lr.fused_kernels import install as _install_fused_kernels  # noqa: E402
 from crf_lr.layer_norm import install as _install_closed_form_layer_norm  # noqa: E402
-from crf_lr.patching import patch  # noqa: E402
+from crf_lr.patches.patching import patch  # noqa: E402
 from crf_lr.switches import ThreadSwitch  # noqa: E402
 
 

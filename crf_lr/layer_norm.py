@@ -32,7 +32,7 @@ import crf_lr  # noqa: F401  (sets TF_KERAS / TF_USE_LEGACY_KERAS before TensorF
 import tensorflow as tf  # noqa: E402
 
 from crf_lr import fused_kernels  # noqa: E402
-from crf_lr.patching import patch  # noqa: E402
+from crf_lr.patches.patching import patch  # noqa: E402
 from crf_lr.switches import ThreadSwitch  # noqa: E402
 
 _CLOSED_FORM = ThreadSwitch(default=True)     # read when a layer norm is traced

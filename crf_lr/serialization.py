@@ -21,7 +21,7 @@ import warnings
 import weakref
 
 from crf_lr.compat import keras, tf
-from crf_lr.patching import patch
+from crf_lr.patches.patching import patch
 
 PACKAGE = 'crf_lr'
 _PRODUCER = '_crf_lr_producer'          # attribute of a tensor: weak reference to its layer
