@@ -23,7 +23,10 @@ setup(
         # does; PyPI's Linux torch pulls GBs of CUDA packages): docs/performance.md, "End to end"
         'bench': ['matplotlib', 'tensorflow-addons==0.23.0', 'typeguard<3', 'torch==2.13.0',
                   'transformers==5.24.0', 'pytorch-crf==0.7.2'],
-        'serve': ['starlette>=0.40', 'uvicorn>=0.30', 'prometheus_client'],    # crf_lr.serve
+        # crf_lr.serve; httptools, uvloop: uvicorn's C HTTP parser and event loop; aiohttp: the
+        # client of benchmarks/serve_load.py
+        'serve': ['starlette>=0.40', 'uvicorn>=0.30', 'prometheus_client', 'httptools>=0.6',
+                  'uvloop>=0.19', 'aiohttp>=3.9'],
     },
     package_data={'crf_lr': ['static/*', 'kernels/*.cc']},          # the served page; C++ kernels
     entry_points={'console_scripts': [

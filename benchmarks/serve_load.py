@@ -3,14 +3,18 @@ with one window per batch, against ``crf_lr.predict``'s batch throughput on the 
 
 Two servers of the same model run side by side on free ports of 127.0.0.1: the default one
 (micro-batching) and one started with ``--max-batch 1``. A fixed number of single-sentence
-requests is sent by 1, 8, 32 and 64 concurrent keep-alive httpx clients (asyncio, one process),
-to each server in turn (interleaved rounds, so a burst of load from other processes hits both
-alike), for two sets of sentences: short (10-21 characters) and realistic (MSRA test sentences of
-40-50 characters, from ``--data-dir``, when there); it stops by itself. First,
-``crf_lr.predict.predict_lines`` runs on the realistic sentences in batches of 32 in this
-process: the batch throughput a server can at best approach. Prints a Markdown table: requests
-per second and p50 / p99 latency, the median [min-max] over rounds, the share of the batch
-throughput, and the CPU time the server process and this client spent per request.
+requests is sent by 1, 8, 32 and 64 concurrent keep-alive clients (aiohttp on asyncio, one
+process, the JSON bodies encoded beforehand: about 0.2 ms of CPU a request, where httpx took 2
+ms on the same cores the servers use), to each server in turn, for two sets of sentences: short
+(10-21 characters) and realistic (MSRA test sentences of 40-50 characters, from ``--data-dir``,
+when there); it stops by itself. Each round also measures ``crf_lr.predict.predict_lines`` on
+each set in batches of 32 in this process (no load running meanwhile): the batch throughput a
+server can at best approach; a row's "of batch" divides each round's requests per second by the
+same round's batch throughput on the same sentences. Rounds are interleaved (each round runs
+every row, the two servers' order swapped every other round), so a burst of load from other
+processes hits all alike. Prints a Markdown table: median [min-max] over rounds of requests per
+second, p50 / p99 latency, the share of the batch throughput, and the CPU time the server
+process (all its threads) and this client spent per request.
 
     $ python benchmarks/serve_load.py runs/ner/model --data-dir /work/shared/data
 """
@@ -47,36 +51,34 @@ def realistic(data_dir, count=400):
             if 40 <= len(e.text) <= 50][:count]
 
 
-def batch_throughput(model_dir, sentences, repeats=3):
-    """Sentences per second of ``predict_lines`` in batches of 32 (the best of ``repeats``)."""
+def batch_throughput(tagger, sentences):
+    """Sentences per second of ``predict_lines`` on ``sentences`` in batches of 32."""
     from crf_lr.predict import predict_lines
-    from crf_lr.tagger import Tagger
-    tagger = Tagger.load(model_dir, batch_size=32)
-    predict_lines(tagger, sentences[:32])                           # traced
-    best = 0
-    for _ in range(repeats):
-        began = time.perf_counter()
-        for k in range(0, len(sentences), 32):
-            predict_lines(tagger, sentences[k:k + 32])
-        best = max(best, len(sentences) / (time.perf_counter() - began))
-    return best
+    began = time.perf_counter()
+    for k in range(0, len(sentences), 32):
+        predict_lines(tagger, sentences[k:k + 32])
+    return len(sentences) / (time.perf_counter() - began)
 
 
 async def load(url, clients, requests, sentences):
     """Send ``requests`` POSTs of one sentence each from ``clients`` concurrent keep-alive
-    connections (httpx); returns ``(seconds, latencies)``, raising on any answer but 200."""
-    import httpx
+    connections (aiohttp); returns ``(seconds, latencies)``, raising on any answer but 200."""
+    import aiohttp
+    bodies = [json.dumps({'texts': [sentence]}).encode() for sentence in sentences]
+    headers = {'Content-Type': 'application/json'}
     latencies, sent = [], iter(range(requests))
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60) as session:
+    connector = aiohttp.TCPConnector(limit=clients)
+    timeout = aiohttp.ClientTimeout(total=60)
+    async with aiohttp.ClientSession(url, connector=connector, timeout=timeout) as session:
         async def client():
             for k in sent:
                 began = time.perf_counter()
-                answer = await session.post('/v1/predict',
-                                            json={'texts': [sentences[k % len(sentences)]]})
+                async with session.post('/v1/predict', data=bodies[k % len(bodies)],
+                                        headers=headers) as answer:
+                    text = await answer.read()
                 latencies.append(time.perf_counter() - began)
-                if answer.status_code != 200:
-                    raise RuntimeError(f'{url}: {answer.status_code} {answer.text[:200]}')
+                if answer.status != 200:
+                    raise RuntimeError(f'{url}: {answer.status} {text[:200]}')
         began = time.perf_counter()
         await asyncio.gather(*(client() for _ in range(clients)))
     return time.perf_counter() - began, latencies
@@ -87,6 +89,16 @@ def cpu_seconds(pid):
     with open(f'/proc/{pid}/stat') as f:
         fields = f.read().rsplit(')', 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
+
+
+def cpu_name():
+    """The CPU's model name (Linux /proc/cpuinfo), else the machine type."""
+    with contextlib.suppress(OSError):
+        with open('/proc/cpuinfo', encoding='utf-8') as f:
+            for line in f:
+                if line.startswith('model name'):
+                    return line.split(':', 1)[1].strip()
+    return platform.machine()
 
 
 def spread(values, digits=0):
@@ -106,19 +118,28 @@ def main(argv=None):
     parser.add_argument('--rounds', type=int, default=2, help='(default: %(default)s)')
     parser.add_argument('--json', help='also write the measurements here')
     args = parser.parse_args(argv)
-    sets = {'short': SHORT}
+    sets = {'short': SHORT * 32}
     long_ones = realistic(args.data_dir)
     if long_ones:
         sets['realistic'] = long_ones
-    batch = batch_throughput(args.model_dir, sets.get('realistic', SHORT))
+    from crf_lr.cli import quiet_tensorflow
+    quiet_tensorflow()
+    from crf_lr.predict import predict_lines
+    from crf_lr.tagger import Tagger
+    tagger = Tagger.load(args.model_dir, batch_size=32)
+    for sentences in sets.values():
+        predict_lines(tagger, sentences[:32])                      # traced
     rows = {(name, c, mode): [] for name in sets for c in args.clients for mode in MODES}
-    load_before = os.getloadavg()[0]
+    batch = {name: [] for name in sets}
+    loads = [os.getloadavg()[0]]
     with contextlib.ExitStack() as stack:
         servers = {mode: stack.enter_context(serve_page.running_server(args.model_dir, *flags))
                    for mode, flags in MODES.items()}
         for url, _ in servers.values():                            # warm: connections, caches
             asyncio.run(load(url, 8, 64, SHORT))
         for round_ in range(args.rounds):
+            for name, sentences in sets.items():
+                batch[name].append(batch_throughput(tagger, sentences))
             for (name, clients, mode) in rows:
                 if round_ % 2:
                     mode = list(MODES)[1 - list(MODES).index(mode)]
@@ -127,22 +148,24 @@ def main(argv=None):
                 seconds, latencies = asyncio.run(load(url, clients, args.requests, sets[name]))
                 rows[name, clients, mode].append(dict(
                     per_second=args.requests / seconds,
+                    of_batch=args.requests / seconds / batch[name][-1],
                     p50_ms=1e3 * np.percentile(latencies, 50),
                     p99_ms=1e3 * np.percentile(latencies, 99),
                     server_cpu_ms=1e3 * (cpu_seconds(pid) - server_cpu) / args.requests,
                     client_cpu_ms=1e3 * (time.process_time() - client_cpu) / args.requests))
                 print(f'round {round_ + 1}, {name}, {clients} clients, {mode}: '
                       f'{rows[name, clients, mode][-1]}', flush=True)
-    load_after = os.getloadavg()[0]
+            loads.append(os.getloadavg()[0])
     print(f'\n{args.requests} single-sentence requests per measurement, {args.rounds} rounds; '
-          f'{os.cpu_count()} cores ({platform.processor() or platform.machine()}); load average '
-          f'{load_before:.1f} before, {load_after:.1f} after; predict_lines in batches of 32: '
-          f'{batch:.1f} sentences/s ({"realistic" if long_ones else "short"} sentences)\n')
+          f'{os.cpu_count()} cores ({cpu_name()}); load average '
+          f'(1 min) {" / ".join(f"{x:.1f}" for x in loads)} before and after each round; '
+          'predict_lines in batches of 32, sentences/s: ' + ', '.join(
+              f'{name} {spread(values, 1)}' for name, values in batch.items()) + '\n')
     print('| sentences | clients | server | requests/s | of batch | p50 ms | p99 ms '
           '| server CPU ms / request | client CPU ms / request |')
     print('|---|--:|---|--:|--:|--:|--:|--:|--:|')
     for (name, clients, mode), runs in rows.items():
-        share = spread([100 * r['per_second'] / batch for r in runs]) + ' %'
+        share = spread([100 * r['of_batch'] for r in runs]) + ' %'
         print(f'| {name} | {clients} | {mode} | {spread([r["per_second"] for r in runs])} | '
               f'{share} | {spread([r["p50_ms"] for r in runs])} | '
               f'{spread([r["p99_ms"] for r in runs])} | '
@@ -150,8 +173,9 @@ def main(argv=None):
               f'{spread([r["client_cpu_ms"] for r in runs], 1)} |')
     if args.json:
         with open(args.json, 'w', encoding='utf-8') as f:
-            json.dump(dict(requests=args.requests, rounds=args.rounds, load_before=load_before,
-                           load_after=load_after, batch_per_second=batch,
+            json.dump(dict(requests=args.requests, rounds=args.rounds, load_average=loads,
+                           cpu=cpu_name(),
+                           cores=os.cpu_count(), batch_per_second=batch,
                            rows=[dict(sentences=n, clients=c, server=m, runs=r)
                                  for (n, c, m), r in rows.items()]), f, indent=1)
 

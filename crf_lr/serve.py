@@ -611,17 +611,29 @@ def bind(host, port):
     return sock
 
 
-def protocol(headers_timeout_s):
-    """uvicorn's h11 protocol with two changes: a connection that has not sent a whole request
-    head (line and headers) ``headers_timeout_s`` after it opened or after its last answer is
-    closed (uvicorn times only idle keep-alive connections, and any byte restarts that clock);
-    a request h11 cannot parse (a garbage line, a head over ``h11_max_incomplete_event_size``)
-    is answered with a JSON error instead of text."""
-    import h11
-    from uvicorn.protocols.http.h11_impl import H11Protocol
+MALFORMED = json.dumps({'error': 'malformed HTTP request (a request line or header that cannot '
+                                  'be read, or a head too large)'}).encode()
+MAX_HEAD_BYTES = 16 * 1024               # a request line and headers longer: a 400 (h11's limit)
 
-    class Protocol(H11Protocol):
+
+def protocol(headers_timeout_s, http='auto'):
+    """uvicorn's HTTP protocol, httptools' C parser (``http='httptools'``; ``'auto'``: when
+    installed) or h11's pure-Python one (``'h11'``), with two changes: a connection that has not
+    sent a whole request head (line and headers) ``headers_timeout_s`` after it opened or after
+    its last answer is closed (uvicorn times only idle keep-alive connections, and any byte
+    restarts that clock); a request that cannot be parsed (a garbage line, a head over
+    :data:`MAX_HEAD_BYTES`) is answered with a JSON error instead of text."""
+    if http == 'auto':
+        try:
+            import httptools  # noqa: F401
+            http = 'httptools'
+        except ImportError:
+            http = 'h11'
+
+    class HeadTimer:
+        """Closes a connection that has not sent a whole request head in time."""
         head_timer = None
+        awaiting_head = True                 # no whole request head since the last answer
 
         def _await_head(self):
             if self.head_timer is not None:
@@ -629,7 +641,7 @@ def protocol(headers_timeout_s):
             self.head_timer = self.loop.call_later(headers_timeout_s, self._head_late)
 
         def _head_late(self):
-            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+            if self.awaiting_head and not self.transport.is_closing():
                 self.transport.close()           # no whole request head: nothing to answer
 
         def connection_made(self, transport):
@@ -640,19 +652,57 @@ def protocol(headers_timeout_s):
             self.head_timer.cancel()
             super().connection_lost(exc)
 
+        def send_400_response(self, msg):
+            self.transport.write(
+                b'HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n'
+                b'connection: close\r\ncontent-length: %d\r\n\r\n%s'
+                % (len(MALFORMED), MALFORMED))
+            self.transport.close()
+
+    if http == 'httptools':
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+        class Protocol(HeadTimer, HttpToolsProtocol):
+            head_bytes = 0
+
+            def on_message_begin(self):
+                super().on_message_begin()
+                self.head_bytes = 0
+
+            def _count(self, size):
+                self.head_bytes += size
+                if self.head_bytes > MAX_HEAD_BYTES:  # httptools sets no limit: a 400
+                    raise ValueError('the request head is too large')
+
+            def on_url(self, url):
+                self._count(len(url))
+                super().on_url(url)
+
+            def on_header(self, name, value):
+                self._count(len(name) + len(value) + 4)
+                super().on_header(name, value)
+
+            def on_headers_complete(self):
+                self.awaiting_head = False
+                super().on_headers_complete()
+
+            def on_response_complete(self):
+                self.awaiting_head = not self.pipeline   # a pipelined one came whole
+                super().on_response_complete()
+                self._await_head()
+        return Protocol
+
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class Protocol(HeadTimer, H11Protocol):
+        @property
+        def awaiting_head(self):
+            return self.conn.their_state is h11.IDLE
+
         def on_response_complete(self):
             super().on_response_complete()
             self._await_head()
-
-        def send_400_response(self, msg):
-            body = json.dumps({'error': 'malformed HTTP request (a request line or header '
-                                        'that cannot be read, or a head too large)'}).encode()
-            for event in (h11.Response(status_code=400, reason=b'Bad Request', headers=[
-                    (b'content-type', b'application/json'), (b'connection', b'close'),
-                    (b'content-length', str(len(body)).encode())]),
-                    h11.Data(data=body), h11.EndOfMessage()):
-                self.transport.write(self.conn.send(event))
-            self.transport.close()
     return Protocol
 
 
@@ -686,6 +736,9 @@ def main(argv=None):
                                                "uvicorn's 503")):
         parser.add_argument(flag, type=kind, default=default,
                             help=what + ' (default: %(default)s)')
+    parser.add_argument('--http', choices=('auto', 'httptools', 'h11'), default='auto',
+                        help="the HTTP parser: httptools' (C) or h11's (Python); auto: "
+                             'httptools when installed (default: %(default)s)')
     parser.add_argument('--card-details', action='store_true',
                         help='the model card names the model folder and the training command')
     parser.add_argument('--precision', choices=('float32', 'mixed_bfloat16', 'auto'),
@@ -707,6 +760,8 @@ def main(argv=None):
         import prometheus_client  # noqa: F401
         import starlette  # noqa: F401
         import uvicorn
+        if args.http == 'httptools':
+            import httptools  # noqa: F401
     except (FileNotFoundError, ValueError, ImportError) as error:
         parser.error(f"{error} (the server needs pip install 'crf_lr[serve]')"
                      if isinstance(error, ImportError) else str(error))
@@ -733,7 +788,7 @@ def main(argv=None):
           flush=True)
     server = uvicorn.Server(uvicorn.Config(
         app, log_level='info' if args.verbose else 'warning', lifespan='on',
-        http=protocol(args.headers_timeout_s), timeout_keep_alive=args.keep_alive_s,
+        http=protocol(args.headers_timeout_s, args.http), timeout_keep_alive=args.keep_alive_s,
         limit_concurrency=args.limit_concurrency))
     with contextlib.suppress(KeyboardInterrupt):        # uvicorn raises Ctrl-C again once stopped
         server.run(sockets=[sock])

@@ -600,10 +600,10 @@ def test_metrics_count_requests_queue_batches_latency_and_load_time(ner):
     assert client.get('/readyz').json()['status'] == 'ready'
 
 
-@pytest.fixture(scope='module')
-def served(trained_ner_dir, tmp_path_factory):
-    """``python -m crf_lr.serve`` of the trained model on a free port, a connection without a
-    whole request head closed after 2 s; yields its base URL."""
+@pytest.fixture(scope='module', params=['httptools', 'h11'])
+def served(trained_ner_dir, tmp_path_factory, request):
+    """``python -m crf_lr.serve`` of the trained model on a free port with either HTTP parser, a
+    connection without a whole request head closed after 2 s; yields its base URL."""
     with socket.socket() as probe:
         probe.bind(('127.0.0.1', 0))
         port = probe.getsockname()[1]
@@ -611,7 +611,7 @@ def served(trained_ner_dir, tmp_path_factory):
     with open(log, 'w') as out:
         server = subprocess.Popen(
             [sys.executable, '-m', 'crf_lr.serve', trained_ner_dir, '--port', str(port),
-             '--headers-timeout-s', '2'], stdout=out, stderr=subprocess.STDOUT,
+             '--headers-timeout-s', '2', '--http', request.param], stdout=out, stderr=subprocess.STDOUT,
             env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
     try:
         deadline = time.time() + 120
