@@ -31,7 +31,7 @@ import tensorflow as tf  # noqa: E402
 from bert4keras.backend import K, apply_rotary_position_embeddings, keras  # noqa: E402
 
 from crf_lr import fused_kernels  # noqa: E402
-from crf_lr.patches.patching import patch  # noqa: E402
+from crf_lr.patches import apply  # noqa: E402
 from crf_lr.switches import ThreadSwitch  # noqa: E402
 
 _BATCHED = ThreadSwitch(default=True)     # read when an attention layer is traced
@@ -95,15 +95,14 @@ def _handles(layer, inputs, kwargs):
 
 def install():
     """Route ``bert4keras.layers.MultiHeadAttention.pay_attention_to`` through
-    :func:`batched_pay_attention_to` where it applies (idempotent)."""
-    from bert4keras.layers import MultiHeadAttention
-
+    :func:`batched_pay_attention_to` where it applies (idempotent; the registry's row
+    'attention', off with the speed patches)."""
     def pay_attention_to(original, self, inputs, mask=None, **kwargs):
         if _handles(self, inputs, kwargs):
             return batched_pay_attention_to(self, inputs, mask, **kwargs)
         return original(self, inputs, mask, **kwargs)
 
-    patch(MultiHeadAttention, 'pay_attention_to', pay_attention_to)
+    apply('attention', pay_attention_to)
 
 
 import crf_lr.compat  # noqa: E402,F401  (installs the patch, with TensorFlow's other fixes)

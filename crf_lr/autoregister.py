@@ -17,12 +17,11 @@ import importlib.abc
 import importlib.util
 import sys
 
-from crf_lr.patches.patching import patch
+from crf_lr.patches import apply
 
 # The modules whose import registers what a saved model of crf_lr can name.
 REGISTERING_MODULES = ('crf_lr.serialization', 'crf_lr.crf', 'crf_lr.global_pointer',
                        'crf_lr.losses', 'crf_lr.optimizers', 'crf_lr.heads')
-_LOADERS = ('tf_keras.src.saving.legacy.save', 'tf_keras.src.saving.saving_lib')
 
 
 def register_everything():
@@ -32,10 +31,9 @@ def register_everything():
 
 
 def _wrap_loaders():
-    """Make tf-keras's loaders call :func:`register_everything` before they read a model."""
-    for name in _LOADERS:
-        patch(sys.modules.get(name) or importlib.import_module(name), 'load_model',
-              _registering_first)
+    """Make tf-keras's loaders call :func:`register_everything` before they read a model (the
+    registry's row 'registering loaders')."""
+    apply('registering loaders', _registering_first)
 
 
 def _registering_first(original, *args, **kwargs):

@@ -6,7 +6,8 @@ once, before any user code touches bert4keras:
     >>> from crf_lr.compat import tf, keras, K
     >>> from bert4keras.models import build_transformer_model   # now works on TF 2.21
 
-Each ``_fix_*`` function repairs one thing and is idempotent. Two of them patch tf-keras for
+Each ``_fix_*`` function repairs one thing and is idempotent, through its row of
+:mod:`crf_lr.patches` (``python -m crf_lr.patches`` lists them). Two of them patch tf-keras for
 every model of the process: ``single_batch_iterator`` (``train_on_batch`` & co.) builds its
 one-batch dataset without tf.data's autotuning, and ``Dense.call`` takes the flattened form of
 :func:`flat_dense`, off unless in that block. bert4keras's attention computes with batched
@@ -45,7 +46,7 @@ from bert4keras.backend import K, keras  # noqa: E402
 from crf_lr.attention import install as _install_batched_attention  # noqa: E402
 from crf_lr.fused_kernels import install as _install_fused_kernels  # noqa: E402
 from crf_lr.layer_norm import install as _install_closed_form_layer_norm  # noqa: E402
-from crf_lr.patches.patching import patch  # noqa: E402
+from crf_lr.patches import apply, swapped  # noqa: E402
 from crf_lr.switches import ThreadSwitch  # noqa: E402
 
 
@@ -57,20 +58,15 @@ def _fix_optimizer_base_class():
     import sys
     if 'bert4keras.optimizers' in sys.modules:
         return
-    current = keras.optimizers.Optimizer
-    keras.optimizers.Optimizer = keras.optimizers.legacy.Optimizer
-    try:
-        import bert4keras.optimizers  # noqa: F401
-    finally:
-        keras.optimizers.Optimizer = current
+    with swapped('optimizer base class') as legacy_base:
+        if legacy_base:               # else the import is left to bert4keras's own failure
+            import bert4keras.optimizers  # noqa: F401
 
 
 def _fix_save_weights_as_checkpoint():
     """``Transformer.save_weights_as_checkpoint`` reads eager variables inside ``tf.Graph()`` and
     uses ``tf.Session``/``tf.train.Saver``, which TF 2 no longer exports. Read the values eagerly
     first, then write them with ``tf.compat.v1`` in a fresh graph."""
-    from bert4keras.models import Transformer
-
     def save_weights_as_checkpoint(_original, self, filename, mapping=None, dtype=None):
         mapping = mapping or self.variable_mapping()
         mapping = {self.prefixed(k): v for k, v in mapping.items()}
@@ -87,22 +83,20 @@ def _fix_save_weights_as_checkpoint():
                 session.run(tf.compat.v1.variables_initializer(variables))
                 tf.compat.v1.train.Saver(variables).save(session, filename)
 
-    patch(Transformer, 'save_weights_as_checkpoint', save_weights_as_checkpoint)
+    apply('checkpoint saving', save_weights_as_checkpoint)
 
 
 def _fix_feed_forward_config():
     """``FeedForward.get_config`` serialises its activations with the new Keras format, which
     the ``.h5`` loader of tf-keras cannot read back; serialise them in the legacy format."""
-    from bert4keras.layers import FeedForward
-    from tf_keras.src.saving.legacy import serialization as legacy_serialization
-
     def get_config(original, self):
+        from tf_keras.src.saving.legacy import serialization as legacy_serialization
         config = original(self)
         config['activation'] = [legacy_serialization.serialize_keras_object(act)
                                 for act in self.activation]
         return config
 
-    patch(FeedForward, 'get_config', get_config)
+    apply('feed-forward config', get_config)
 
 
 def without_autotune(dataset):
@@ -140,12 +134,10 @@ def _fix_iterator_deletion_stall():
     call (tf-keras's ``single_batch_iterator``), and deleting it stalled every second or third
     bf16 step of the end-to-end benchmark by about a second (:func:`without_autotune`); build
     those one-batch datasets without autotuning, which has nothing to tune in them."""
-    from tf_keras.src.engine import data_adapter
-
     def single_batch_iterator(original, strategy, *args, **kwargs):
         return original(_DistributingWithoutAutotune(strategy), *args, **kwargs)
 
-    patch(data_adapter, 'single_batch_iterator', single_batch_iterator)
+    apply('one-batch datasets', single_batch_iterator)
 
 
 _FLAT_DENSE = ThreadSwitch(default=False)     # read when a Dense layer is traced: flat_dense
@@ -171,8 +163,6 @@ def flat_dense(enabled=True):
 def _fix_dense_fusion():
     """Give tf-keras's ``Dense.call`` the flattened form of :func:`flat_dense` (off unless in
     that block)."""
-    from tf_keras.src.layers.core.dense import Dense
-
     def call(original, self, inputs):
         if not (_FLAT_DENSE.enabled and isinstance(inputs, tf.Tensor)
                 and inputs.shape.rank is not None and inputs.shape.rank > 2
@@ -188,7 +178,7 @@ def _fix_dense_fusion():
         outputs.set_shape(inputs.shape[:-1].concatenate([self.units]))
         return outputs
 
-    patch(Dense, 'call', call)
+    apply('flat Dense', call)
 
 
 _fix_optimizer_base_class()

@@ -38,6 +38,7 @@ from pathlib import Path  # noqa: E402
 
 import tensorflow as tf  # noqa: E402
 
+from crf_lr import patches  # noqa: E402
 from crf_lr.native_build import BuildError, record, timed_build  # noqa: E402
 from crf_lr.switches import ThreadSwitch  # noqa: E402
 
@@ -92,9 +93,13 @@ def _announce_build():
 
 def _why_off():
     """Why this thread's training calls would not use the kernels now, or None: switched off
-    (the block or ``CRF_LR_FUSED_KERNELS=0``), a GPU visible, or the kernels not built."""
+    (the block or ``CRF_LR_FUSED_KERNELS=0``), the speed patches off
+    (:func:`crf_lr.patches.speed_off_reason`), a GPU visible, or the kernels not built."""
     if not _ENABLED.enabled or os.environ.get('CRF_LR_FUSED_KERNELS', '1') == '0':
         return 'switched off'
+    speed_off = patches.speed_off_reason()
+    if speed_off is not None:
+        return f'speed patches off: {speed_off}'
     if tf.config.list_logical_devices('GPU'):
         return 'a GPU is visible: they are CPU kernels'
     if _ops() is None:
@@ -293,28 +298,20 @@ def _install_bias_gradient():
     """Give TensorFlow's ``BiasAdd`` (every Dense layer's bias) :func:`bias_gradient` where a
     gradient traced now may hold the kernels (:func:`_graph_takes_them`, bfloat16, the bias along
     the last axis, :func:`fused_bias_gradient`); elsewhere TensorFlow's own gradient
-    (idempotent)."""
-    from tensorflow.python.framework import ops
-    entry = ops._gradient_registry._registry['BiasAdd']
-    tensorflow_gradient = entry['type']
-    if getattr(tensorflow_gradient, 'crf_lr', False):
-        return
-
-    def gradient(op, dy):
+    (idempotent; the registry's row 'bias gradient')."""
+    def gradient(tensorflow_gradient, op, dy):
         if (_BIAS_GRADIENT.enabled and dy.dtype == tf.bfloat16 and _along_the_last_axis(op)
                 and _traced_with_its_forward(op) and _graph_takes_them()):
             return dy, bias_gradient(dy)
         return tensorflow_gradient(op, dy)
-    gradient.crf_lr = True
-    entry['type'] = gradient
+    patches.apply('bias gradient', gradient)
 
 
 def install():
     """Resolve the activations ``'gelu'`` and ``'gelu_erf'`` (bert4keras's BERT and ALBERT) to
     :func:`gelu_erf` for the layers built from now on, and give ``BiasAdd`` the gradient of
     :func:`bias_gradient` (idempotent). Saved configs keep the name ``gelu_erf``, so a model
-    saved here loads with bert4keras alone."""
-    from bert4keras.backend import keras
-    gelu_erf.__name__ = 'gelu_erf'
-    keras.utils.get_custom_objects().update({'gelu': gelu_erf, 'gelu_erf': gelu_erf})
+    saved here loads with bert4keras alone. The registry's rows 'GELU' and 'bias gradient', off
+    with the speed patches."""
+    patches.apply('GELU', gelu_erf, wrap=False)
     _install_bias_gradient()

@@ -28,6 +28,7 @@ where it does not, the block changes nothing. :func:`light_graph_optimisation` s
 import contextlib
 
 import crf_lr  # noqa: F401  (sets TF_KERAS / TF_USE_LEGACY_KERAS before TensorFlow loads)
+from crf_lr import patches
 from crf_lr.switches import ThreadSwitch
 
 _LIGHT = ThreadSwitch(default=True)     # read where a step is first called: optimised_lightly
@@ -82,11 +83,13 @@ def light_graph_optimisation(enabled=True):
 @contextlib.contextmanager
 def optimised_lightly():
     """Within the block, in this thread, functions called for the first time with these options
-    are optimised with :func:`lighter` ones, unless :func:`light_graph_optimisation` is off,
-    TensorFlow sees a GPU or lacks the options (:func:`available`). A function called with these
+    are optimised with :func:`lighter` ones, unless :func:`light_graph_optimisation` or the speed
+    patches (row 'graph options') are off, TensorFlow sees a GPU or lacks the options
+    (:func:`available`). A function called with these
     options before is not optimised again; one called with others is. A ``tf.config`` setting
     changed within the block stays after it."""
-    context = _eager_context() if _LIGHT.enabled and not _sees_gpu() else None
+    light = _LIGHT.enabled and not _sees_gpu() and patches.apply('graph options')
+    context = _eager_context() if light else None
     if context is None:
         yield
         return

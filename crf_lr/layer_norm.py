@@ -32,7 +32,7 @@ import crf_lr  # noqa: F401  (sets TF_KERAS / TF_USE_LEGACY_KERAS before TensorF
 import tensorflow as tf  # noqa: E402
 
 from crf_lr import fused_kernels  # noqa: E402
-from crf_lr.patches.patching import patch  # noqa: E402
+from crf_lr.patches import apply  # noqa: E402
 from crf_lr.switches import ThreadSwitch  # noqa: E402
 
 _CLOSED_FORM = ThreadSwitch(default=True)     # read when a layer norm is traced
@@ -101,8 +101,9 @@ def install():
     """Route ``bert4keras.layers.LayerNormalization.call`` through
     :func:`crf_lr.fused_kernels.layer_norm` (scale and offset included) in a training call where
     the kernels apply, else through :func:`normalized` and bert4keras's ``ScaleOffset.call``,
-    where it computes what bert4keras would (idempotent)."""
-    from bert4keras.layers import LayerNormalization, ScaleOffset
+    where it computes what bert4keras would (idempotent; the registry's row 'layer norm', off
+    with the speed patches)."""
+    from bert4keras.layers import ScaleOffset
 
     def call(original, self, inputs, **kwargs):     # kwargs: what RECOMPUTE's wrapper takes
         if _handles(self) and fused_kernels.applies(inputs):
@@ -112,7 +113,7 @@ def install():
             return ScaleOffset.call(self, normalized(inputs, self.epsilon))
         return original(self, inputs, **kwargs)
 
-    patch(LayerNormalization, 'call', call)
+    apply('layer norm', call)
 
 
 import crf_lr.compat  # noqa: E402,F401  (installs the patch, with TensorFlow's other fixes)

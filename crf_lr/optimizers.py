@@ -43,6 +43,7 @@ import functools
 import inspect
 import re
 
+from crf_lr import patches
 from crf_lr.checks import (check_adam, check_learning_rate, check_lr_multipliers, check_schedule,
                            check_weight_decay, schedule_factor)
 from crf_lr.multipliers import match_multiplier as match_name
@@ -50,7 +51,8 @@ from crf_lr.compat import tf, keras
 from crf_lr.serialization import register, restore_optimizer_state
 from crf_lr.switches import ThreadSwitch
 
-_FUSED = ThreadSwitch(default=True)     # read when an update is traced: fused_adam
+# read when an update is traced: fused_adam; off with the speed patches (row 'Adam kernel')
+_FUSED = ThreadSwitch(default=patches.apply('Adam kernel'))
 
 _VARIABLE_SUFFIX = re.compile(r'(/replica_\d+)?(:\d+)?$')
 

@@ -21,7 +21,7 @@ import warnings
 import weakref
 
 from crf_lr.compat import keras, tf
-from crf_lr.patches.patching import patch
+from crf_lr.patches import apply
 
 PACKAGE = 'crf_lr'
 _PRODUCER = '_crf_lr_producer'          # attribute of a tensor: weak reference to its layer
@@ -200,8 +200,6 @@ def _fix_savedmodel_optimizer_state():
     """tf-keras's SavedModel loader compiles the model from its config but restarts a legacy
     optimizer ("Slots cannot be restored from saved_model"); the folder's checkpoint holds the
     state, so restore it and drop that (now wrong) message."""
-    from tf_keras.src.saving.legacy.saved_model import load as savedmodel_load
-
     def load(original, path, compile=True, options=None):
         quiet = _DropMessage('Slots cannot be restored from saved_model')
         tf.get_logger().addFilter(quiet)
@@ -213,7 +211,7 @@ def _fix_savedmodel_optimizer_state():
             restore_optimizer_state(model, path)
         return model
 
-    patch(savedmodel_load, 'load', load)
+    apply('SavedModel optimizer state', load)
 
 
 _KERAS_FORMAT_ADVICE = ('tf-keras\'s .keras format keeps no state of a legacy (OptimizerV2) '
@@ -225,7 +223,6 @@ _KERAS_FORMAT_ADVICE = ('tf-keras\'s .keras format keeps no state of a legacy (O
 def _fix_keras_format_optimizer_warning():
     """Warn where a ``.keras`` file drops a legacy optimizer's state: on saving a model whose
     optimizer has state, on loading one compiled."""
-    from tf_keras.src.saving import saving_lib
 
     def save_model(original, model, filepath, *args, **kwargs):
         optimizer = _legacy_optimizer(model)
@@ -241,8 +238,8 @@ def _fix_keras_format_optimizer_warning():
                           stacklevel=5)
         return model
 
-    patch(saving_lib, 'save_model', save_model)
-    patch(saving_lib, 'load_model', load_model)
+    apply('.keras save warning', save_model)
+    apply('.keras load warning', load_model)
 
 
 def _fix_keras_format_variable_names():
@@ -255,7 +252,7 @@ def _fix_keras_format_variable_names():
         with tf.name_scope(self._name_scope()):
             original(self, config)
 
-    patch(keras.layers.Layer, 'build_from_config', build_from_config)
+    apply('.keras variable names', build_from_config)
 
 
 _fix_savedmodel_optimizer_state()
