@@ -108,11 +108,7 @@ def add_common_arguments(parser, default_output='runs/run', default_maxlen=128):
                             'this over --stop-epochs epochs, e.g. 0.003 (0.3 F1 points); '
                             '--epochs is then the cap (default: train every epoch)')
     train.add_argument('--stop-epochs', type=int, default=2, help='(default: %(default)s)')
-    train.add_argument('--precision', choices=('float32', 'mixed_bfloat16', 'auto'),
-                       default='float32',
-                       help='mixed_bfloat16: bf16 products, float32 weights and heads (pays only '
-                            'on CPUs with native bf16: docs/performance.md); auto: bf16 where '
-                            'the CPU has it (default: %(default)s)')
+    add_precision_option(train)
     train.add_argument('--strategy', choices=STRATEGIES, default='default',
                        help='mirrored: train on all GPUs of this machine; multiworker: on the '
                             'machines of $TF_CONFIG; each --batch-size batch is split between '
@@ -165,6 +161,21 @@ def parse_checked(parser, argv=None):
         parser.error('--dev-file and --test-file need --train-file')
     quiet_tensorflow(args.verbose, native=argv is None)
     return args
+
+
+def add_precision_option(parser):
+    """``--precision`` for a script that builds or loads a model: ``auto`` (the default) computes
+    in bf16 where the CPU has native bf16 units and in float32 elsewhere
+    (:func:`crf_lr.precision.set_precision`).
+
+        >>> add_precision_option(parser)     # args.precision: 'auto', 'float32' or 'mixed_bfloat16'
+    """
+    parser.add_argument('--precision', choices=('auto', 'float32', 'mixed_bfloat16'),
+                        default='auto',
+                        help='auto: bf16 products where the CPU has native bf16 (amx_bf16 or '
+                             'avx512_bf16), float32 elsewhere; mixed_bfloat16: bf16 products, '
+                             'float32 weights and heads; float32: the same numbers as an export '
+                             '(default: %(default)s; docs/performance.md, "bf16")')
 
 
 def quiet_tensorflow(verbose=False, native=True):

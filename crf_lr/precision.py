@@ -74,7 +74,8 @@ def set_precision(precision, cpuinfo='/proc/cpuinfo'):
 
     Args:
         precision: 'float32'; 'mixed_bfloat16' (bf16 products, float32 weights and heads); or
-            'auto': 'mixed_bfloat16' if :func:`native_bf16` finds a native flag, else 'float32'.
+            'auto' (the scripts' default): 'mixed_bfloat16' if :func:`native_bf16` finds a
+            native flag, else 'float32'.
         cpuinfo: the file 'auto' reads (see :func:`native_bf16`).
     Returns:
         str, one line saying the policy chosen and why (for the scripts to print).
@@ -82,19 +83,30 @@ def set_precision(precision, cpuinfo='/proc/cpuinfo'):
         ValueError naming the argument when ``precision`` is not one of ``PRECISIONS``.
 
         >>> set_precision('auto')
-        'precision: float32 (auto: no amx_bf16/avx512_bf16 in /proc/cpuinfo, bf16 would be emulated)'
+        'precision: auto -> mixed_bfloat16 (avx512_bf16 in /proc/cpuinfo)'
     """
     if precision not in PRECISIONS:
         raise ValueError(f'set_precision: precision must be one of {PRECISIONS}, '
                          f'got {precision!r}')
-    reason = 'as requested'
+    line = f'precision: {precision} (as requested)'
     if precision == 'auto':
         flags = native_bf16(cpuinfo)
         precision = 'mixed_bfloat16' if flags else 'float32'
-        reason = (f'auto: {"/".join(flags)} in {cpuinfo}' if flags else
-                  f'auto: no {"/".join(NATIVE_BF16_FLAGS)} in {cpuinfo}, bf16 would be emulated')
+        line = (f'precision: auto -> {precision} (' + (
+            f'{"/".join(flags)} in {cpuinfo})' if flags else
+            f'no {"/".join(NATIVE_BF16_FLAGS)} in {cpuinfo}: bf16 would be emulated)'))
     keras.mixed_precision.set_global_policy(precision)
-    return f'precision: {precision} ({reason})'
+    return line
+
+
+def policy_name():
+    """The name of Keras's global policy now: the precision models built now compute in
+    ('float32' or 'mixed_bfloat16'), what ``'auto'`` became.
+
+        >>> set_precision('auto'); policy_name()
+        'mixed_bfloat16'
+    """
+    return keras.mixed_precision.global_policy().name
 
 
 def _policy_name(dtype):

@@ -22,7 +22,7 @@ import sys
 
 import numpy as np
 
-from crf_lr.cli import quiet_tensorflow
+from crf_lr.cli import add_precision_option, quiet_tensorflow
 from crf_lr.runs import check_model_folder
 
 
@@ -44,9 +44,7 @@ def parse_args(argv=None):
     parser.add_argument('--marginals', action='store_true',
                         help='with --format json: add each unit\'s label probabilities (tag heads)')
     parser.add_argument('--batch-size', type=int, default=32)
-    parser.add_argument('--precision', choices=('float32', 'mixed_bfloat16', 'auto'),
-                        default='float32', help='compute precision (default: %(default)s; the '
-                                                'model may have been trained in another)')
+    add_precision_option(parser)           # the model may have been trained in another
     parser.add_argument('--verbose', action='store_true', help="show TensorFlow's log lines")
     return parser, parser.parse_args(argv)
 
@@ -254,7 +252,7 @@ def main(argv=None):
     from crf_lr.precision import set_precision
     from crf_lr.tagger import Tagger
     from crf_lr.vocabulary import unknown_warning, unspaced_warning
-    set_precision(args.precision)
+    print(set_precision(args.precision), file=sys.stderr)     # what 'auto' became, and why
     try:
         tagger = Tagger.load(args.model_dir, args.batch_size)
     except (FileNotFoundError, OSError, ValueError) as error:

@@ -33,9 +33,26 @@ def command_line(argv=None, program=None):
 
 
 def machine():
-    """A short description of the machine: CPU count, platform, Python."""
-    return (f'{os.cpu_count()} CPU cores ({platform.processor() or platform.machine()}), '
+    """A short description of the machine: CPU count and model, platform, Python."""
+    return (f'{os.cpu_count()} CPU cores ({cpu_model()}), '
             f'{platform.system()} {platform.release()}, Python {platform.python_version()}')
+
+
+def cpu_model(cpuinfo='/proc/cpuinfo'):
+    """The CPU's model name as ``cpuinfo`` gives it (e.g. 'AMD EPYC'), else the architecture
+    (``platform.machine()``, e.g. 'x86_64').
+
+        >>> cpu_model()
+        'AMD EPYC'
+    """
+    try:
+        with open(cpuinfo, encoding='utf-8', errors='replace') as f:
+            for line in f:
+                if line.startswith('model name'):
+                    return line.partition(':')[2].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 # Flags that may change between a run and its resumption.
@@ -158,15 +175,23 @@ class RunLog:
         scored = [r for r in self.records if r.get(metric) is not None]
         return max(scored, key=lambda r: r[metric]) if scored else None
 
-    def write_results(self, metric, **extra):
-        """Rewrite ``results.json``: command, machine, arguments, every epoch, the best one."""
+    def write_results(self, metric, /, **extra):
+        """Rewrite ``results.json``: command, machine, arguments, the precision computed in
+        (what ``--precision auto`` became), every epoch, the best one, then ``extra``'s other
+        entries (those named as one of these are written afresh: ``extra`` may be the results
+        returned before).
+
+            >>> run.write_results('dev_f1', **dict(results, calibration=report))
+        """
+        from crf_lr.precision import policy_name
         best = self.best(metric)
         results = dict(command=self.command, machine=machine(), config=self.config,
+                       precision_used=policy_name(),
                        metric=metric, epochs=[{k: v for k, v in r.items() if k != 'step_losses'}
                                               for r in self.records],
                        best_epoch=best and best['epoch'], best=best and best.get(metric),
-                       first_epoch=self.records[0].get(metric) if self.records else None,
-                       **extra)
+                       first_epoch=self.records[0].get(metric) if self.records else None)
+        results.update((key, value) for key, value in extra.items() if key not in results)
         with atomic_write(self.results_path) as f:
             json.dump(results, f, ensure_ascii=False, indent=1)
         return results

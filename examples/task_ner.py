@@ -170,10 +170,7 @@ def main(argv=None):
     note = bound_note(report)
     if note:
         print(f'note: {note}')
-    standard = ('command', 'machine', 'config', 'metric', 'epochs', 'best_epoch', 'best',
-                'first_epoch')
-    written = run.write_results('dev_f1', **{k: v for k, v in results.items() if k not in standard},
-                                calibration=report)
+    written = run.write_results('dev_f1', **dict(results, calibration=report))
     print(run.model_line())
     return written
 

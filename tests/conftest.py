@@ -9,14 +9,17 @@ import crf_lr  # noqa: F401  (environment before TensorFlow)
 
 
 @pytest.fixture(autouse=True)
-def _numerics_switch_restored():
-    """Every test starts with the numerics switch as the one before it found it: the task scripts
-    turn the checks on, and a test that runs one in-process must not leave them on for the next
-    test of its worker (a check traced into a graph hides static shapes)."""
+def _process_switches_restored():
+    """Every test starts with the process-wide switches the scripts set as the test before it
+    found them, so that a test running a script in-process leaves nothing to the next test of its
+    worker: the numerics checks (a check traced into a graph hides static shapes) and Keras's
+    global precision policy (``--precision auto`` sets mixed_bfloat16 on a CPU with native bf16)."""
+    from crf_lr.compat import keras
     from crf_lr.numerics import check_numerics_enabled, set_check_numerics
-    before = check_numerics_enabled()
+    numerics, policy = check_numerics_enabled(), keras.mixed_precision.global_policy()
     yield
-    set_check_numerics(before)
+    set_check_numerics(numerics)
+    keras.mixed_precision.set_global_policy(policy)
 
 
 @pytest.fixture(scope='session')

@@ -6,6 +6,7 @@ Oracles: hand-written files whose repairs, characters, types and blank lines are
 of CJK and Latin letters counted by hand; a vocabulary written by the test, so the share of
 ``[UNK]`` units is known exactly.
 """
+import json
 import os
 import re
 import subprocess
@@ -210,6 +211,12 @@ def test_the_command_line_console_holds_no_tensorflow_line_and_no_progress_bar(t
         in stdout
     assert [line[:8] for line in stdout.splitlines() if line.startswith('epoch ')] == \
         ['epoch 1:', 'epoch 2:']                                  # one line per epoch
+    # the default precision is auto; the console and results.json name what it became here
+    from crf_lr.precision import native_bf16
+    used = 'mixed_bfloat16' if native_bf16() else 'float32'
+    assert f'precision: auto -> {used} (' in stdout
+    results = json.loads((tmp_path / 'run' / 'results.json').read_text())
+    assert results['config']['precision'] == 'auto' and results['precision_used'] == used
 
 
 @pytest.mark.parametrize('script', sorted(name for name in os.listdir(os.path.join(ROOT, 'examples'))

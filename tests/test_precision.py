@@ -211,13 +211,13 @@ def test_set_precision_auto_reads_the_cpu_flags(tmp_path):
     assert native_bf16(str(cpuinfo)) == ('avx512_bf16',)
     line = set_precision('auto', str(cpuinfo))
     assert keras.mixed_precision.global_policy().name == 'mixed_bfloat16'
-    assert line == f'precision: mixed_bfloat16 (auto: avx512_bf16 in {cpuinfo})'
+    assert line == f'precision: auto -> mixed_bfloat16 (avx512_bf16 in {cpuinfo})'
     cpuinfo.write_text('flags\t\t: fpu avx2 fma\nflags\t\t: amx_bf16 amx_tile\n')
     assert native_bf16(str(cpuinfo)) == ('amx_bf16',)
     cpuinfo.write_text('flags\t\t: fpu avx2 fma\n')
     line = set_precision('auto', str(cpuinfo))
     assert keras.mixed_precision.global_policy().name == 'float32'
-    assert line.startswith('precision: float32 (auto: no amx_bf16/avx512_bf16 in')
+    assert line.startswith('precision: auto -> float32 (no amx_bf16/avx512_bf16 in')
     assert native_bf16(str(tmp_path / 'missing')) == ()
     assert set(native_bf16()) <= set(NATIVE_BF16_FLAGS)
     with pytest.raises(ValueError, match=r"set_precision: precision must be one of .*'bf16'"):
