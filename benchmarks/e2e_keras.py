@@ -31,7 +31,6 @@ class KerasSide:
         from crf_lr.encoders import load_encoder
         from crf_lr.heads import make_head, piece_states
         from crf_lr.optimizers import LayerwiseAdam
-        from crf_lr.tagger import Tagger
         pin_threads(tf, threads)
         tf.get_logger().setLevel('ERROR')
         set_precision('mixed_bfloat16' if precision == 'bfloat16' else 'float32')
@@ -45,13 +44,13 @@ class KerasSide:
             self.head.crf.set_weights([weights['trans'] / LR_MULTIPLIER])
         self.model.compile(LayerwiseAdam(job['lr']), loss=self.head.loss,
                            metrics=self.head.metrics)
-        self.tagger = Tagger(self.model, None, self.head, job['maxlen'], job['batch_size'])
-        self.step, self.tf, self._trans = step, tf, None
+        self.maxlen, self.batch_size = job['maxlen'], job['batch_size']
+        self.step, self.tf, self._trans, self._predicting = step, tf, None, None
 
     def train(self, batches):
         """Yield each step's loss (training ``batches`` in turn)."""
         from crf_lr.runs import trace_once, train_steps
-        self._trans = None
+        self._trans = self._predicting = None
         if self.step == 'train_steps':
             yield from train_steps(self.model, batches)
         else:
@@ -62,10 +61,11 @@ class KerasSide:
 
     def predict(self, inputs):
         """Label-id paths (one array per window) of a batch: the model's scores through the
-        Tagger's traced prediction step, then crf_lr's NumPy Viterbi (CRF, without the scheme's
+        traced prediction step of the Tagger that ``crf_lr.predict`` would load
+        (:meth:`predicting`), then crf_lr's NumPy Viterbi (CRF, without the scheme's
         constraints, as pytorch-crf decodes) or argmax (softmax)."""
         from crf_lr.viterbi import DISALLOWED_SCORE, viterbi_decode
-        scores = self.tagger.scores(inputs)
+        scores = self.predicting().scores(inputs)
         lengths = piece_lengths(inputs[0])
         if self.head.name == 'softmax':
             return [row[:length].argmax(-1) for row, length in zip(scores, lengths)]
@@ -73,6 +73,23 @@ class KerasSide:
             self._trans = self.head.crf.effective_parameters('float64')[0].numpy()
         return viterbi_decode(np.maximum(scores.astype(np.float64), DISALLOWED_SCORE), self._trans,
                               lengths=lengths)
+
+    def predicting(self):
+        """The trained model as ``crf_lr.predict`` and the server load it (``Tagger.load``):
+        saved, then loaded in the current precision, under ``mixed_bfloat16`` with the encoder's
+        weights rounded to bf16 once (``crf_lr.precision.load_model``'s ``inference_only``)
+        where the training model casts its float32 weights at every call."""
+        if self._predicting is None:
+            import os
+            import tempfile
+            from crf_lr.precision import load_model, save_model
+            from crf_lr.tagger import Tagger
+            with tempfile.TemporaryDirectory() as folder:
+                path = os.path.join(folder, 'model.h5')
+                save_model(self.model, path)
+                model = load_model(path, inference_only=True)
+            self._predicting = Tagger(model, None, self.head, self.maxlen, self.batch_size)
+        return self._predicting
 
     def loss(self, inputs, labels):
         """The compiled loss of one batch, without dropout and without an update (float)."""

@@ -267,6 +267,8 @@ def main(argv=None):
         with open(args.report, encoding='utf-8') as f:
             print(report(json.load(f)))
         return
+    from crf_lr.cli import quiet_tensorflow
+    quiet_tensorflow(native=argv is None)      # TensorFlow's C++ log lines off the console
     plan = dict(QUICK if args.quick else FULL)
     plan.update({k: v for k, v in vars(args).items() if k in plan and v is not None})
     if plan['epochs'] < 2:
