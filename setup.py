@@ -15,7 +15,8 @@ setup(
     long_description_content_type='text/markdown',
     packages=find_packages(include=['crf_lr', 'crf_lr.*']),
     python_requires='>=3.10',
-    install_requires=['tensorflow-cpu==2.21.0', 'numpy', 'tqdm'],
+    # regex: the extended grapheme clusters (\X) that read as one character in character files
+    install_requires=['tensorflow-cpu==2.21.0', 'numpy', 'tqdm', 'regex'],
     extras_require={
         'test': ['pytest', 'pytest-xdist', 'seqeval', 'httpx', 'selenium'],
         'plots': ['matplotlib'],

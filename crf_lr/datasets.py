@@ -42,11 +42,11 @@ import importlib.util
 import json
 import os
 import re
-import unicodedata
 from collections import Counter
 from typing import Callable, NamedTuple, Optional, Sequence
 
 import numpy as np
+import regex
 
 from crf_lr.spans import outermost
 from crf_lr.tagging import (BIO, BIOES, BMES, IOB1, TagError, echo, get_scheme, iob1_to_iob2,
@@ -396,10 +396,11 @@ _DUPLICATE_NOTE = 'a span written twice in its record is read once'
 _IOB1_NOTE = 'IOB1 tags (an entity opening with I-X) read as BIO'
 REPAIR_NOTE = 'a tag breaking its entity (a stray I-X, or an entity never closed): conlleval rule'
 STRAY_NOTE = 'a BIOES tag in a BIO file: E-X read as I-X, S-X as B-X'
-BROKEN_NOTE = ('a character broken in transit (U+FFFD: a character outside the BMP often arrives '
-               'as two) read as one unit')
-CLUSTER_NOTE = ('a character of several code points (an emoji sequence, a letter and its combining '
-                'marks, a zero-width character) read as one unit, its tag on each code point')
+BROKEN_NOTE = ('a character broken in transit (U+FFFD or ?: a character outside the BMP often '
+               'arrives as two) read as one unit')
+CLUSTER_NOTE = ('a character of several code points (an emoji sequence, a letter and its marks, '
+                'Hangul jamo, an Indic conjunct, a zero-width character) read as one unit, its tag '
+                'on each code point')
 
 
 def note_line(note, count, places=()):
@@ -539,43 +540,41 @@ _MARKED_LINE = {sep: re.compile(f'(\\S+?)\\d+{run}(\\S+)') for sep, run in _SEPA
 # A character followed by its position in its word (0 = first), as some Chinese NER corpora write
 # their tokens ('科0', '技1'): Weibo NER and the corpora built the same way.
 _POSITION_MARKED = re.compile(r'(\S+?)(\d+)')
-_JOINER, _BROKEN = '\u200d', '\ufffd'
+# An extended grapheme cluster (Unicode's user-perceived character: a letter and its marks, an
+# emoji sequence or flag, a Hangul syllable in jamo, an Indic conjunct), zero-width format
+# characters after it.
+_CLUSTER = regex.compile(r'\X\p{Cf}*')
 
 
 def one_character(token):
-    """True where ``token`` reads as one character: one code point; a run of U+FFFD (a character
-    outside the BMP broken in transit arrives as two or more); a flag's two regional
-    indicators; or a code point followed by combining marks, variation selectors, emoji
-    modifiers, zero-width (format) characters and code points a ZWJ joins to it (an emoji
-    sequence).
+    """True where ``token`` reads as one character: an extended grapheme cluster, zero-width
+    format characters after it; or a character broken in transit (:func:`_broken_character`).
+    A lone ``?`` is a question mark.
 
-        >>> [one_character(t) for t in ('中', '\ufffd\ufffd', 'e\u0301', '👍🏽', '中国', '\ufffd中')]
-        [True, True, True, True, False, False]
+        >>> [one_character(t) for t in ('中', '??', 'e\u0301', '👍🏽', '\u1100\u1161', '中国', '?中')]
+        [True, True, True, True, True, False, False]
     """
-    if len(token) == 1 or token and not token.strip(_BROKEN):
-        return True
-    if len(token) == 2 and all(0x1f1e6 <= ord(char) <= 0x1f1ff for char in token):
-        return True
-    joined = False                                       # the code point after a ZWJ is joined
-    for char in token[1:]:
-        if not (joined or char == _JOINER or 0x1f3fb <= ord(char) <= 0x1f3ff
-                or unicodedata.category(char) in ('Mn', 'Mc', 'Me', 'Cf')):
-            return False
-        joined = char == _JOINER
-    return bool(token)
+    return bool(_CLUSTER.fullmatch(token)) or _broken_character(token)
+
+
+def _broken_character(token):
+    """True for a character outside the BMP broken in transit: a U+FFFD, or two or more of U+FFFD
+    and ``?`` (a decoder writes U+FFFD for each bad surrogate or byte, Java's and GBK's encoders
+    ``?``)."""
+    return bool(token) and not token.strip('\ufffd?') and (len(token) > 1 or token == '\ufffd')
 
 
 def _unit_note(unit, path, number):
     """``[(note, 'path:line')]`` for a character read from a line that is broken in transit
-    (U+FFFD) or of several code points, else ``[]``."""
-    if _BROKEN in unit:
+    or of several code points, else ``[]``."""
+    if _broken_character(unit):
         return [(BROKEN_NOTE, f'{path}:{number}')]
     return [(CLUSTER_NOTE, f'{path}:{number}')] if len(unit) > 1 else []
 
 
 def _marked_character(token):
     """The character of a ``token`` that is one character followed by its word-position number
-    (``'科0'``, ``'\ufffd\ufffd0'``), else None."""
+    (``'科0'``, ``'\ufffd\ufffd0'``, ``'??0'``), else None."""
     found = _POSITION_MARKED.fullmatch(token)
     return found.group(1) if found and one_character(found.group(1)) else None
 

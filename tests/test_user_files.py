@@ -465,29 +465,51 @@ def test_a_weibo_style_file_reads_broken_characters_and_emoji_as_one_unit_each(t
     assert data[1].spans == [(5, 7, 'GPE.NAM')]
     assert data[0].tags[9:11] == ['B-PER.NOM', 'I-PER.NOM']     # the variation selector's tag
     summary = data.summary()
-    assert (f'noted 2x ({path}:3, {path}:15): a character broken in transit (U+FFFD: a character '
-            'outside the BMP often arrives as two) read as one unit') in summary
+    assert (f'noted 2x ({path}:3, {path}:15): a character broken in transit (U+FFFD or ?: a '
+            'character outside the BMP often arrives as two) read as one unit') in summary
     assert (f'noted 3x ({path}:9, {path}:12, {path}:13): a character of several code points'
             in summary)
 
 
-@pytest.mark.parametrize('char, tag, text, spans', [
-    ('e\u0301', 'S-PER', 'e\u0301', [(0, 2, 'PER')]),                      # a combining accent
-    ('中\u200b', 'B-PER', '中\u200b三', [(0, 3, 'PER')]),                   # a zero-width space
-    ('\u200b', 'O', '\u200b', []),                                        # one alone
-    ('\U0001f44d\U0001f3fd', 'O', '\U0001f44d\U0001f3fd', []),            # a skin tone
-    ('\ufffd', 'S-LOC', '\ufffd', [(0, 1, 'LOC')]),                       # one U+FFFD
-    ('\u00a0', 'O', '\u00a0', []),                                        # a no-break space
-    ('\u3000', 'O', '\u3000', []),                                        # a full-width space
+@pytest.mark.parametrize('char, tag, text, spans, note', [
+    ('e\u0301', 'S-PER', 'e\u0301', [(0, 2, 'PER')], 'several'),            # a combining accent
+    ('中\u200b', 'B-PER', '中\u200b三', [(0, 3, 'PER')], 'several'),         # a zero-width space
+    ('\u200b', 'O', '\u200b', [], None),                                  # one alone
+    ('\U0001f44d\U0001f3fd', 'O', '\U0001f44d\U0001f3fd', [], 'several'),  # a skin tone
+    ('\u1100\u1161', 'S-PER', '\u1100\u1161', [(0, 2, 'PER')], 'several'),  # Hangul jamo (NFD)
+    ('\u1100\u1161\u11a8', 'O', '\u1100\u1161\u11a8', [], 'several'),      # with a final
+    ('क्षि', 'S-PER', 'क्षि', [(0, 4, 'PER')], 'several'),                   # a Devanagari conjunct
+    ('\ufffd', 'S-LOC', '\ufffd', [(0, 1, 'LOC')], 'broken'),              # one U+FFFD
+    ('??', 'S-LOC', '??', [(0, 2, 'LOC')], 'broken'),                      # Java / GBK: one ? each
+    ('???', 'O', '???', [], 'broken'),
+    ('\ufffd?', 'O', '\ufffd?', [], 'broken'),                             # U+FFFD and ? mixed
+    ('?', 'O', '?', [], None),                                            # a question mark
+    ('\u00a0', 'O', '\u00a0', [], None),                                  # a no-break space
+    ('\u3000', 'O', '\u3000', [], None),                                  # a full-width space
 ])
 def test_characters_of_several_code_points_keep_them_all_and_spread_the_tag(
-        tmp_path, char, tag, text, spans):
+        tmp_path, char, tag, text, spans, note):
     follow = '三 E-PER\n' if tag == 'B-PER' else ''
     path = write(tmp_path, 'train.txt', f'\ufeff{char} {tag}\n{follow}\n说 O\n\ufeff话 O\n')
     data = read_corpus(path)
     assert data.format.startswith('char-') and [e.text for e in data] == [text, '说话']
     assert data[0].spans == spans
-    assert ('noted' in data.summary()) == (len(char) > 1 or char == '\ufffd')
+    summary = data.summary()
+    assert ('noted' in summary, 'broken in transit' in summary) == (bool(note), note == 'broken')
+
+
+@pytest.mark.parametrize('char', ['??', '\ufffd?', '?\ufffd', '\u1100\u1161', 'क्षि'])
+@pytest.mark.parametrize('marked', [False, True])
+def test_a_few_characters_of_several_code_points_among_characters_are_read(tmp_path, char, marked):
+    """A character broken to ``??`` (or U+FFFD and ``?``), Hangul in jamo or a Devanagari
+    conjunct on 1 line in 13, with or without a word-position number (Weibo's ``??0``): read
+    as one character, not refused as a word among characters."""
+    mark = (lambda k: str(k % 2)) if marked else (lambda k: '')
+    lines = [f'{c}{mark(k)}\tO' for k, c in enumerate('中国人民共和国是一个美丽的')]
+    lines.insert(5, f'{char}{mark(1)}\tO')
+    data = read_corpus(write(tmp_path, 'weibo.txt', '\n'.join(lines) + '\n'))
+    assert data.format == 'char-bio' and data[0].text == f'中国人民共{char}和国是一个美丽的'
+    assert 'noted 1x' in data.summary()
 
 
 def test_cesu8_surrogates_read_as_their_character_or_as_broken(tmp_path):
