@@ -29,6 +29,8 @@ def markdown():
 
 def table():
     """Each row's name, kind, state, switch, verified versions and targets, in columns."""
+    from crf_lr.cli import quiet_tensorflow
+    quiet_tensorflow()                     # the sites load TensorFlow: no C++ log lines
     for site in dict.fromkeys(row.site for row in ROWS.values()):
         importlib.import_module(site)
     rows = [('patch', 'kind', 'state', 'switch', _VERIFIED_HEADER, 'target')]
