@@ -21,6 +21,7 @@ import re
 import sys
 
 import numpy as np
+import regex
 
 from crf_lr.cli import add_precision_option, quiet_tensorflow
 from crf_lr.runs import check_model_folder
@@ -72,13 +73,17 @@ def word_offsets(line):
     return [line[s:e] for s, e in spans], spans
 
 
-# a URL (a scheme:// or www., or a domain and a path; ending before the punctuation after it,
-# its balanced parentheses kept), an e-mail address, an @handle or #hashtag; a number with its
-# separators (1,200; 3.5), a possessive 's or n't, a run of word characters joined by - ' ’ . & /
-# (an abbreviation or an initial keeps its final '.', a word its final '-' before a space), a
-# run of one punctuation mark ('...', '--'), or one other non-space character
-_URL_BODY = r"""(?:\([^\s()]*\)|[^\s()<>"])+(?<![.,;:!?'’”])"""
-_WORD = re.compile(
+# a URL (a scheme:// or www., or a domain and a path; its characters: URL-legal ASCII and any
+# other that is neither punctuation, a symbol, nor CJK, so '。', '，', '…', '」' end it; its
+# balanced () and [] kept, an unclosed one at its end too; not ending with the punctuation after
+# it), an e-mail address, an @handle or #hashtag; a number with its separators (1,200; 3.5), a
+# possessive 's or n't, a run of word characters joined by - ' ’ . & / (an abbreviation or an
+# initial keeps its final '.', a word its final '-' before a space), a run of one punctuation
+# mark ('...', '--'), or one other non-space character
+_URL_CHAR = r"(?:[^\s\p{P}\p{S}\p{Han}\p{Hiragana}\p{Katakana}]|[-._~:/?#@!$&'*+,;=%])"
+_URL_BODY = (rf"(?:\({_URL_CHAR}*\)|\[{_URL_CHAR}*\]|{_URL_CHAR})+(?:[(\[]{_URL_CHAR}+)?"
+             r"(?<![.,;:!?'*])")
+_WORD = regex.compile(
     rf"(?:[a-zA-Z][a-zA-Z0-9+.-]*://|www\.){_URL_BODY}"
     rf"|[\w-]+(?:\.[\w-]+)*\.[a-zA-Z]{{2,}}/{_URL_BODY}"
     r"|[\w.+-]+@[\w-]+(?:\.[\w-]+)*\.[a-zA-Z]{2,}|(?<![\w@])@\w+|(?<![\w#&])#\w+"

@@ -510,12 +510,23 @@ def test_english_lines_split_punctuation_off_as_conll_writes_it(line, words):
      ['Seoul-', 'and', 'Busan-based', 'fans', '--', 'wow', '!!!', '...']),
     ('@人民日报 #北京 AT&T#1 &#39; a@b', ['@人民日报', '#北京', 'AT&T', '#', '1', '&', '#', '39', ';',
                                       'a', '@', 'b']),
+    ('see https://a.com/x。Then, https://b.com/y，ok',                    # CJK punctuation ends it
+     ['see', 'https://a.com/x', '。', 'Then', ',', 'https://b.com/y', '，', 'ok']),
+    ('https://t.co/AbC12… 「https://a.com/x」と https://a.com/y点击',
+     ['https://t.co/AbC12', '…', '「', 'https://a.com/x', '」', 'と', 'https://a.com/y', '点击']),
+    ('see https://a.com/x] https://a.com/x* ok <http://a.com/x> «http://a.com/x»',
+     ['see', 'https://a.com/x', ']', 'https://a.com/x', '*', 'ok', '<', 'http://a.com/x', '>', '«',
+      'http://a.com/x', '»']),
+    ('[http://[::1]:80/a_b] http://a.com/x?q=(1 http://a.com/x?q=(1.',     # [] balanced, ( open
+     ['[', 'http://[::1]:80/a_b', ']', 'http://a.com/x?q=(1', 'http://a.com/x?q=(1', '.']),
+    ('https://de.wikipedia.org/wiki/Köln, हिन्दी भाषा', ['https://de.wikipedia.org/wiki/Köln', ',',
+                                                      'हिन्दी', 'भाषा']),   # letters, marks kept
 ])
 def test_tweets_keep_urls_addresses_handles_and_hashtags_whole(line, words):
     """As tweet corpora (WNUT) write them, so no entity is found inside a URL; a trailing
     hyphen and a run of one punctuation mark stay whole, as CoNLL-2003's training file keeps
-    ``three-`` and ``...``; a sentence's full stop or a closing parenthesis after a URL is not
-    part of it."""
+    ``three-`` and ``...``; a sentence's full stop, a closing bracket or any punctuation that is
+    not URL-legal ASCII (CJK's '。', '…') after a URL is not part of it, nor CJK text."""
     from crf_lr.predict import word_offsets
     found, offsets = word_offsets(line)
     assert found == words and [line[s:e] for s, e in offsets] == words
