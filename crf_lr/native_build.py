@@ -200,15 +200,15 @@ def built_library(sources, on_build=None):
     return path
 
 
-def unwritable_cache(folder, error):
+def unwritable_cache(folder, error, setting='CRF_LR_CACHE'):
     """One line: the cache ``folder`` cannot be written (``error``, the ``OSError``), and what to
-    set.
+    set (``setting``: the environment variable, or the argument that named the folder).
 
         >>> unwritable_cache(Path('/tmp/a-file'), FileExistsError(17, 'File exists'))
         'cannot write the cache /tmp/a-file (it is a file): set CRF_LR_CACHE to a writable folder'
     """
     why = 'it is a file' if Path(folder).is_file() else error.strerror
-    return f'cannot write the cache {folder} ({why}): set CRF_LR_CACHE to a writable folder'
+    return f'cannot write the cache {folder} ({why}): set {setting} to a writable folder'
 
 
 def _raise_remembered(failed):

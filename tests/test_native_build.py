@@ -5,6 +5,7 @@ loaded; a cache that cannot be written is one line, for the kernels and the pack
 a failure found after waiting on the build lock is taken, not compiled again; and the kernel
 tests fail rather than skip where a compiler cannot build them."""
 import contextlib
+import errno
 import ctypes
 import os
 import shutil
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from crf_lr import fused_kernels, native_build
+from crf_lr.convert import Converted
 from test_fused_kernels import SMALL_SOURCE
 
 REPO = Path(__file__).resolve().parent.parent
@@ -177,6 +179,32 @@ def test_a_packaged_encoder_is_converted_into_a_temporary_folder_where_the_cache
     assert len(said) == 1 and said[0].startswith(
         f'cannot write the cache {cache} ({why}): set CRF_LR_CACHE to a writable folder; '
         f'albert-tiny-zh is converted into ')
+    assert os.path.isfile(out.checkpoint_path + '.index') and str(cache) not in out.config_path
+
+
+@pytest.mark.parametrize('passed', [False, True])
+def test_a_conversion_failing_in_the_cache_goes_to_a_temporary_folder_in_one_line(
+        tmp_path, monkeypatch, capsys, passed):
+    """A disk that fills during the conversion (an OSError past the cache's first write): one
+    line naming ``cache_dir`` where the caller passed it, else CRF_LR_CACHE."""
+    from crf_lr import pretrained
+    cache = tmp_path / 'cache'
+    monkeypatch.setenv('CRF_LR_CACHE', str(cache))
+
+    def convert(source, folder):
+        if str(cache) in folder:
+            raise OSError(errno.ENOSPC, 'No space left on device', folder)
+        paths = [os.path.join(folder, file) for file in ('config.json', 'model.ckpt', 'vocab.txt')]
+        for path in (paths[0], paths[1] + '.index', paths[2]):
+            open(path, 'w').close()
+        return Converted(*paths, 'albert', ())
+    monkeypatch.setattr(pretrained, 'convert_checkpoint', convert)
+    out = pretrained.packaged_checkpoint('albert-tiny-zh', cache_dir=cache if passed else None)
+    said = capsys.readouterr().err.splitlines()
+    assert len(said) == 1 and said[0].startswith(
+        f'cannot write the cache {cache} (No space left on device): set '
+        f'{"cache_dir" if passed else "CRF_LR_CACHE"} to a writable folder; albert-tiny-zh is '
+        'converted into ')
     assert os.path.isfile(out.checkpoint_path + '.index') and str(cache) not in out.config_path
 
 
