@@ -362,8 +362,9 @@ def fit(model, run, batches_for_epoch, evaluate, epochs, metric, save_best, extr
     """Train epoch by epoch; after each, evaluate, log, keep the best model and checkpoint.
 
     Resumable: the epochs ``run`` has finished are skipped after restoring the model and
-    optimiser state from its checkpoint; a rerun of a finished run trains nothing and says so,
-    and its final test line says that the selected model was scored again. Ctrl-C stops with
+    optimiser state from its checkpoint; a rerun of a finished (or early-stopped) run trains
+    nothing and says so, and its final test line says whether the selected model was scored
+    again or for the first time (a run killed before its test scores). Ctrl-C stops with
     one line saying where the last finished epoch is saved and how to resume.
 
     Args:
@@ -394,24 +395,30 @@ def fit(model, run, batches_for_epoch, evaluate, epochs, metric, save_best, extr
     from crf_lr.compat import tf
     done = tf.Variable(0, dtype=tf.int64, trainable=False)
     checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer, epoch=done)
-    resumed = run.finished_epochs
+
+    def stops():
+        return stop_gain is not None and plateaued([r[metric] for r in run.records], stop_gain,
+                                                   stop_epochs)
+
+    stop_reason = f'{metric} rose by less than {stop_gain} over {stop_epochs} epochs'
+    resumed, tested = run.finished_epochs, False
     if resumed:
         checkpoint.read(run.checkpoint_prefix).expect_partial()
         run.truncate(int(done.numpy()))
-        resumed = run.finished_epochs
-        print(f'resuming {run.output} after epoch {resumed}' if resumed < epochs else
-              f'{run.output} had finished its {resumed} epochs: nothing to train (--overwrite '
-              f'trains afresh)')
+        resumed, tested = run.finished_epochs, _scored_test(run.results_path)
+        done_before = (f'had finished its {resumed} epochs' if resumed >= epochs else
+                       f'had stopped after epoch {resumed} ({stop_reason})' if stops() else None)
+        print(f'{run.output} {done_before}: nothing to train (--overwrite trains afresh)'
+              if done_before else f'resuming {run.output} after epoch {resumed}')
     results = run.write_results(metric, **(extra or {}))
     epoch = run.finished_epochs
     try:
         for epoch in range(run.finished_epochs, epochs):
-            if stop_gain is not None and plateaued([r[metric] for r in run.records], stop_gain,
-                                                   stop_epochs):
+            if stops():
                 extra = dict(extra or {}, stopped_after_epoch=epoch)
                 results = run.write_results(metric, **extra)
-                print(f'stopped after epoch {epoch}: {metric} rose by less than {stop_gain} over '
-                      f'{stop_epochs} epochs')
+                if epoch > resumed:                              # a rerun said so above
+                    print(f'stopped after epoch {epoch}: {stop_reason}')
                 break
             record = _train_epoch(model, batches_for_epoch(epoch), epoch, epochs, progress, tqdm)
             started = time.time()
@@ -438,14 +445,24 @@ def fit(model, run, batches_for_epoch, evaluate, epochs, metric, save_best, extr
         test = final_test()
         results = run.write_results(metric, **(extra or {}), test=test)
         if test is not None:
-            scored = ('scored again with the selected model (a rerun: no epoch trained)'
-                      if resumed and run.finished_epochs == resumed else
-                      'scored once with the selected model')
+            rerun = resumed and run.finished_epochs == resumed
+            scored = (f'scored {"again" if tested and rerun else "once"} with the selected model'
+                      + (' (a rerun: no epoch trained)' if rerun else ''))
             print(f'selected epoch {results["best_epoch"]} ({metric} {results["best"]:.4f}); '
                   f'test F1 {test["f1"]:.4f}, {scored}')
     if announce and os.path.isdir(run.model_dir):
         print(run.model_line())
     return results
+
+
+def _scored_test(path):
+    """True where the ``results.json`` at ``path`` holds test scores (a run killed before its
+    final test has none)."""
+    try:
+        with open(path, encoding='utf-8') as f:
+            return 'test' in json.load(f)
+    except (OSError, ValueError):
+        return False
 
 
 def train_steps(model, batches, crf_xla=False):

@@ -1,6 +1,7 @@
 """The run folder and the training loop: dev selection with one final test, Ctrl-C, non-finite
 losses, leftovers of interrupted checkpoint writes, the saved-model path checks, and the training
 step (the losses of ``train_on_batch``, one trace per run, for every built-in head)."""
+import contextlib
 import inspect
 import json
 import os
@@ -126,7 +127,8 @@ def test_plateaued_compares_the_best_score_with_the_best_before_the_last_epochs(
     assert not plateaued([0.5, 0.70, 0.69, 0.71], 0.003, epochs=3)
 
 
-def test_early_stop_ends_the_run_and_a_rerun_does_not_train_again(tiny_model, tmp_path):
+def test_early_stop_ends_the_run_and_a_rerun_does_not_train_again(tiny_model, tmp_path, capsys):
+    """The rerun says at once that the run had stopped (not 'resuming', then 'stopped')."""
     model, batches = tiny_model
     dev = {1: 0.5, 2: 0.8, 3: 0.801, 4: 0.802, 5: 0.9}
     trained = []
@@ -135,13 +137,41 @@ def test_early_stop_ends_the_run_and_a_rerun_does_not_train_again(tiny_model, tm
         trained.append(epoch)
         return batches
 
-    results = fit(model, _run(tmp_path), batches_for, lambda e: {'f1': dev[e]}, 5, 'f1',
-                  lambda: None, progress=False, stop_gain=0.003)
+    def run():
+        results = fit(model, _run(tmp_path), batches_for, lambda e: {'f1': dev[e]}, 5, 'f1',
+                      lambda: None, final_test=lambda: {'f1': 0.8}, progress=False,
+                      stop_gain=0.003)
+        return results, capsys.readouterr().out.splitlines()
+
+    results, said = run()
     assert trained == [0, 1, 2, 3] and results['stopped_after_epoch'] == 4
     assert results['best_epoch'] == 4
-    fit(model, _run(tmp_path), batches_for, lambda e: {'f1': dev[e]}, 5, 'f1', lambda: None,
-        progress=False, stop_gain=0.003)
-    assert trained == [0, 1, 2, 3]                                 # resumed: still stopped
+    assert said[-2:] == ['stopped after epoch 4: f1 rose by less than 0.003 over 2 epochs',
+                         'selected epoch 4 (f1 0.8020); test F1 0.8000, scored once with the '
+                         'selected model']
+    results, said = run()
+    assert trained == [0, 1, 2, 3] and results['stopped_after_epoch'] == 4  # still stopped
+    assert said == [f'{tmp_path / "run"} had stopped after epoch 4 (f1 rose by less than 0.003 '
+                    'over 2 epochs): nothing to train (--overwrite trains afresh)',
+                    'selected epoch 4 (f1 0.8020); test F1 0.8000, scored again with the '
+                    'selected model (a rerun: no epoch trained)']
+
+
+def test_a_rerun_of_a_run_killed_before_its_test_scores_it_once(tiny_model, tmp_path, capsys):
+    """Killed in its final test after the last epoch: the rerun scores test for the first time
+    and does not say 'again'."""
+    model, batches = tiny_model
+
+    def killed():
+        raise KeyboardInterrupt
+
+    for final_test in (killed, lambda: {'f1': 0.8}):
+        with contextlib.suppress(KeyboardInterrupt):
+            fit(model, _run(tmp_path), lambda e: batches, lambda e: {'f1': 0.1 * e}, 2, 'f1',
+                lambda: None, final_test=final_test, progress=False)
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        'selected epoch 2 (f1 0.2000); test F1 0.8000, scored once with the selected model (a '
+        'rerun: no epoch trained)')
 
 
 def test_the_step_dataset_yields_each_batch_as_given_in_the_first_batch_types():
