@@ -7,10 +7,10 @@ requests is sent by 1, 8, 32 and 64 concurrent keep-alive clients (aiohttp on as
 process, the JSON bodies encoded beforehand: about 0.2 ms of CPU a request, where httpx took 2
 ms on the same cores the servers use), to each server in turn, for two sets of sentences: short
 (10-21 characters) and realistic (MSRA test sentences of 40-50 characters, from ``--data-dir``,
-when there); it stops by itself. Each round also measures ``crf_lr.predict.predict_lines`` on
-each set in batches of 32 in this process (no load running meanwhile): the batch throughput a
-server can at best approach; a row's "of batch" divides each round's requests per second by the
-same round's batch throughput on the same sentences. Rounds are interleaved (each round runs
+when there); it stops by itself. Right before each measurement, ``crf_lr.predict.predict_lines``
+runs on the same sentences in batches of 32 in this process (no load running meanwhile): the
+batch throughput a server can at best approach; a row's "of batch" divides each measurement's
+requests per second by the batch throughput measured just before it. Rounds are interleaved (each round runs
 every row, the two servers' order swapped every other round), so a burst of load from other
 processes hits all alike. Prints a Markdown table: median [min-max] over rounds of requests per
 second, p50 / p99 latency, the share of the batch throughput, and the CPU time the server
@@ -138,16 +138,16 @@ def main(argv=None):
         for url, _ in servers.values():                            # warm: connections, caches
             asyncio.run(load(url, 8, 64, SHORT))
         for round_ in range(args.rounds):
-            for name, sentences in sets.items():
-                batch[name].append(batch_throughput(tagger, sentences))
             for (name, clients, mode) in rows:
                 if round_ % 2:
                     mode = list(MODES)[1 - list(MODES).index(mode)]
                 url, pid = servers[mode]
+                batch[name].append(batch_throughput(tagger, sets[name]))
                 server_cpu, client_cpu = cpu_seconds(pid), time.process_time()
                 seconds, latencies = asyncio.run(load(url, clients, args.requests, sets[name]))
                 rows[name, clients, mode].append(dict(
                     per_second=args.requests / seconds,
+                    batch_per_second=batch[name][-1],
                     of_batch=args.requests / seconds / batch[name][-1],
                     p50_ms=1e3 * np.percentile(latencies, 50),
                     p99_ms=1e3 * np.percentile(latencies, 99),
@@ -161,13 +161,13 @@ def main(argv=None):
           f'(1 min) {" / ".join(f"{x:.1f}" for x in loads)} before and after each round; '
           'predict_lines in batches of 32, sentences/s: ' + ', '.join(
               f'{name} {spread(values, 1)}' for name, values in batch.items()) + '\n')
-    print('| sentences | clients | server | requests/s | of batch | p50 ms | p99 ms '
-          '| server CPU ms / request | client CPU ms / request |')
-    print('|---|--:|---|--:|--:|--:|--:|--:|--:|')
+    print('| sentences | clients | server | requests/s | predict_lines sentences/s | of batch '
+          '| p50 ms | p99 ms | server CPU ms / request | client CPU ms / request |')
+    print('|---|--:|---|--:|--:|--:|--:|--:|--:|--:|')
     for (name, clients, mode), runs in rows.items():
         share = spread([100 * r['of_batch'] for r in runs]) + ' %'
         print(f'| {name} | {clients} | {mode} | {spread([r["per_second"] for r in runs])} | '
-              f'{share} | {spread([r["p50_ms"] for r in runs])} | '
+              f'{spread([r["batch_per_second"] for r in runs])} | {share} | {spread([r["p50_ms"] for r in runs])} | '
               f'{spread([r["p99_ms"] for r in runs])} | '
               f'{spread([r["server_cpu_ms"] for r in runs], 1)} | '
               f'{spread([r["client_cpu_ms"] for r in runs], 1)} |')

@@ -53,15 +53,16 @@ class MicroBatcher:
     """Runs ``run(items) -> results`` on the items (a text's windows) of concurrent requests at
     once, ``max_batch`` items a run, taken from the waiting requests in turn.
 
-    One worker waits ``wait_ms`` after the first waiting request for others (unless
-    ``max_batch`` items wait already), then fills a batch one item of each request at a time,
-    oldest request first, and runs it in one thread (the event loop keeps answering meanwhile):
-    a long text's items share batches with those of later short requests, which are answered
-    without waiting for it. A request that is cancelled (its client left) or whose ``deadline``
-    (event loop time) passes is dropped: its items not yet run never run. At most ``max_queue``
-    texts (``count`` a request) wait in all: a request beyond is :class:`QueueFull`, unless none
-    waits. When a batch of several requests fails, each request's items run again alone: the
-    error is only that of the requests that fail alone.
+    One worker waits up to ``wait_ms`` after the first waiting request for the requests on their
+    way (inside :meth:`expecting`: a server's requests whose bodies are being read; none, no
+    wait) unless ``max_batch`` items wait already, then fills a batch one item of each request
+    at a time, oldest request first, and runs it in one thread (the event loop keeps answering
+    meanwhile): a long text's items share batches with those of later short requests, which are
+    answered without waiting for it. A request that is cancelled (its client left) or whose
+    ``deadline`` (event loop time) passes is dropped: its items not yet run never run. At most
+    ``max_queue`` texts (``count`` a request) wait in all: a request beyond is
+    :class:`QueueFull`, unless none waits. When a batch of several requests fails, each
+    request's items run again alone: the error is only that of the requests that fail alone.
 
         >>> batcher = MicroBatcher(lambda windows: read(windows), 64, 2)
         >>> await batcher.start(); results = await batcher(windows_of_a_request)
@@ -71,6 +72,7 @@ class MicroBatcher:
         self.run, self.max_batch, self.wait = run, max_batch, wait_ms / 1000
         self.max_queue, self.on_batch = max_queue, on_batch or (lambda size: None)
         self.pending, self.waiting, self.arrived, self.worker = [], 0, None, None
+        self.expected = 0
         self.thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix='model')
 
     async def start(self):
@@ -82,6 +84,18 @@ class MicroBatcher:
         with contextlib.suppress(asyncio.CancelledError):
             await self.worker
         self.thread.shutdown(wait=True)
+
+    @contextlib.contextmanager
+    def expecting(self):
+        """A request on its way (read, cut into items) until it is queued or refused: a batch
+        being formed meanwhile waits for it, up to ``wait_ms``."""
+        self.expected += 1
+        try:
+            yield
+        finally:
+            self.expected -= 1
+            if self.arrived is not None:
+                self.arrived.set()
 
     @property
     def full(self):
@@ -139,8 +153,9 @@ class MicroBatcher:
         return batch
 
     async def _more(self):
-        """Return once ``max_batch`` items wait."""
-        while sum(len(p.items) - p.next for p in self.pending) < self.max_batch:
+        """Return once ``max_batch`` items wait or no request is on its way."""
+        while self.expected and sum(len(p.items) - p.next for p in self.pending) \
+                < self.max_batch:
             self.arrived.clear()
             await self.arrived.wait()
 
@@ -482,29 +497,31 @@ def create_app(tagger, model_dir, max_batch=64, batch_wait_ms=2.0, limits=None, 
     async def predict(request):
         loop = asyncio.get_running_loop()
         began = loop.time()
-        try:
-            check_content_type(request.headers.get('content-type', ''))
+        with batcher.expecting():            # a batch being formed waits for it
             try:
-                body = await asyncio.wait_for(read_body(request, limits['max_body_bytes']),
-                                              body_timeout_s)
-            except asyncio.TimeoutError:
-                raise BadRequest(408, f'the body did not come within {body_timeout_s:g} s') \
-                    from None
-            texts, options = parse_request(body, limits)
-            try:
-                check_options(tagger, options.get('min_confidence'), options.get('marginals'))
-            except ValueError as bad:
-                raise BadRequest(400, str(bad).replace('--min-confidence', '"min_confidence"')
-                                 .replace('--marginals', '"marginals"')) from None
-            if batcher.full:
-                raise BadRequest(503, f'{batcher.waiting} texts wait already: retry later',
-                                 {'Retry-After': '1'})
-        except BadRequest as bad:
-            return error(bad.status, str(bad), bad.headers)
-        deadline = began + min(timeout_s, options.get('timeout_s', timeout_s))
-        items, outputs = await loop.run_in_executor(cpu, windows_of_texts, texts,
-                                                    options.get('marginals', False))
-        work = asyncio.ensure_future(batcher(items, len(texts), deadline))
+                check_content_type(request.headers.get('content-type', ''))
+                try:
+                    body = await asyncio.wait_for(read_body(request, limits['max_body_bytes']),
+                                                  body_timeout_s)
+                except asyncio.TimeoutError:
+                    raise BadRequest(408, f'the body did not come within {body_timeout_s:g} s') \
+                        from None
+                texts, options = parse_request(body, limits)
+                try:
+                    check_options(tagger, options.get('min_confidence'), options.get('marginals'))
+                except ValueError as bad:
+                    raise BadRequest(400, str(bad).replace('--min-confidence', '"min_confidence"')
+                                     .replace('--marginals', '"marginals"')) from None
+                if batcher.full:
+                    raise BadRequest(503, f'{batcher.waiting} texts wait already: retry later',
+                                     {'Retry-After': '1'})
+            except BadRequest as bad:
+                return error(bad.status, str(bad), bad.headers)
+            deadline = began + min(timeout_s, options.get('timeout_s', timeout_s))
+            items, outputs = await loop.run_in_executor(cpu, windows_of_texts, texts,
+                                                        options.get('marginals', False))
+            work = asyncio.ensure_future(batcher(items, len(texts), deadline))
+            await asyncio.sleep(0)                      # its items join the queue
         client_gone = asyncio.ensure_future(gone(request))
         try:
             await asyncio.wait({work, client_gone}, timeout=max(0, deadline - loop.time()),

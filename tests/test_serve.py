@@ -459,6 +459,34 @@ def _slow_upper(runs, seconds=0.05):
     return run
 
 
+def test_a_batch_waits_only_for_requests_on_their_way():
+    """A request alone runs at once, however long the batch wait; one that comes while another
+    is on its way (inside ``expecting``) waits for it, and the two run in one batch."""
+    from crf_lr.serve import MicroBatcher
+    runs, took = [], []
+
+    async def alone(batcher):
+        began = time.perf_counter()
+        await batcher(['a'])
+        took.append(time.perf_counter() - began)
+
+    async def first(batcher):
+        await asyncio.sleep(0.1)
+        return await batcher(['b'])
+
+    async def on_its_way(batcher):
+        await asyncio.sleep(0.1)
+        with batcher.expecting():
+            await asyncio.sleep(0.05)                  # its body is being read
+            task = asyncio.ensure_future(batcher(['c']))
+            await asyncio.sleep(0)
+        return await task
+    answers = _batcher_run(MicroBatcher(_slow_upper(runs, 0), max_batch=8, wait_ms=1000), alone,
+                           first, on_its_way)
+    assert took[0] < 0.5 and answers[1:] == [['B'], ['C']]
+    assert runs == [['a'], ['b', 'c']]
+
+
 def test_a_long_request_shares_batches_and_a_short_one_is_answered_first():
     """A request of 40 items and a later one of 1: the later one's item runs in the second
     batch, with the long one's, and it is answered long before the long one."""
@@ -611,7 +639,8 @@ def served(trained_ner_dir, tmp_path_factory, request):
     with open(log, 'w') as out:
         server = subprocess.Popen(
             [sys.executable, '-m', 'crf_lr.serve', trained_ner_dir, '--port', str(port),
-             '--headers-timeout-s', '2', '--http', request.param], stdout=out, stderr=subprocess.STDOUT,
+             '--headers-timeout-s', '2', '--http', request.param], stdout=out,
+            stderr=subprocess.STDOUT,
             env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
     try:
         deadline = time.time() + 120
