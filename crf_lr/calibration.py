@@ -194,15 +194,28 @@ def _with_entities(tagger, found, gold):
 def bound_note(report):
     """A line saying why a fitted temperature sits at an end of its range, or None.
 
-        >>> bound_note(dict(fitted=20.0, bound='upper', dev_right=3,
+        >>> bound_note(dict(fitted=20.0, temperature=20.0, bound='upper', dev_right=3,
         ...                 dev={'before': {'entities': 40}}))
         'the temperature stopped at the top of its range (20.0): 3 of 40 dev entities are ...'
     """
     if not report.get('bound'):
         return None
     upper = report['bound'] == 'upper'
+    effect = ('T 1 was kept, as it would not lower dev ECE' if report['temperature'] == 1 else
+              f"the fit {'lowers' if upper else 'raises'} every confidence as far as it can")
     return (f"the temperature stopped at the {'top' if upper else 'bottom'} of its range "
             f"({report['fitted']}): {report['dev_right']} of "
-            f"{report['dev']['before']['entities']} dev entities are right, so the fit "
-            f"{'lowers' if upper else 'raises'} every confidence as far as it can; train longer "
-            f"or give a larger development split for confidences worth reading")
+            f"{report['dev']['before']['entities']} dev entities are right, so {effect}; train "
+            f"longer or give a larger development split for confidences worth reading")
+
+
+def reliability_series(scores, temperature):
+    """What :func:`crf_lr.plots.plot_reliability` draws for a split's ``scores`` (a
+    :func:`calibrate` report's ``'dev'`` or ``'test'``, whose outcomes are taken out, for JSON):
+    the confidences at T 1, and at the kept ``temperature`` where it is another.
+
+        >>> plot_reliability(reliability_series(report['dev'], report['temperature']), path)
+    """
+    before, after = (scores[when].pop('outcomes') for when in ('before', 'after'))
+    return {'temperature 1': before} if temperature == 1 else {
+        'temperature 1': before, f'temperature {temperature}': after}

@@ -54,7 +54,7 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    from crf_lr.calibration import bound_note, calibrate
+    from crf_lr.calibration import bound_note, calibrate, reliability_series
     from crf_lr.distribute import make_strategy, worker_folder
     from crf_lr.heads import make_head
     from crf_lr.metrics import confusion_matrix, format_confusion_matrix, relaxed_scores, span_scores
@@ -159,9 +159,7 @@ def main(argv=None):
     selected.save(run.model_dir)
     for split in ('dev', 'test'):
         if split in report:
-            before, after = (report[split][k].pop('outcomes') for k in ('before', 'after'))
-            plot_reliability({'temperature 1': before,
-                              f'temperature {report["temperature"]}': after},
+            plot_reliability(reliability_series(report[split], report['temperature']),
                              os.path.join(run.output, f'reliability_{split}.png'),
                              title=f'{head.name}, {split}')
             print(f'{split}: entity confidence ECE {report[split]["before"]["ece"]:.4f} -> '

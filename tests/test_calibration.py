@@ -49,3 +49,24 @@ def test_entity_outcomes_match_span_and_type():
                    Prediction([(1, 2, 'A')], confidences=[0.7])]
     confidences, correct = entity_outcomes(predictions, [[(0, 2, 'A'), (3, 4, 'A')], [(1, 2, 'A')]])
     assert confidences.tolist() == [0.9, 0.4, 0.7] and correct.tolist() == [True, False, True]
+
+
+def _report(temperature, fitted=20.0):
+    outcomes = {when: dict(entities=40, outcomes=([0.9], [1])) for when in ('before', 'after')}
+    return dict(temperature=temperature, fitted=fitted, bound='upper', dev_right=3, dev=outcomes)
+
+
+def test_the_bound_note_and_the_reliability_plot_say_what_was_kept():
+    """A fit at the top of its range whose T was not kept (T 1: it would not lower the dev ECE):
+    the note says so rather than that the fit lowers every confidence, and the plot draws one
+    curve, not two equal ones labelled 'temperature 1' and 'temperature 1.0'."""
+    from crf_lr.calibration import bound_note, reliability_series
+    assert bound_note(_report(1.0)) == (
+        'the temperature stopped at the top of its range (20.0): 3 of 40 dev entities are right, '
+        'so T 1 was kept, as it would not lower dev ECE; train longer or give a larger '
+        'development split for confidences worth reading')
+    assert 'so the fit lowers every confidence as far as it can' in bound_note(_report(20.0))
+    kept, fitted = _report(1.0), _report(20.0)
+    assert list(reliability_series(kept['dev'], 1.0)) == ['temperature 1']
+    assert list(reliability_series(fitted['dev'], 20.0)) == ['temperature 1', 'temperature 20.0']
+    assert 'outcomes' not in kept['dev']['before'] and 'outcomes' not in fitted['dev']['after']
