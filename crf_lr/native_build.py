@@ -6,13 +6,13 @@ installed TensorFlow's headers (``tf.sysconfig``) with the machine's instruction
 :data:`FAILING_EXTENSIONS`; on x86 a build that still fails is tried once more at a baseline,
 :func:`baseline_march`, and its record says why), into ``$CRF_LR_CACHE`` (default
 ``~/.cache/crf_lr``) under a name made from the sources, TensorFlow's version, the compiler
-command and the CPU's flags: another machine, TensorFlow or source builds its own. The library is
-written under a temporary name and renamed (a killed build leaves nothing half-written), then its
-record (``.json``: size, sha256, ``-march``, why a baseline), which every process checks before
-handing the library out: a truncated or corrupt one is removed and built again. A lock file makes
-concurrent processes build it once. Each load marks its library used; a build removes the other
-builds of the same library that no process loaded for :data:`UNUSED_DAYS` days (what an upgrade
-of TensorFlow or crf_lr leaves behind).
+command and version and the CPU's flags: another machine, TensorFlow, compiler or source builds
+its own. The library is written under a temporary name and renamed (a killed build leaves nothing
+half-written), then its record (``.json``: size, sha256, ``-march``, why a baseline), which every
+process checks before handing the library out: a truncated or corrupt one is removed and built
+again. A lock file makes concurrent processes build it once. Each load marks its library used;
+a build removes the other builds of the same library that no process loaded for
+:data:`UNUSED_DAYS` days (what an upgrade of TensorFlow, the compiler or crf_lr leaves behind).
 
     >>> path = built_library([Path('crf_lr/kernels/fused_ops.cc')])   # ~10 s the first time
     >>> ops = tf.load_op_library(str(path))
@@ -37,6 +37,9 @@ UNUSED_DAYS = 30      # a build of another source, TensorFlow or machine not loa
 # (AVX512-FP16's PacketMathFP16.h with g++ 12: Sapphire and Granite Rapids): the macro the
 # compiler defines for each, and the flag that switches it off. AMX compiles (no Eigen path).
 FAILING_EXTENSIONS = {'__AVX512FP16__': '-mno-avx512fp16'}
+# What a compiler says when a build fails for want of memory or disk, or by its own crash: no
+# other -march mends that, so no baseline is tried, and this line is the one said.
+NOT_ISA_FAILURES = ('Killed signal', 'No space left', 'internal compiler error')
 
 
 class BuildError(RuntimeError):
@@ -118,16 +121,31 @@ def compile_command(sources, output, cxx, march='native'):
              '-o', str(output)] + tf.sysconfig.get_link_flags())
 
 
+@functools.lru_cache(maxsize=None)
+def compiler_version(cxx):
+    """The first line of ``cxx --version`` ('' where it says none): about 5 ms, once a process.
+
+        >>> compiler_version('g++')
+        'g++ (Debian 12.2.0-14) 12.2.0'
+    """
+    try:
+        done = subprocess.run([cxx, '--version'], capture_output=True, text=True)
+    except OSError:
+        return ''
+    return (done.stdout.splitlines() or [''])[0].strip()
+
+
 def library_path(sources, cxx):
     """Where the library of ``sources`` (one path or several) for this machine, TensorFlow and
-    compiler is cached; named after the first."""
+    compiler (its command and version: an upgraded compiler builds again) is cached; named
+    after the first."""
     from crf_lr.compat import tf
     from crf_lr.precision import cpu_flags
     paths = source_paths(sources)
     key = hashlib.sha256()
     for part in (*(path.read_bytes() for path in paths), tf.__version__.encode(),
                  shlex.join(compile_command(paths, 'out', cxx)).encode(),
-                 ' '.join(sorted(cpu_flags())).encode()):
+                 compiler_version(cxx).encode(), ' '.join(sorted(cpu_flags())).encode()):
         key.update(part)
     return cache_dir() / f'{paths[0].stem}-{key.hexdigest()[:16]}.so'
 
@@ -292,15 +310,16 @@ def remove_unused_builds(path, days=UNUSED_DAYS):
 
 
 def _build(sources, path, cxx):
-    """Compile ``sources`` into ``path`` at ``-march=native``, and where that fails on x86-64,
-    once more at :func:`baseline_march`. Returns ``(march, note)``: the ``-march`` built at, and
-    why it is not native ('' where it is). Raises native's :class:`BuildError` where both fail."""
+    """Compile ``sources`` into ``path`` at ``-march=native``, and where that fails on x86-64
+    (but not for one of :data:`NOT_ISA_FAILURES`), once more at :func:`baseline_march`. Returns
+    ``(march, note)``: the ``-march`` built at, and why it is not native ('' where it is).
+    Raises native's :class:`BuildError` where both fail."""
     try:
         _compile(sources, path, cxx, 'native')
         return 'native', ''
     except BuildError as native:
         baseline = baseline_march(cxx)
-        if baseline is None:
+        if baseline is None or any(failure in str(native) for failure in NOT_ISA_FAILURES):
             raise
         try:
             _compile(sources, path, cxx, baseline)
@@ -320,7 +339,8 @@ def _compile(sources, path, cxx, march):
             raise BuildError(f'cannot run {cxx}: {error.strerror}') from None
         if done.returncode:
             lines = done.stderr.splitlines()
-            first = ([line for line in lines if 'error' in line] or lines
+            first = ([line for line in lines if any(f in line for f in NOT_ISA_FAILURES)]
+                     or [line for line in lines if 'error' in line] or lines
                      or [f'exit status {done.returncode}, no message'])[0]
             raise BuildError(f'{cxx} failed: {first}')
 

@@ -78,6 +78,58 @@ def test_a_native_build_that_fails_is_built_at_a_baseline_and_says_so(tmp_path, 
     assert fused_kernels.status() == f"fused kernels: on (cached; {built['note']})"
 
 
+@pytest.fixture
+def fake_compiler(tmp_path):
+    """``make(version, stderr='')``: a compiler script whose ``--version`` says ``version`` and
+    that fails at anything else saying ``stderr``; the caches of what compilers say are cleared
+    after."""
+    def make(version, stderr=''):
+        script = tmp_path / 'g++'
+        script.write_text(f'#!/bin/sh\n[ "$1" = --version ] && echo "g++ (Debian) {version}" && '
+                          f"exit 0\nprintf '%s' '{stderr}' >&2; exit 1\n")
+        script.chmod(0o755)
+        native_build.compiler_version.cache_clear()
+        return str(script)
+    yield make
+    native_build.compiler_version.cache_clear()
+    native_build.predefined_macros.cache_clear()
+
+
+def test_an_upgraded_compiler_builds_again(tmp_path, monkeypatch, fake_compiler):
+    """The same compiler command at another version: another library (a baseline build or a
+    failure note of the old compiler is not kept)."""
+    source = _probe(tmp_path, monkeypatch)
+    paths = []
+    for version in ('12.2.0', '12.3.0'):
+        cxx = fake_compiler(version)
+        assert native_build.compiler_version(cxx) == f'g++ (Debian) {version}'
+        paths.append(native_build.library_path(source, cxx))
+    assert paths[0] != paths[1] and paths[0].parent == paths[1].parent
+
+
+@pytest.mark.parametrize('said, retried', [
+    ('probe.cc:1: error: expected initializer before <', True),
+    ('probe.cc:1: error: x\ng++: fatal error: Killed signal terminated program cc1plus', False),
+    ('/usr/bin/ld: final link failed: No space left on device', False),
+    ('probe.cc:9: internal compiler error: Segmentation fault', False),
+])
+def test_a_baseline_is_tried_only_where_another_march_may_mend_the_build(
+        tmp_path, monkeypatch, fake_compiler, said, retried):
+    """A header or ISA error is tried at a baseline; out of memory or disk, or the compiler's
+    crash, is not, and its line is the one said."""
+    source = _probe(tmp_path, monkeypatch)
+    cxx = fake_compiler('12.2.0', said)
+    monkeypatch.setattr(native_build, 'baseline_march', lambda cxx: 'x86-64-v2')
+    tried = []
+    compile_once = native_build._compile
+    monkeypatch.setattr(native_build, '_compile', lambda sources, path, cxx, march: tried.append(
+        march) or compile_once(sources, path, cxx, march))
+    with pytest.raises(native_build.BuildError) as raised:
+        native_build._build(source, tmp_path / 'probe.so', cxx)
+    assert tried == (['native', 'x86-64-v2'] if retried else ['native'])
+    assert str(raised.value) == f'{cxx} failed: {said.splitlines()[0 if retried else -1]}'
+
+
 def _truncated(path):
     with open(path, 'r+b') as f:
         f.truncate(path.stat().st_size // 2)
