@@ -208,8 +208,9 @@ def built_library(sources, on_build=None):
             try:
                 march, note = _build(sources, path, cxx)
             except BuildError as error:
-                with atomic_write(str(failed)) as file:
-                    file.write(f'{error}\n')
+                with contextlib.suppress(OSError):           # the compiler's error said, not this
+                    with atomic_write(str(failed)) as file:
+                        file.write(f'{error}\n')
                 raise
             _write_record(path, march, note)
     except OSError as error:

@@ -130,6 +130,21 @@ def test_a_baseline_is_tried_only_where_another_march_may_mend_the_build(
     assert str(raised.value) == f'{cxx} failed: {said.splitlines()[0 if retried else -1]}'
 
 
+def test_a_failure_note_that_cannot_be_written_leaves_the_compiler_error_said(
+        tmp_path, monkeypatch, fake_compiler):
+    """The build failed and its ``.failed`` note cannot be written: the compiler's error is
+    raised, not 'cannot write the cache'."""
+    source = _probe(tmp_path, monkeypatch)
+    monkeypatch.setenv('CXX', fake_compiler('12.2.0', 'probe.cc:1: error: boom'))
+    monkeypatch.setattr(native_build, 'baseline_march', lambda cxx: None)
+
+    def unwritable(path):
+        raise PermissionError(errno.EACCES, 'Permission denied', path)
+    monkeypatch.setattr(native_build, 'atomic_write', unwritable)
+    with pytest.raises(native_build.BuildError, match=r'g\+\+ failed: probe\.cc:1: error: boom$'):
+        native_build.built_library(source)
+
+
 def _truncated(path):
     with open(path, 'r+b') as f:
         f.truncate(path.stat().st_size // 2)
