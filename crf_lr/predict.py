@@ -126,11 +126,11 @@ def predict_records(tagger, lines, constrain=True, min_confidence=None, marginal
     """One JSON-ready dict per line: ``text``; ``entities`` (as :func:`predict_lines`) or, for a
     segmentation model, ``words`` and their ``confidences``; ``path_probability`` (the whole
     decoded tag path's probability, None for span heads; 0.0 where it underflows, on a long line)
-    and ``path_log_probability``, its natural log (finite at any length); with ``marginals``,
-    ``labels``,
-    ``marginals``, the label probabilities of each unit (characters, or words of an English
-    model; a segmentation line's characters without its whitespace), and ``offsets``, each
-    unit's ``[start, end]`` in ``text``. ``predictions``: the Tagger's predictions of
+    and ``path_log_probability``, its natural log (finite at any length; None where a custom
+    head gives a path probability of 0.0, whose log JSON cannot write); with ``marginals``,
+    ``labels``, ``marginals``, the label probabilities of each unit (characters, or words of an
+    English model; a segmentation line's characters without its whitespace), and ``offsets``,
+    each unit's ``[start, end]`` in ``text``. ``predictions``: the Tagger's predictions of
     :func:`line_units`'s sequences, when already made (decoded with ``marginals`` if asked).
 
         >>> records = predict_records(tagger, lines)
@@ -161,7 +161,8 @@ def predict_records(tagger, lines, constrain=True, min_confidence=None, marginal
         logs = [p.path_log_probability for p in found]
         log_probability = None if None in logs else float(sum(logs))
         record['path_probability'] = None if None in logs else float(np.exp(log_probability))
-        record['path_log_probability'] = log_probability
+        record['path_log_probability'] = (log_probability if log_probability != -np.inf else
+                                          None)           # JSON has no -Infinity
         if marginals:
             record['labels'] = list(tagger.head.labels)
             record['marginals'] = np.round(np.concatenate(
@@ -278,7 +279,7 @@ def main(argv=None):
     try:
         for record, result in zip(records, results):
             if args.format == 'json':
-                out.write(json.dumps(record, ensure_ascii=False) + '\n')
+                out.write(json.dumps(record, ensure_ascii=False, allow_nan=False) + '\n')
             elif tagger.head.scheme.segmentation:
                 out.write(args.separator.join(result) + '\n')
             else:

@@ -34,7 +34,8 @@ class Prediction(Decoded):
     windows; None for span heads; 0.0 where it underflows, on a long text); when asked for, each
     unit's label probabilities ``(units, L)`` in the order of ``head.labels``; and the path
     probability's natural log, ``path_log_probability`` (the sum over the windows, finite at any
-    length).
+    length; -inf where a custom head gives a path probability of 0.0, which
+    ``crf_lr.predict.predict_records`` and the server write as null).
 
     Confidence: CRF head, the exact probability under the CRF that the text holds exactly this
     entity (its units read as the head reads them: a word's tag off its pieces); softmax head,

@@ -208,6 +208,34 @@ def test_a_long_line_keeps_a_finite_path_log_probability(saved, name):
             875 * windows[0].path_log_probability)
 
 
+@pytest.fixture
+def custom_decode(saved, monkeypatch):
+    """``set(**fields)``: the CRF head's windows decoded with ``fields`` replaced, as a user's
+    head might give them (a path probability and no log of it)."""
+    import dataclasses
+    from crf_lr.tagger import Tagger
+    head_class = type(Tagger.load(saved['ner_crf']).head)
+    decode = head_class.decode
+
+    def set(**fields):
+        monkeypatch.setattr(head_class, 'decode', lambda *args, **kw: [
+            dataclasses.replace(d, **fields) for d in decode(*args, **kw)])
+    return set
+
+
+def test_a_custom_heads_zero_path_probability_is_a_null_log_in_json(
+        saved, tmp_path, capsys, custom_decode):
+    """Its log would be -inf, which JSON cannot write (``-Infinity``): null; and a NaN that
+    ever reaches predict's JSON fails loudly rather than writing ``NaN``."""
+    custom_decode(path_probability=0.0, path_log_probability=None)
+    _, out = _run([saved['ner_crf'], '--format', 'json'], tmp_path, ['张三上海'], capsys)
+    record = json.loads(out, parse_constant=lambda name: pytest.fail(f'{name} in {out}'))
+    assert record['path_probability'] == 0.0 and record['path_log_probability'] is None
+    custom_decode(confidences=[np.nan] * 9)
+    with pytest.raises(ValueError, match='not JSON compliant'):
+        _run([saved['ner_crf'], '--format', 'json'], tmp_path, ['张三上海'], capsys)
+
+
 def test_json_carries_confidences_marginals_and_drops_the_unsure(saved, tmp_path, capsys):
     texts = ['张三上海', '上海张三去']
     results, out = _run([saved['ner_crf'], '--format', 'json', '--marginals'], tmp_path, texts,
