@@ -161,9 +161,9 @@ def export(model_dir, out_dir, overwrite=False):
     """
     _, labels_path, vocab_path, _ = check_model_folder(model_dir)
     recover_folder(out_dir)
+    check_folder_path(out_dir)                   # a file: --overwrite would not help
     if os.path.exists(out_dir) and not overwrite:
         raise FileExistsError(f'{out_dir} exists: choose another folder or pass --overwrite')
-    check_folder_path(out_dir)
     from crf_lr.compat import flat_dense, tf
     from crf_lr.crf import use_xla
     from crf_lr.tagger import Tagger

@@ -172,13 +172,15 @@ def test_bad_arguments_are_one_line_errors(exported, tmp_path, capsys):
         assert exit_info.value.code == 2 and message in capsys.readouterr().err
 
 
-def test_overwrite_onto_a_file_names_the_file(exported, tmp_path, capsys):
-    """It named the scratch folder (``[Errno 20] Not a directory: '.afile.partial-…'``)."""
+@pytest.mark.parametrize('overwrite', [[], ['--overwrite']])
+def test_an_export_onto_a_file_names_the_file(exported, tmp_path, capsys, overwrite):
+    """With --overwrite it named the scratch folder (``[Errno 20] Not a directory:
+    '.afile.partial-…'``); without, it asked for --overwrite, which could not help."""
     from crf_lr.export import main
     target = tmp_path / 'afile'
     target.write_text('mine')
     with pytest.raises(SystemExit) as exit_info:
-        main([str(exported[0] / 'models' / 'crf' / 'model'), str(target), '--overwrite'])
+        main([str(exported[0] / 'models' / 'crf' / 'model'), str(target), *overwrite])
     error = capsys.readouterr().err.strip().splitlines()[-1]
     assert exit_info.value.code == 2 and error.endswith(
         f'error: {target} is a file, not a folder: remove it or choose another path')
