@@ -650,7 +650,7 @@ def read_bio(path, sep=None, types=None, scheme='BIO', repair=False, chunked=Tru
             pair = parsed[line] = pair and (pair[0], _normal_tag(pair[1]))
         if pair is None:
             raise DataFormatError(path, number, f'expected one character, {_SEPARATOR_NAMES[sep]} '
-                                                f'and a tag, got {echo(line)}')
+                                                f'and a tag, got {echo(line)}{_words_hint(path)}')
         if not chars:
             first_line = number
         chars.append(pair[0])
@@ -661,6 +661,16 @@ def read_bio(path, sep=None, types=None, scheme='BIO', repair=False, chunked=Tru
     if chars:
         finish()
     return examples
+
+
+def _words_hint(path):
+    """Where most of the file's tokens (each line's first field) are words, not characters: what
+    reads them, to end a refusal with; else ''."""
+    tokens = [line.split(None, 1)[0] for _, line in _lines(path) if line.strip()]
+    if 2 * sum(not one_character(token) for token in tokens) <= len(tokens):
+        return ''
+    return ('; most of its tokens are words: --format conll reads them (a word model, which '
+            'cannot tag unspaced text)')
 
 
 def _flat_tags(spans, length):
@@ -1202,9 +1212,8 @@ def _detected(path):
         number, line = next(entry for entry, ok in zip(lines, kind) if not ok)
         raise DataFormatError(path, number, f'expected {name}, spaces or tabs and a tag like '
                                             f'{100 * sum(kind) // len(lines)}% of the lines, got '
-                                            f'{echo(line)}: write it as they are, {name} a line '
-                                            '(a character model reads raw text a character at a '
-                                            'time)')
+                                            f'{echo(line)}: give {name} a line, as the other '
+                                            'lines do')
     return 'conll', f'{len(facts[lines[0][1]][0])} columns a line, a word first and its tag last; {why}'
 
 

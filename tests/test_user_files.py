@@ -307,8 +307,8 @@ def test_a_space_character_and_its_tag(tmp_path):
     ('B-PER 张\nI-PER 三\nO 去\n', 1, "the tag stands first \\('B-PER 张'\\): put each line's tag last"),
     ('B 中\nE 国\nS 人\n', 1, "the tag stands first \\('B 中'\\): put each line's tag last"),
     ('张 B-PER\n' * 12 + 'iPhone O\n', 13, "expected one character, spaces or tabs and a tag like "
-                                         "92% of the lines, got 'iPhone O': write it as they are, "
-                                         r"one character a line \(a character model"),
+                                         "92% of the lines, got 'iPhone O': give one character a "
+                                         'line, as the other lines do$'),
     ('{"text": "张三", "label": {"name": {"张三": [[0, 1]]}}},\n', 1,
      'a comma ends the line: JSON lines hold one object a line'),
 ])
@@ -316,6 +316,22 @@ def test_faults_named_with_what_to_fix(tmp_path, content, line, match):
     path = write(tmp_path, 'file.txt', content)
     with raises_at(path, line, match):
         read_corpus(path)
+
+
+@pytest.mark.parametrize('content, line, hint', [
+    ('EU B-ORG\nrejects O\nGerman B-MISC\ncall O\n.\tO\n', 1, True),     # words: conll reads them
+    ('张 B-PER\n三 I-PER\n去 O\n上海 B-LOC\n', 4, False),                   # characters and a word
+])
+def test_a_character_format_given_to_a_file_of_words_says_what_reads_words(tmp_path, content,
+                                                                           line, hint):
+    """--format char-bio on a file whose tokens are mostly words names --format conll (and
+    what it trains); on a file of characters it does not."""
+    path = write(tmp_path, 'file.txt', content)
+    with raises_at(path, line, 'expected one character, spaces or tabs and a tag, got ') as found:
+        read_corpus(path, format='char-bio')
+    assert found.value.args[0].endswith(
+        '; most of its tokens are words: --format conll reads them (a word model, which cannot '
+        'tag unspaced text)') == hint
 
 
 def test_conll_documents_tabs_and_no_break_spaces(tmp_path):
@@ -373,8 +389,8 @@ def test_an_iob1_file_says_it_was_read_as_bio(tmp_path):
      "more after the JSON array's closing ']': give one array, or one record a line"),
     ('\n'.join(f'{c}{k % 3} O' for k, c in enumerate('中国人民共和国是一个美丽的国家')) + '\n国 O\n', 16,
      'expected one character with its word-position number, spaces or tabs and a tag like 93% of '
-     "the lines, got '国 O': write it as they are, one character with its word-position number a "
-     'line'),
+     "the lines, got '国 O': give one character with its word-position number a line, as the "
+     'other lines do$'),
     ('迈向/v  充满/v  希望/n  的/u  新/a  世纪/n\n迈向/v  充满  希望/n  的/u  新/a  世纪/n\n', 2,
      "'充满' has no /TAG where 91% of the words are word/TAG"),
     ('Müller B-PER\nKöln B-LOC\n'.encode('latin-1'), 1,
