@@ -5,7 +5,7 @@ labels, order, head initialisation, optimiser settings and thread count.
     $ python benchmarks/end_to_end.py --quick   # CoNLL-2003 subset, CRF, no train_on_batch, 1 seed
                                                 # (2.6 min of CPU time; 13.6 min wall at load 10)
     $ nice -n 19 python benchmarks/end_to_end.py   # CoNLL-2003 and MSRA, CRF and softmax, 3 seeds
-    $ python benchmarks/end_to_end.py --report benchmarks/results.end_to_end.json   # the tables
+    $ python benchmarks/end_to_end.py --report benchmarks/results/end_to_end.json   # the tables
 
 Stacks: ``crf_lr train_steps`` (the scripts' loop, ``crf_lr.runs.train_steps``), ``crf_lr
 train_on_batch`` (Keras's ``model.train_on_batch``, bert4keras style), ``crf_lr trace_once +
@@ -24,7 +24,7 @@ Reported per stack, as median [min–max] over the rounds: first epoch, steady e
 epochs 2..E), one training step on a fixed 32 x 128 batch, prediction throughput at batch 32 (all
 test sentences) and batch 1 (the first 100; each the median of three timed passes after a warm
 one), peak RSS of the process, strict test F1 after the same epochs. Results: ``--out`` (JSON,
-default ``benchmarks/results.end_to_end.json``, or ``results.end_to_end.quick.json`` with
+default ``benchmarks/results/end_to_end.json``, or ``results/end_to_end.quick.json`` with
 ``--quick``), the Markdown table printed.
 
 Needs the ``bench`` extra for the PyTorch side (``make bench`` installs it: torch's CPU build,
@@ -291,7 +291,7 @@ def main(argv=None):
                  omp_wait_policy='PASSIVE' if args.omp_passive else 'default',
                  plan=plan, precisions=list(precisions), absent=absent, versions=versions(),
                  load_average=[round(x, 2) for x in os.getloadavg()], results=results)
-    out = args.out or os.path.join(HERE, 'results.end_to_end'
+    out = args.out or os.path.join(HERE, 'results', 'end_to_end'
                                    + ('.quick' if args.quick else '') + '.json')
     save(saved, out)
     print(f'\n{report(saved)}\n\nsaved to {out}')

@@ -36,7 +36,7 @@ Everything else as the library runs it (prediction under ``flat_dense``, batched
   32 x 128 looked-up ids).
 
     $ python benchmarks/graph_probe.py --change flat_dense --part predict   # a JSON line per precision
-    $ python benchmarks/graph_probe.py --change batched_attention --part step --out results.json
+    $ python benchmarks/graph_probe.py --change batched_attention --part step   # benchmarks/results/graph_probe.batched_attention.step.json
     $ python benchmarks/graph_probe.py --change batched_attention --part predict --profile 3
     $ python benchmarks/graph_probe.py --change fused_adam --part step
     $ python benchmarks/graph_probe.py --change closed_form_layer_norm --part step
@@ -201,11 +201,13 @@ def main():
     parser.add_argument('--part', choices=('predict', 'step', 'update'), default='predict')
     parser.add_argument('--rounds', type=int, default=7)
     parser.add_argument('--sentences', type=int, default=200, help='--part predict: test sentences')
-    parser.add_argument('--out', default=None, help='also write the JSON lines to this file')
+    parser.add_argument('--out', default=None, help='JSON lines (default: '
+                        'benchmarks/results/graph_probe.<change>.<part>.json)')
     parser.add_argument('--profile', type=int, default=0, metavar='CALLS',
                         help='also profile this many calls with the change on: op ms by kind '
                              'and the costliest op types (step_profile.py)')
     args = parser.parse_args()
+    args.out = args.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), 'results', f'graph_probe.{args.change}.{args.part}.json')
     if args.change == 'inference_only' and args.part != 'predict':
         parser.error('--change inference_only is a way of loading a model for prediction: '
                      'use it with --part predict')

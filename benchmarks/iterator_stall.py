@@ -6,7 +6,7 @@ dataset feeds a ``tf.function`` of matrix products sized to run ``--step-s`` sec
     $ python benchmarks/iterator_stall.py --rounds 8      # one JSON line, then a summary line
 
 A stall shows as a deletion of tenths of a second or more where it should take a millisecond
-(TF 2.21, 2 CPU cores: benchmarks/results.iterator_stall.json, docs/performance.md).
+(TF 2.21, 2 CPU cores: benchmarks/results/iterator_stall.json, docs/performance.md).
 """
 import argparse
 import json
@@ -63,7 +63,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--rounds', type=int, default=8)
     parser.add_argument('--step-s', type=float, default=1.3, help='seconds per step (default 1.3)')
-    parser.add_argument('--out', default=None, help='also write the JSON line to this file')
+    parser.add_argument('--out', default=os.path.join(os.path.dirname(os.path.abspath(__file__)), 'results', 'iterator_stall.json'),
+                        help='JSON line (default: benchmarks/results/iterator_stall.json)')
     args = parser.parse_args()
     from crf_lr.compat import tf
     step = sized_step(tf, args.step_s)

@@ -66,7 +66,8 @@ def floor_function(tf, products, dtype):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--rounds', type=int, default=7)
-    parser.add_argument('--out', default=None, help='also write the JSON line to this file')
+    parser.add_argument('--out', default=os.path.join(os.path.dirname(os.path.abspath(__file__)), 'results', 'matmul_floor.json'),
+                        help='JSON line (default: benchmarks/results/matmul_floor.json)')
     args = parser.parse_args()
     from crf_lr.compat import tf
     products = step_products(**SHAPE)

@@ -1,9 +1,9 @@
 """Benchmark suite: crf_lr's CRF loss, Viterbi and whole training steps against bert4keras and
 TensorFlow Addons (and softmax / GlobalPointer heads), in one process, after warm-up.
 
-    $ python benchmarks/run.py            # full run (10-20 min on 2 cores): results.json, plots
+    $ python benchmarks/run.py            # full run (10-20 min on 2 cores): results/run.json, plots
     $ python benchmarks/run.py --quick    # a subset, under 2 minutes
-    $ python benchmarks/run.py --report benchmarks/results.json   # tables of a saved run
+    $ python benchmarks/run.py --report benchmarks/results/run.json   # tables of a saved run
     $ python benchmarks/run.py --part precision   # only float32 / XLA / bf16 steps, first epoch
     $ python benchmarks/run.py --part confidence  # only marginals / entity probabilities
     $ python benchmarks/run.py --part step        # the targets' step: batch 32, n = 128, 4 heads
@@ -352,7 +352,7 @@ def predates_min_max(results):
     """Whether ``results`` come from a run before times and ratios were quoted as median
     [min–max] (its ratios are plain ratios of medians).
 
-        >>> predates_min_max(json.load(open('benchmarks/results.json')))
+        >>> predates_min_max(json.load(open('benchmarks/results/run.json')))
     """
     return not isinstance(next(iter(results['crf_loss'][0]['ratios'].values())), dict)
 
@@ -362,7 +362,7 @@ def restated(results):
     ``max_ms``, every ratio and the targets restated from the per-call times (``times_ms``,
     round by round) it kept.
 
-        >>> print(report(restated(json.load(open('benchmarks/results.json')))))
+        >>> print(report(restated(json.load(open('benchmarks/results/run.json')))))
     """
     results = copy.deepcopy(results)
     cases_ = results['crf_loss'] + [results['viterbi']] + results['train_step']
@@ -624,18 +624,19 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--quick', action='store_true', help='a subset, under 2 minutes')
     parser.add_argument('--out', default=None, help='results JSON (default '
-                        'benchmarks/results.json; benchmarks/results.quick.json with --quick)')
+                        'benchmarks/results/run.json, or benchmarks/results/<part>.json with --part; '
+                        '.quick.json with --quick)')
     parser.add_argument('--plots', default=None, help='folder for the PNG plots (default docs/ for '
                         'a full run, none with --quick)')
     parser.add_argument('--report', metavar='JSON', help='print the tables of a saved run and exit')
     parser.add_argument('--part', choices=('all', 'precision', 'confidence', 'step', 'crf_loss'),
                         default='all',
                         help='precision: only the float32 / XLA / bf16 step table and the first '
-                        'epoch case (results.precision.json); confidence: only marginals, '
+                        'epoch case (results/precision.json); confidence: only marginals, '
                         'entity probabilities and predictions with confidences '
-                        '(results.confidence.json); step: only the step table at batch 32, '
-                        'n = 128 (results.step.json); crf_loss: only the CRF loss and gradient '
-                        '(results.crf_loss.json)')
+                        '(results/confidence.json); step: only the step table at batch 32, '
+                        'n = 128 (results/step.json); crf_loss: only the CRF loss and gradient '
+                        '(results/crf_loss.json)')
     parser.add_argument('--heads', nargs='+', choices=FULL['precision_heads'], metavar='HEAD',
                         help="only these of the precision step table's heads "
                         f"({', '.join(FULL['precision_heads'])}; default: all)")
@@ -651,9 +652,8 @@ def main():
         with open(args.report, encoding='utf-8') as f:
             print(report(json.load(f)))
         return
-    name = 'results' + ('.' + args.part if args.part != 'all' else '') + (
-        '.quick' if args.quick else '') + '.json'
-    out = args.out or os.path.join(HERE, name)
+    name = ('run' if args.part == 'all' else args.part) + ('.quick' if args.quick else '') + '.json'
+    out = args.out or os.path.join(HERE, 'results', name)
     results = run(args.quick, out, args.part, args.heads, args.variants)
     print(report(results))
     plots = args.plots or (None if args.quick or args.part != 'all'

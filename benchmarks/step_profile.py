@@ -13,7 +13,7 @@ the attention's softmax gradient.
     $ python benchmarks/step_profile.py                       # CRF head, batch 32, n = 128
     $ python benchmarks/step_profile.py --heads softmax 'CRF (crf_lr)' --steps 3
 
-Writes ``benchmarks/results.step_profile.json`` and prints a Markdown table.
+Writes ``benchmarks/results/step_profile.json`` and prints a Markdown table.
 """
 import argparse
 import collections
@@ -186,7 +186,7 @@ def main():
     parser.add_argument('--layers', type=int, default=4)
     parser.add_argument('--steps', type=int, default=3, help='profiled steps per row')
     parser.add_argument('--xla', action='store_true', help='the whole step XLA-compiled')
-    parser.add_argument('--out', default=os.path.join(HERE, 'results.step_profile.json'))
+    parser.add_argument('--out', default=os.path.join(HERE, 'results', 'step_profile.json'))
     args = parser.parse_args()
     started = datetime.datetime.now(datetime.timezone.utc)
     rows = profile(args.heads, args.precisions, args.batch, args.n, args.layers, args.steps,

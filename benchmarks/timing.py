@@ -104,7 +104,7 @@ def write_lines(path, lines):
     """Write ``lines`` (str), one per line, to ``path`` atomically (nothing there is half
     written if the run is killed).
 
-        >>> write_lines('benchmarks/results.probe.json', [json.dumps(row) for row in rows])
+        >>> write_lines('benchmarks/results/probe.json', [json.dumps(row) for row in rows])
     """
     from crf_lr.atomic import atomic_write
     with atomic_write(path) as f:
