@@ -18,16 +18,16 @@ setup(
     # regex: the extended grapheme clusters (\X) that read as one character in character files
     install_requires=['tensorflow-cpu==2.21.0', 'numpy', 'tqdm', 'regex'],
     extras_require={
-        'test': ['pytest', 'pytest-xdist', 'seqeval', 'httpx', 'selenium'],
+        # aiohttp: the client of benchmarks/serve_load.py (cheaper per request than httpx)
+        'test': ['pytest', 'pytest-xdist', 'seqeval', 'httpx', 'selenium', 'aiohttp>=3.9'],
         'plots': ['matplotlib'],
         # peers only, never runtime dependencies; torch: install its CPU build first (make bench
         # does; PyPI's Linux torch pulls GBs of CUDA packages): docs/performance.md, "End to end"
         'bench': ['matplotlib', 'tensorflow-addons==0.23.0', 'typeguard<3', 'torch==2.13.0',
                   'transformers==5.24.0', 'pytorch-crf==0.7.2'],
-        # crf_lr.serve; httptools, uvloop: uvicorn's C HTTP parser and event loop; aiohttp: the
-        # client of benchmarks/serve_load.py
+        # crf_lr.serve; httptools, uvloop: uvicorn's C HTTP parser and event loop
         'serve': ['starlette>=0.40', 'uvicorn>=0.30', 'prometheus_client', 'httptools>=0.6',
-                  'uvloop>=0.19', 'aiohttp>=3.9'],
+                  'uvloop>=0.19'],
     },
     package_data={'crf_lr': ['static/*', 'kernels/*.cc']},          # the served page; C++ kernels
     entry_points={'console_scripts': [

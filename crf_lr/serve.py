@@ -30,6 +30,7 @@ import os
 import socket
 import time
 
+from crf_lr.cli import add_precision_option
 from crf_lr.runs import check_model_folder
 
 # Stated limits of one POST /v1/predict request (a 100,000-character text fits: it is windowed).
@@ -758,8 +759,7 @@ def main(argv=None):
                              'httptools when installed (default: %(default)s)')
     parser.add_argument('--card-details', action='store_true',
                         help='the model card names the model folder and the training command')
-    parser.add_argument('--precision', choices=('float32', 'mixed_bfloat16', 'auto'),
-                        default='float32', help='compute precision (default: %(default)s)')
+    add_precision_option(parser)
     parser.add_argument('--verbose', action='store_true', help="log every request and "
                                                                "TensorFlow's start-up lines")
     args = parser.parse_args(argv)
@@ -788,7 +788,7 @@ def main(argv=None):
     from crf_lr.precision import set_precision
     from crf_lr.predict import predict_lines
     from crf_lr.tagger import Tagger
-    set_precision(args.precision)
+    precision = set_precision(args.precision)
     began = time.perf_counter()
     try:
         tagger = Tagger.load(args.model_dir, batch_size=max(args.max_batch, 32))
@@ -801,7 +801,7 @@ def main(argv=None):
                      load_seconds=time.perf_counter() - began)
     sock.listen(2048)                                  # connections queue from here on
     port = sock.getsockname()[1]                       # the one chosen, for --port 0
-    print(f'serving {args.model_dir} on http://{args.host}:{port}/ (Ctrl-C stops)',
+    print(f'serving {args.model_dir} on http://{args.host}:{port}/ (Ctrl-C stops)\n{precision}',
           flush=True)
     server = uvicorn.Server(uvicorn.Config(
         app, log_level='info' if args.verbose else 'warning', lifespan='on',

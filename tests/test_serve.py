@@ -298,6 +298,11 @@ def test_the_serving_line_comes_once_the_port_takes_connections(trained_ner_dir,
         assert line.startswith(f'serving {trained_ner_dir} on http://127.0.0.1:'), line
         port = int(line.split('127.0.0.1:')[1].split('/')[0])
         assert port > 0
+        while 'precision: ' not in log.read_text() and time.time() < deadline:
+            time.sleep(0.02)
+        from crf_lr.precision import native_bf16      # the default, auto, says what it became
+        used = 'mixed_bfloat16' if native_bf16() else 'float32'
+        assert log.read_text().splitlines()[1].startswith(f'precision: auto -> {used} (')
         with urllib.request.urlopen(f'http://127.0.0.1:{port}/healthz', timeout=30) as answer:
             assert json.load(answer) == {'status': 'ok'}     # at once: no retry
     finally:

@@ -86,10 +86,12 @@ return [...document.querySelectorAll('#output mark.entity')].map((mark) => {
 
 def test_entities_after_emoji_with_confidences_and_path_probability(trained_ner_dir, browser,
                                                                     tmp_path):
+    from crf_lr.precision import set_precision
     from crf_lr.predict import predict_records
     from crf_lr.tagger import Tagger
     from selenium.webdriver.common.by import By
     text = '😀😀李鹏在北京会见了美国国务卿奥尔布赖特。'
+    set_precision('auto')                    # as the server computes by default
     (record,) = predict_records(Tagger.load(trained_ner_dir), [text])
     expected = [(e['text'], e['type']) for e in record['entities']]
     assert ('北京', 'LOC') in expected
