@@ -267,12 +267,12 @@ def main(argv=None):
         with open(args.report, encoding='utf-8') as f:
             print(report(json.load(f)))
         return
-    from crf_lr.cli import quiet_tensorflow
-    quiet_tensorflow(native=argv is None)      # TensorFlow's C++ log lines off the console
     plan = dict(QUICK if args.quick else FULL)
     plan.update({k: v for k, v in vars(args).items() if k in plan and v is not None})
     if plan['epochs'] < 2:
         parser.error('--epochs must be >= 2 (the steady epoch is epochs 2..E)')
+    from crf_lr.cli import quiet_tensorflow
+    quiet_tensorflow(native=argv is None)      # TensorFlow's C++ log lines off the console
     from crf_lr.precision import native_bf16
     flags = native_bf16()
     precisions = args.precisions or (('float32', 'bfloat16') if flags else ('float32',))

@@ -652,6 +652,8 @@ def main():
         with open(args.report, encoding='utf-8') as f:
             print(report(json.load(f)))
         return
+    from crf_lr.cli import quiet_tensorflow
+    quiet_tensorflow()                       # TensorFlow's C++ log lines off the console
     name = ('run' if args.part == 'all' else args.part) + ('.quick' if args.quick else '') + '.json'
     out = args.out or os.path.join(HERE, 'results', name)
     results = run(args.quick, out, args.part, args.heads, args.variants)
