@@ -2,6 +2,7 @@
 crf_lr's op library."""
 import json
 import os
+import sys
 
 import pytest
 
@@ -14,12 +15,16 @@ def _process_switches_restored():
     found them, so that a test running a script in-process leaves nothing to the next test of its
     worker: the numerics checks (a check traced into a graph hides static shapes) and Keras's
     global precision policy (``--precision auto`` sets mixed_bfloat16 on a CPU with native bf16)."""
-    from crf_lr.compat import keras
     from crf_lr.numerics import check_numerics_enabled, set_check_numerics
-    numerics, policy = check_numerics_enabled(), keras.mixed_precision.global_policy()
+    numerics = check_numerics_enabled()
+    def keras():             # tf-keras, where loaded (never loaded here for the Keras 3 checks)
+        compat = sys.modules.get('crf_lr.compat')
+        return compat and compat.keras
+    policy = keras().mixed_precision.global_policy().name if keras() else 'float32'
     yield
     set_check_numerics(numerics)
-    keras.mixed_precision.set_global_policy(policy)
+    if keras():
+        keras().mixed_precision.set_global_policy(policy)
 
 
 @pytest.fixture(scope='session')
