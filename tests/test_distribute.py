@@ -112,7 +112,8 @@ def test_two_workers_finish_agree_and_train_like_one_device(tmp_path):
     command = [sys.executable, os.path.join(ROOT, 'examples', 'task_ner.py'),
                '--train-file', f'{data}/train.txt', '--dev-file', f'{data}/dev.txt',
                '--encoder', _write_tiny_encoder(tmp_path), '--train-limit', '16', '--epochs', '2',
-               '--batch-size', '4', '--maxlen', '64', '--lr', '1e-2']
+               '--batch-size', '4', '--maxlen', '64', '--lr', '1e-2',
+               '--precision', 'float32']        # bf16 (auto) rounds differently per replica
     workers = [f'127.0.0.1:{port}' for port in _free_ports(2)]
     processes = [subprocess.Popen(
         command + ['--strategy', 'multiworker', '--output', str(tmp_path / 'cluster')],
