@@ -11,20 +11,19 @@ import crf_lr  # noqa: F401  (environment before TensorFlow)
 
 @pytest.fixture(autouse=True)
 def _process_switches_restored():
-    """Every test starts with the process-wide switches the scripts set as the test before it
-    found them, so that a test running a script in-process leaves nothing to the next test of its
-    worker: the numerics checks (a check traced into a graph hides static shapes) and Keras's
-    global precision policy (``--precision auto`` sets mixed_bfloat16 on a CPU with native bf16)."""
+    """Every test starts with the process-wide switches the scripts set as their defaults, so
+    that a script run in-process (by a test or by a session fixture, set up before this one)
+    leaves nothing to the next test of its worker: the numerics checks as the test before found
+    them (a check traced into a graph hides static shapes), and Keras's global precision policy
+    at float32 (``--precision auto``, the scripts' default, sets mixed_bfloat16 on a CPU with
+    native bf16)."""
     from crf_lr.numerics import check_numerics_enabled, set_check_numerics
     numerics = check_numerics_enabled()
-    def keras():             # tf-keras, where loaded (never loaded here for the Keras 3 checks)
-        compat = sys.modules.get('crf_lr.compat')
-        return compat and compat.keras
-    policy = keras().mixed_precision.global_policy().name if keras() else 'float32'
+    compat = sys.modules.get('crf_lr.compat')   # tf-keras, where loaded (not in the Keras 3 checks)
+    if compat:
+        compat.keras.mixed_precision.set_global_policy('float32')
     yield
     set_check_numerics(numerics)
-    if keras():
-        keras().mixed_precision.set_global_policy(policy)
 
 
 @pytest.fixture(scope='session')
