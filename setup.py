@@ -29,11 +29,11 @@ setup(
         'serve': ['starlette>=0.40', 'uvicorn>=0.30', 'prometheus_client', 'httptools>=0.6',
                   'uvloop>=0.19'],
     },
-    package_data={'crf_lr': ['static/*', 'kernels/*.cc']},          # the served page; C++ kernels
+    package_data={'crf_lr': ['serving/static/*', 'speed/kernels/*.cc']},          # the served page; C++ kernels
     entry_points={'console_scripts': [
-        'crf-lr-convert=crf_lr.convert:main',
-        'crf-lr-predict=crf_lr.predict:main',
-        'crf-lr-export=crf_lr.export:main',
+        'crf-lr-convert=crf_lr.model.convert:main',
+        'crf-lr-predict=crf_lr.serving.predict:main',
+        'crf-lr-export=crf_lr.serving.export:main',
         'crf-lr-serve=crf_lr.serve:main',
     ]},
 )

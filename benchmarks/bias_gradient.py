@@ -1,5 +1,5 @@
 """A bias's gradient alone in bfloat16: TensorFlow's ``BiasAddGrad`` against
-:func:`crf_lr.fused_kernels.bias_gradient` (one kernel, float32 sums), on the training step's
+:func:`crf_lr.speed.fused_kernels.bias_gradient` (one kernel, float32 sums), on the training step's
 shapes (4-layer ALBERT-tiny shape, batch 32 x n 128 = 4,096 rows: the projections' 312 columns,
 the feed-forward's 1,248, the CRF head's 7), in interleaved rounds; and how far each is from the
 float64 sum of the same bfloat16 values (normal, standard deviation 3). Prints one JSON line per
@@ -38,7 +38,7 @@ def main():
     parser.add_argument('--out', default=os.path.join(os.path.dirname(os.path.abspath(__file__)), 'results', 'bias_gradient.json'),
                         help='JSON lines (default: benchmarks/results/bias_gradient.json)')
     args = parser.parse_args()
-    from crf_lr import fused_kernels
+    from crf_lr.speed import fused_kernels
     from crf_lr.compat import tf
     ops = fused_kernels._ops()
     if ops is None:

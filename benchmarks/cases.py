@@ -66,7 +66,7 @@ def crf_inputs(rng, batch, n, labels):
 def crf_lr_losses(tf, transitions):
     """crf_lr's ``ConditionalRandomField.sparse_loss`` and ``dense_loss``, used as in a model: the
     layer's ``call`` turns the padding (Keras mask) into ``-inf`` rows, the loss reads them."""
-    from crf_lr.crf import ConditionalRandomField
+    from crf_lr.model.crf import ConditionalRandomField
     layer = ConditionalRandomField()
     layer.build((None, None, transitions.shape[0]))
     layer._trans.assign(transitions)
@@ -111,8 +111,8 @@ def loss_and_gradient(tf, implementation, jit_compile=False):
 def traced_without_kernels(tf, implementation, args, xla):
     """:func:`loss_and_gradient` traced for ``args`` with crf_lr's kernels off: the CRF's
     forward-backward pass compiled by XLA (``xla``) or TensorFlow's ops."""
-    from crf_lr.crf import use_xla
-    from crf_lr.fused_kernels import fused_kernels
+    from crf_lr.model.crf import use_xla
+    from crf_lr.speed.fused_kernels import fused_kernels
     step = loss_and_gradient(tf, implementation)
     with use_xla(xla), fused_kernels(False):
         step.get_concrete_function(*args)
@@ -176,7 +176,7 @@ def crf_loss_case(tf, tfa, n, labels, rounds, seed=0):
                               if implementations[name].exact}, lengths)
     timings = interleaved({name: (lambda s=step: s(*args)[0].numpy())
                            for name, step in steps.items()}, rounds=rounds)
-    from crf_lr.fused_kernels import status
+    from crf_lr.speed.fused_kernels import status
     return {'name': 'crf_loss_and_gradient', 'kernels': status(),
             'shape': {'batch': CRF_BATCH, 'n': n, 'labels': labels},
             'timings': timings, 'check': check, 'ratios': crf_loss_ratios(timings)}
@@ -205,7 +205,7 @@ def viterbi_ratios(timings):
 
 def crf_lr_viterbi_decoders(tf, transitions):
     """crf_lr's NumPy ``viterbi_decode`` and in-graph ``viterbi_decode_tf`` (in a tf.function)."""
-    from crf_lr.viterbi import viterbi_decode, viterbi_decode_tf
+    from crf_lr.decoding.viterbi import viterbi_decode, viterbi_decode_tf
     trans = tf.constant(transitions)
     graph = tf.function(lambda e, l: viterbi_decode_tf(e, trans, lengths=l))
 

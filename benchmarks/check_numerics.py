@@ -1,5 +1,5 @@
 """What ``crf_lr.set_check_numerics(True)`` costs in a training step: the task scripts' step
-(``crf_lr.runs.train_steps``: bert4keras ALBERT-tiny-shaped random encoder, a ``crf_lr.heads``
+(``crf_lr.training.loop.train_steps``: bert4keras ALBERT-tiny-shaped random encoder, a ``crf_lr.model.heads``
 head, ``LayerwiseAdam``) on one synthetic batch, traced once with the checks and once without,
 timed in interleaved rounds (benchmarks/timing.py). Prints one JSON line per case: the step's
 median [min-max] ms each way, the per-round ratio on / off, and the number of check ops
@@ -26,9 +26,9 @@ TYPES = ['A', 'B', 'C']
 
 def one_batch(head, batch, maxlen, vocab_size, seed=0):
     """``(inputs, targets)`` of ``batch`` random sentences of ``maxlen`` tokens ([CLS] and [SEP]
-    included), two random entities each, as ``crf_lr.runs.epoch_batches`` makes them."""
-    from crf_lr.runs import epoch_batches
-    from crf_lr.tagging import spans_to_tags
+    included), two random entities each, as ``crf_lr.training.loop.epoch_batches`` makes them."""
+    from crf_lr.training.loop import epoch_batches
+    from crf_lr.data.tagging import spans_to_tags
     rng, length, samples = np.random.default_rng(seed), maxlen - 2, []
     for _ in range(batch):
         starts = sorted(rng.choice(length - 3, 2, replace=False))
@@ -55,10 +55,10 @@ def traced_step(head_name, layers, batch, maxlen, steps, checks):
     with the checks on or off, and the number of ``Assert`` ops in its graph."""
     from bert4keras.models import build_transformer_model
     from crf_lr.compat import keras
-    from crf_lr.heads import make_head, piece_states
-    from crf_lr.numerics import set_check_numerics
-    from crf_lr.optimizers import LayerwiseAdam
-    from crf_lr.runs import train_steps
+    from crf_lr.model.heads import make_head, piece_states
+    from crf_lr.model.numerics import set_check_numerics
+    from crf_lr.training.optimizers import LayerwiseAdam
+    from crf_lr.training.loop import train_steps
     with set_check_numerics(checks):                   # read while the step is traced
         keras.utils.set_random_seed(0)
         encoder = build_transformer_model(model='albert',

@@ -4,7 +4,7 @@ without confidences, timed in interleaved rounds (part of ``benchmarks/run.py``)
 Two cases, each checked before it is timed:
 
 - decoding: 32 sequences of 128 positions, 7 BIO labels (3 types) with the scheme's constraints:
-  NumPy Viterbi; NumPy forward-backward marginals (``crf_lr.posteriors.Posteriors``); the
+  NumPy Viterbi; NumPy forward-backward marginals (``crf_lr.decoding.posteriors.Posteriors``); the
   probability of every decoded entity and path (forward-backward + one span message per entity);
   in-graph marginals (``crf_marginals``, XLA); and the CRF head's whole ``decode`` with and
   without confidences, of the same scores read as characters (one piece each) and as words
@@ -25,9 +25,9 @@ TARGET = 1.5
 
 
 def _windows(scores, rng=None):
-    """One :class:`~crf_lr.heads.Window` per row of ``scores`` (B, n, L): one piece per unit,
+    """One :class:`~crf_lr.model.heads.Window` per row of ``scores`` (B, n, L): one piece per unit,
     or (``rng``) units of 1, 2 or 3 pieces, as WordPiece cuts English words."""
-    from crf_lr.heads import Window
+    from crf_lr.model.heads import Window
     windows = []
     for row in scores:
         counts = [1] * len(row) if rng is None else rng.choice([1, 1, 1, 2, 3], size=len(row))
@@ -39,10 +39,10 @@ def _windows(scores, rng=None):
 
 def decoding_case(tf, rounds, seed=0):
     """Time decoding-level confidence against Viterbi (see the module docstring)."""
-    from crf_lr.crf import crf_marginals
-    from crf_lr.heads import make_head
-    from crf_lr.posteriors import Posteriors, span_events
-    from crf_lr.viterbi import viterbi_decode
+    from crf_lr.model.crf import crf_marginals
+    from crf_lr.model.heads import make_head
+    from crf_lr.decoding.posteriors import Posteriors, span_events
+    from crf_lr.decoding.viterbi import viterbi_decode
     rng = np.random.default_rng(seed)
     head = make_head('crf', TYPES, 'BIO')
     labels = head.labels
@@ -107,10 +107,10 @@ def decoding_case(tf, rounds, seed=0):
 
 def prediction_case(keras, rounds, seed=0):
     """Time whole predictions with and without confidences (see the module docstring)."""
-    from crf_lr.encoders import load_encoder
-    from crf_lr.heads import make_head, piece_states
-    from crf_lr.pieces import UnitEncoder
-    from crf_lr.tagger import Tagger
+    from crf_lr.model.encoders import load_encoder
+    from crf_lr.model.heads import make_head, piece_states
+    from crf_lr.data.pieces import UnitEncoder
+    from crf_lr.serving.tagger import Tagger
     keras.utils.set_random_seed(seed)
     encoder, vocab, _ = load_encoder('albert-tiny-zh')
     head = make_head('crf', TYPES, 'BIO')

@@ -7,10 +7,10 @@ same head weights, predict on the same batches, and are scored by the same code.
     >>> job['epochs'][0][0]    # ([token_ids, segment_ids] int32 (32, n), labels int32 (32, n - 1))
     >>> f1 = test_f1(job, paths) # paths: one label-id list per test window, batch by batch
 
-Word-piece labelling is crf_lr's (``crf_lr.runs.make_samples``: a word's tag goes to all its pieces;
-the first piece's prediction is the word's), the order ``crf_lr.runs.epoch_batches``'s, the
-prediction batches those ``crf_lr.tagger.Tagger.run`` makes. Targets and scores are per piece:
-``[CLS]`` dropped, ``[SEP]`` and padding masked (``crf_lr.heads.PieceStates``).
+Word-piece labelling is crf_lr's (``crf_lr.training.loop.make_samples``: a word's tag goes to all its pieces;
+the first piece's prediction is the word's), the order ``crf_lr.training.loop.epoch_batches``'s, the
+prediction batches those ``crf_lr.serving.tagger.Tagger.run`` makes. Targets and scores are per piece:
+``[CLS]`` dropped, ``[SEP]`` and padding masked (``crf_lr.model.heads.PieceStates``).
 """
 import os
 
@@ -21,13 +21,13 @@ STEP_SHAPE = (32, 128)         # the fixed batch of the step timing (issue 31's 
 
 
 def replay_tagger(vocab, units, types, maxlen, batch_size, scores):
-    """A :class:`crf_lr.tagger.Tagger` whose model outputs come from ``scores`` (a callable
+    """A :class:`crf_lr.serving.tagger.Tagger` whose model outputs come from ``scores`` (a callable
     ``inputs -> (batch, n - 1, L)``): to record the prediction batches, and to score paths that
     another process predicted, with crf_lr's own windowing, decoding and span merging (its head is
     a softmax head: one-hot outputs decode to their own path)."""
-    from crf_lr.heads import make_head
-    from crf_lr.pieces import UnitEncoder
-    from crf_lr.tagger import Tagger
+    from crf_lr.model.heads import make_head
+    from crf_lr.data.pieces import UnitEncoder
+    from crf_lr.serving.tagger import Tagger
 
     class Replay(Tagger):
         def scores(self, inputs):
@@ -55,9 +55,9 @@ def prepare(train, test, types, units, hf_folder, encoder, lr, epochs, seed, max
     weights as the Hugging Face folder ``hf_folder``."""
     import json
 
-    from crf_lr.heads import make_head
-    from crf_lr.pieces import UnitEncoder
-    from crf_lr.runs import epoch_batches, make_samples
+    from crf_lr.model.heads import make_head
+    from crf_lr.data.pieces import UnitEncoder
+    from crf_lr.training.loop import epoch_batches, make_samples
     head = make_head('crf', types, 'BIO')        # softmax: the same labels and targets
     vocab = os.path.join(hf_folder, 'vocab.txt')
     encoder_units = UnitEncoder(vocab, units)
@@ -109,7 +109,7 @@ def piece_lengths(token_ids):
 def test_f1(job, paths):
     """Strict span F1 on the job's test sentences of ``paths`` (per prediction batch of size 32, a
     list of per-window label-id lists), decoded and merged by crf_lr's ``Tagger.decode``."""
-    from crf_lr.metrics import span_scores
+    from crf_lr.evaluation.metrics import span_scores
     batches = iter(paths)
     labels = len(job['labels'])
 

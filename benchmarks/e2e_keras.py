@@ -1,8 +1,8 @@
 """crf_lr's side of the end-to-end benchmark: ``examples/task_ner.py``'s model (bert4keras encoder,
-``crf_lr.heads`` head: Dense + CRF with its transitions at 100x, or Dense + softmax), compiled with
-``LayerwiseAdam`` as the script compiles it, trained through ``crf_lr.runs.train_steps`` (the
+``crf_lr.model.heads`` head: Dense + CRF with its transitions at 100x, or Dense + softmax), compiled with
+``LayerwiseAdam`` as the script compiles it, trained through ``crf_lr.training.loop.train_steps`` (the
 scripts' loop) or Keras's ``model.train_on_batch`` (what bert4keras users write), plain or after
-``crf_lr.runs.trace_once`` (``step='trace_once'``).
+``crf_lr.training.loop.trace_once`` (``step='trace_once'``).
 
     >>> side = KerasSide(job, 'crf', 'float32', threads=2, step='train_steps')
     >>> losses = list(side.train(job['epochs'][0]))
@@ -28,9 +28,9 @@ class KerasSide:
     def __init__(self, job, head_name, precision, threads, step='train_steps'):
         from crf_lr import set_precision
         from crf_lr.compat import keras, tf
-        from crf_lr.encoders import load_encoder
-        from crf_lr.heads import make_head, piece_states
-        from crf_lr.optimizers import LayerwiseAdam
+        from crf_lr.model.encoders import load_encoder
+        from crf_lr.model.heads import make_head, piece_states
+        from crf_lr.training.optimizers import LayerwiseAdam
         pin_threads(tf, threads)
         tf.get_logger().setLevel('ERROR')
         set_precision('mixed_bfloat16' if precision == 'bfloat16' else 'float32')
@@ -49,7 +49,7 @@ class KerasSide:
 
     def train(self, batches):
         """Yield each step's loss (training ``batches`` in turn)."""
-        from crf_lr.runs import trace_once, train_steps
+        from crf_lr.training.loop import trace_once, train_steps
         self._trans = self._predicting = None
         if self.step == 'train_steps':
             yield from train_steps(self.model, batches)
@@ -61,10 +61,10 @@ class KerasSide:
 
     def predict(self, inputs):
         """Label-id paths (one array per window) of a batch: the model's scores through the
-        traced prediction step of the Tagger that ``crf_lr.predict`` would load
+        traced prediction step of the Tagger that ``crf_lr.serving.predict`` would load
         (:meth:`predicting`), then crf_lr's NumPy Viterbi (CRF, without the scheme's
         constraints, as pytorch-crf decodes) or argmax (softmax)."""
-        from crf_lr.viterbi import DISALLOWED_SCORE, viterbi_decode
+        from crf_lr.decoding.viterbi import DISALLOWED_SCORE, viterbi_decode
         scores = self.predicting().scores(inputs)
         lengths = piece_lengths(inputs[0])
         if self.head.name == 'softmax':
@@ -75,15 +75,15 @@ class KerasSide:
                               lengths=lengths)
 
     def predicting(self):
-        """The trained model as ``crf_lr.predict`` and the server load it (``Tagger.load``):
+        """The trained model as ``crf_lr.serving.predict`` and the server load it (``Tagger.load``):
         saved, then loaded in the current precision, under ``mixed_bfloat16`` with the encoder's
-        weights rounded to bf16 once (``crf_lr.precision.load_model``'s ``inference_only``)
+        weights rounded to bf16 once (``crf_lr.model.precision.load_model``'s ``inference_only``)
         where the training model casts its float32 weights at every call."""
         if self._predicting is None:
             import os
             import tempfile
-            from crf_lr.precision import load_model, save_model
-            from crf_lr.tagger import Tagger
+            from crf_lr.model.precision import load_model, save_model
+            from crf_lr.serving.tagger import Tagger
             with tempfile.TemporaryDirectory() as folder:
                 path = os.path.join(folder, 'model.h5')
                 save_model(self.model, path)

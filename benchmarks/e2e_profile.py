@@ -126,8 +126,8 @@ def main():
     parser.add_argument('--top', type=int, default=15)
     parser.add_argument('--data-dir', default=None)
     args = parser.parse_args()
-    from crf_lr.pretrained import packaged_source
-    from crf_lr.splits import load_splits
+    from crf_lr.model.pretrained import packaged_source
+    from crf_lr.data.splits import load_splits
     from e2e_job import prepare
     from e2e_worker import make_side
     data = load_splits('conll2003', data_dir=args.data_dir, train_limit=32, eval_limit=1)

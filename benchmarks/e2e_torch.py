@@ -130,7 +130,7 @@ class TorchSide:
 
 def piece_mask(torch, ids):
     """True at the pieces of ``ids`` (batch, n) shifted past ``[CLS]``: (batch, n - 1) bool
-    (position i is a piece iff token i + 2 exists, as ``crf_lr.heads.PieceStates``)."""
+    (position i is a piece iff token i + 2 exists, as ``crf_lr.model.heads.PieceStates``)."""
     real = ids[:, 2:] != 0
     return torch.cat([real, torch.zeros_like(real[:, :1])], dim=1)
 

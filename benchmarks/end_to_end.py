@@ -7,13 +7,13 @@ labels, order, head initialisation, optimiser settings and thread count.
     $ nice -n 19 python benchmarks/end_to_end.py   # CoNLL-2003 and MSRA, CRF and softmax, 3 seeds
     $ python benchmarks/end_to_end.py --report benchmarks/results/end_to_end.json   # the tables
 
-Stacks: ``crf_lr train_steps`` (the scripts' loop, ``crf_lr.runs.train_steps``), ``crf_lr
+Stacks: ``crf_lr train_steps`` (the scripts' loop, ``crf_lr.training.loop.train_steps``), ``crf_lr
 train_on_batch`` (Keras's ``model.train_on_batch``, bert4keras style), ``crf_lr trace_once +
-train_on_batch`` (the same after one ``crf_lr.runs.trace_once`` call) and ``PyTorch``
+train_on_batch`` (the same after one ``crf_lr.training.loop.trace_once`` call) and ``PyTorch``
 (``e2e_torch.py``). Corpora: CoNLL-2003 with the packaged MiniLM (``minilm-en``; transformers'
 ``BertModel``) and MSRA with the packaged ALBERT-tiny (``albert-tiny-zh``; ``AlbertModel``), a
-fixed seeded training subset each (``crf_lr.splits.load_splits``), the first test sentences.
-Precisions: float32, and bf16 where the CPU has native bf16 (``crf_lr.precision.native_bf16``):
+fixed seeded training subset each (``crf_lr.data.splits.load_splits``), the first test sentences.
+Precisions: float32, and bf16 where the CPU has native bf16 (``crf_lr.model.precision.native_bf16``):
 ``--precision mixed_bfloat16`` against ``torch.autocast('cpu', dtype=torch.bfloat16)``.
 
 Every (stack, head, precision, seed) runs in a fresh process (``e2e_worker.py``, so peak RSS is its
@@ -48,7 +48,7 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 from e2e_torch import missing  # noqa: E402
 from timing import machine  # noqa: E402
 
-# corpus -> (packaged encoder, crf_lr's default rate for it: crf_lr.encoders.DEFAULT_LR)
+# corpus -> (packaged encoder, crf_lr's default rate for it: crf_lr.model.encoders.DEFAULT_LR)
 CORPORA = {'conll2003': ('minilm-en', 1e-4), 'msra': ('albert-tiny-zh', 2e-4)}
 STACKS = {'crf_lr train_steps': dict(side='crf_lr', step='train_steps'),
           'crf_lr train_on_batch': dict(side='crf_lr', step='train_on_batch'),
@@ -64,8 +64,8 @@ QUICK = dict(corpora=('conll2003',), heads=('crf',), stacks=('crf_lr train_steps
 
 def prepare_jobs(plan, data_dir, folder):
     """Write one job pickle per (corpus, seed) into ``folder``; returns {(corpus, seed): path}."""
-    from crf_lr.pretrained import packaged_source
-    from crf_lr.splits import load_splits
+    from crf_lr.model.pretrained import packaged_source
+    from crf_lr.data.splits import load_splits
     from e2e_job import prepare
     paths = {}
     for corpus in plan['corpora']:
@@ -271,9 +271,9 @@ def main(argv=None):
     plan.update({k: v for k, v in vars(args).items() if k in plan and v is not None})
     if plan['epochs'] < 2:
         parser.error('--epochs must be >= 2 (the steady epoch is epochs 2..E)')
-    from crf_lr.cli import quiet_tensorflow
+    from crf_lr.utils.cli import quiet_tensorflow
     quiet_tensorflow(native=argv is None)      # TensorFlow's C++ log lines off the console
-    from crf_lr.precision import native_bf16
+    from crf_lr.model.precision import native_bf16
     flags = native_bf16()
     precisions = args.precisions or (('float32', 'bfloat16') if flags else ('float32',))
     absent = missing()

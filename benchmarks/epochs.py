@@ -1,6 +1,6 @@
 """First epoch against a steady one: a ~1,000-sentence synthetic set trained batch by batch on the
-scripts' model (bert4keras ALBERT-tiny-shaped random encoder, ``crf_lr.heads`` head,
-``LayerwiseAdam``), with ``crf_lr.runs.train_steps`` (what ``crf_lr.runs.fit`` runs: Keras's train
+scripts' model (bert4keras ALBERT-tiny-shaped random encoder, ``crf_lr.model.heads`` head,
+``LayerwiseAdam``), with ``crf_lr.training.loop.train_steps`` (what ``crf_lr.training.loop.fit`` runs: Keras's train
 function traced once for batches of every shape, fed from ``tf.data``) or with plain
 ``model.train_on_batch`` (traced for the first batch's exact shape, twice: once creating the
 optimiser's variables, then once more with generalised shapes: 3 traces).
@@ -34,7 +34,7 @@ from models import ALBERT_TINY  # noqa: E402
 def synthetic_items(sentences, maxlen, seed=0):
     """``sentences`` Encoded items, [CLS]=2 ... [SEP]=3, lengths 8..maxlen (skewed short, like
     sentences), BIO tags over 3 types as label ids 0..6."""
-    from crf_lr.batching import Encoded
+    from crf_lr.data.batching import Encoded
     rng = np.random.default_rng(seed)
     lengths = np.clip(rng.gamma(2.0, maxlen / 5, sentences).astype(int) + 8, 8, maxlen)
     vocab = ALBERT_TINY['vocab_size']
@@ -44,14 +44,14 @@ def synthetic_items(sentences, maxlen, seed=0):
 
 def scripts_model(keras, head_name, layers, jit_compile=False):
     """The scripts' model, compiled as they compile it: a random bert4keras ALBERT-tiny-shaped
-    encoder of ``layers`` layers (seed 0), a ``crf_lr.heads`` head over 3 BIO types (the CRF's
+    encoder of ``layers`` layers (seed 0), a ``crf_lr.model.heads`` head over 3 BIO types (the CRF's
     rate x100) and ``LayerwiseAdam(1e-4)``; ``jit_compile``: the whole step XLA-compiled.
 
         >>> model = scripts_model(keras, 'crf', layers=4)
     """
     from bert4keras.models import build_transformer_model
-    from crf_lr.heads import make_head
-    from crf_lr.optimizers import LayerwiseAdam
+    from crf_lr.model.heads import make_head
+    from crf_lr.training.optimizers import LayerwiseAdam
     keras.utils.set_random_seed(0)
     encoder = build_transformer_model(model='albert', **dict(ALBERT_TINY, num_hidden_layers=layers))
     head = make_head(head_name, ['A', 'B', 'C'], 'BIO', lr_multiplier=100)
@@ -86,19 +86,19 @@ def epoch_times(tf, keras, head_name, length_multiple, epochs=2, layers=4, sente
     three steps' seconds (where the traces fall), and how many times the train function was
     traced, and the memory pages each epoch touched for the first time (minor page faults).
     ``step``: ``'train_steps'`` or ``'train_on_batch'``; ``crf_xla``: the CRF's
-    forward-backward compiled with XLA (``crf_lr.crf.USE_XLA``) or not where its CPU kernel
+    forward-backward compiled with XLA (``crf_lr.model.crf.USE_XLA``) or not where its CPU kernel
     does not run; ``unused_generator``:
     first create and drop an iterator over a ``tf.data.Dataset.from_generator`` (the pitfall
     that made the first ``train_steps`` slow: every later step of the process slows);
-    ``precision``: ``crf_lr.precision.set_precision``'s; ``jit_compile``: the whole step
+    ``precision``: ``crf_lr.model.precision.set_precision``'s; ``jit_compile``: the whole step
     XLA-compiled (``model.compile(jit_compile=True)``; one program per batch shape). Run it in
     a fresh process (``main``): XLA's cache of the CRF op is process-wide, so a second model would
     find its programs compiled. ``later_first_shapes_excess_s``: :func:`first_shapes_excess`."""
-    from crf_lr.batching import Batches
-    from crf_lr.precision import set_precision
-    from crf_lr.runs import train_steps
-    import crf_lr.crf
-    crf_lr.crf.USE_XLA = crf_xla                          # train_on_batch's; train_steps takes it
+    from crf_lr.data.batching import Batches
+    from crf_lr.model.precision import set_precision
+    from crf_lr.training.loop import train_steps
+    import crf_lr.model.crf
+    crf_lr.model.crf.USE_XLA = crf_xla                          # train_on_batch's; train_steps takes it
     if unused_generator:
         iter(tf.data.Dataset.from_generator(lambda: iter(()), output_signature=tf.TensorSpec([])))
     set_precision(precision)
@@ -137,15 +137,15 @@ def main():
     parser.add_argument('--length-multiple', type=int, default=1)
     parser.add_argument('--step', choices=('train_steps', 'train_on_batch'),
                         default='train_steps', help='(default: %(default)s, what '
-                                                    'crf_lr.runs.fit runs)')
+                                                    'crf_lr.training.loop.fit runs)')
     parser.add_argument('--crf-xla', action='store_true',
                         help="compile the CRF's forward-backward with XLA where its CPU kernel "
-                             "does not run (crf_lr.crf.use_xla; with the kernel, as by default, "
+                             "does not run (crf_lr.model.crf.use_xla; with the kernel, as by default, "
                              "training steps run the kernel either way)")
     parser.add_argument('--unused-generator', action='store_true',
                         help='first create and drop an iterator over a Dataset.from_generator')
     parser.add_argument('--precision', default='float32',
-                        help="float32, mixed_bfloat16 or auto (crf_lr.precision.set_precision)")
+                        help="float32, mixed_bfloat16 or auto (crf_lr.model.precision.set_precision)")
     parser.add_argument('--jit-compile', action='store_true',
                         help='the whole step XLA-compiled (one program per batch shape)')
     for name, default in (('epochs', 2), ('layers', 4), ('sentences', 1000), ('batch', 16),

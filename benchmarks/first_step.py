@@ -1,5 +1,5 @@
-"""Where step 1 of ``crf_lr.runs.train_steps`` spends its time: the scripts' model (bert4keras
-ALBERT-tiny-shaped random encoder, ``crf_lr.heads`` head, ``LayerwiseAdam``) on one synthetic batch
+"""Where step 1 of ``crf_lr.training.loop.train_steps`` spends its time: the scripts' model (bert4keras
+ALBERT-tiny-shaped random encoder, ``crf_lr.model.heads`` head, ``LayerwiseAdam``) on one synthetic batch
 of 16, profiled with cProfile in a fresh process. Prints one JSON line: the whole first step, the
 trace (``get_concrete_function``) and inside it the forward pass, the gradients and the optimiser's
 update, the first call of the traced graph (graph optimisation and the first run), a second step
@@ -44,12 +44,12 @@ def first_step_seconds(head_name, layers, bert4keras_layer_norm=False,
                        tensorflow_graph_optimisation=False):
     """Step 1's parts (see the module's docstring); ``bert4keras_layer_norm``: traced with
     bert4keras's layer-norm gradient; ``tensorflow_graph_optimisation``: first called with
-    grappler's default options, not :func:`crf_lr.graph_optimisation.optimised_lightly`'s."""
-    from crf_lr.batching import Batches
+    grappler's default options, not :func:`crf_lr.speed.graph_optimisation.optimised_lightly`'s."""
+    from crf_lr.data.batching import Batches
     from crf_lr.compat import keras
-    from crf_lr.graph_optimisation import light_graph_optimisation
-    from crf_lr.layer_norm import closed_form_layer_norm
-    from crf_lr.runs import train_steps
+    from crf_lr.speed.graph_optimisation import light_graph_optimisation
+    from crf_lr.speed.layer_norm import closed_form_layer_norm
+    from crf_lr.training.loop import train_steps
     model = scripts_model(keras, head_name, layers)
     batches = [(b.inputs, b.labels) for b in Batches(synthetic_items(32, 128), 16, maxlen=128)]
     profile, steps = cProfile.Profile(), train_steps(model, batches)
@@ -76,10 +76,10 @@ def main():
     parser.add_argument('--head', default='crf')
     parser.add_argument('--layers', type=int, default=4)
     parser.add_argument('--bert4keras-layer-norm', action='store_true',
-                        help="trace bert4keras's layer-norm gradient, not crf_lr.layer_norm's")
+                        help="trace bert4keras's layer-norm gradient, not crf_lr.speed.layer_norm's")
     parser.add_argument('--tensorflow-graph-optimisation', action='store_true',
                         help="first call the step with grappler's default options, not "
-                             "crf_lr.graph_optimisation's lighter ones")
+                             "crf_lr.speed.graph_optimisation's lighter ones")
     args = parser.parse_args()
     print(json.dumps(first_step_seconds(args.head, args.layers, args.bert4keras_layer_norm,
                                         args.tensorflow_graph_optimisation)))

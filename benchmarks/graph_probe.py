@@ -5,30 +5,30 @@ rounds, each precision in its own rounds. ``--change``:
   then bias and activation on the 3-D result) against :func:`crf_lr.compat.flat_dense` (the
   flattened input: the graph optimiser fuses product, bias and activation into one kernel);
 * ``batched_attention``: bert4keras's attention (``einsum`` products, the mask as a select)
-  against :func:`crf_lr.attention.batched_attention` (batched products, the mask as a bias);
+  against :func:`crf_lr.speed.attention.batched_attention` (batched products, the mask as a bias);
 * ``closed_form_layer_norm``: bert4keras's layer norm with TensorFlow's gradient of each op
-  against :func:`crf_lr.layer_norm.closed_form_layer_norm` (the same forward ops, the gradient
+  against :func:`crf_lr.speed.layer_norm.closed_form_layer_norm` (the same forward ops, the gradient
   in closed form);
-* ``fused_adam`` (``--part step`` or ``update``): :class:`crf_lr.optimizers.Adam`'s update as
-  separate ops against :func:`crf_lr.optimizers.fused_adam` (one ``ResourceApplyAdam`` kernel
+* ``fused_adam`` (``--part step`` or ``update``): :class:`crf_lr.training.optimizers.Adam`'s update as
+  separate ops against :func:`crf_lr.training.optimizers.fused_adam` (one ``ResourceApplyAdam`` kernel
   per variable);
 * ``light_graph_optimisation``: grappler's default optimisation of the function at its first
-  call against :func:`crf_lr.graph_optimisation.optimised_lightly` (one round, no memory or
+  call against :func:`crf_lr.speed.graph_optimisation.optimised_lightly` (one round, no memory or
   layout optimiser);
 * ``fused_kernels`` (``--part step``): TensorFlow's ops for bert4keras's GELU and the attention
-  softmax's gradient against :func:`crf_lr.fused_kernels.fused_kernels` (one kernel each);
+  softmax's gradient against :func:`crf_lr.speed.fused_kernels.fused_kernels` (one kernel each);
 * ``fused_bias_gradient`` (``--part step``): TensorFlow's ``BiasAddGrad`` for every bias against
-  :func:`crf_lr.fused_kernels.bias_gradient` (one kernel, float32 sums);
+  :func:`crf_lr.speed.fused_kernels.bias_gradient` (one kernel, float32 sums);
 * ``inference_only`` (``--part predict``): the model saved and reloaded by
-  :func:`crf_lr.precision.load_model` against the same with ``inference_only=True`` (bf16 encoder
-  weights under mixed_bfloat16, as :meth:`crf_lr.tagger.Tagger.load` loads).
+  :func:`crf_lr.model.precision.load_model` against the same with ``inference_only=True`` (bf16 encoder
+  weights under mixed_bfloat16, as :meth:`crf_lr.serving.tagger.Tagger.load` loads).
 
 Everything else as the library runs it (prediction under ``flat_dense``, batched attention on).
 ``--part``:
 
 * ``predict``: the end-to-end benchmark's prediction step (packaged MiniLM + Dense + CRF,
   CoNLL-2003's first test sentences in the end-to-end benchmark's batches of 32): the model's
-  scores, as :class:`crf_lr.tagger.Tagger` computes them;
+  scores, as :class:`crf_lr.serving.tagger.Tagger` computes them;
 * ``step``: the whole training step of the CRF head (4-layer ALBERT-tiny shape, batch 32,
   n = 128; ``models.train_step``, with ``LayerwiseAdam``);
 * ``update`` (``--change fused_adam``): ``LayerwiseAdam``'s update alone of the packaged MiniLM's
@@ -62,12 +62,12 @@ from timing import interleaved, load_average, probe_fields, write_lines  # noqa:
 
 def changes():
     """{name: context manager factory taking on/off} (``inference_only`` is a way of loading)."""
-    from crf_lr.attention import batched_attention
+    from crf_lr.speed.attention import batched_attention
     from crf_lr.compat import flat_dense
-    from crf_lr.fused_kernels import fused_bias_gradient, fused_kernels
-    from crf_lr.graph_optimisation import light_graph_optimisation, optimised_lightly
-    from crf_lr.layer_norm import closed_form_layer_norm
-    from crf_lr.optimizers import fused_adam
+    from crf_lr.speed.fused_kernels import fused_bias_gradient, fused_kernels
+    from crf_lr.speed.graph_optimisation import light_graph_optimisation, optimised_lightly
+    from crf_lr.speed.layer_norm import closed_form_layer_norm
+    from crf_lr.training.optimizers import fused_adam
 
     @contextlib.contextmanager
     def lightly_optimised(on):
@@ -93,9 +93,9 @@ def within(change, on, function):
 
 
 def reloaded(model):
-    """{False: ``model`` saved and reloaded by crf_lr.precision.load_model, True: the same with
+    """{False: ``model`` saved and reloaded by crf_lr.model.precision.load_model, True: the same with
     ``inference_only`` (bf16 encoder weights under mixed_bfloat16)}."""
-    from crf_lr.precision import load_model
+    from crf_lr.model.precision import load_model
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, 'model.h5')
         model.save(path, include_optimizer=False)
@@ -106,9 +106,9 @@ def predict_functions(change, precision, sentences):
     """{False: the change off, True: on} -> a callable scoring every prediction batch, and the
     largest difference between their scores (finite entries)."""
     from crf_lr.compat import flat_dense, tf
-    from crf_lr.pretrained import packaged_source
-    from crf_lr.splits import load_splits
-    from crf_lr.tracing import conformed, free_signature
+    from crf_lr.model.pretrained import packaged_source
+    from crf_lr.data.splits import load_splits
+    from crf_lr.speed.tracing import conformed, free_signature
     from e2e_job import prepare
     from e2e_worker import make_side
     data = load_splits('conll2003', train_limit=32, eval_limit=sentences)
@@ -147,9 +147,9 @@ def update_functions(change, precision):
     """The same for ``LayerwiseAdam``'s update of MiniLM's weights alone; the largest difference
     between the two forms' changes of the weights by one update from the same values."""
     from crf_lr.compat import keras, tf
-    from crf_lr.encoders import load_encoder
-    from crf_lr.optimizers import LayerwiseAdam
-    from crf_lr.precision import set_precision
+    from crf_lr.model.encoders import load_encoder
+    from crf_lr.training.optimizers import LayerwiseAdam
+    from crf_lr.model.precision import set_precision
     set_precision(precision)
     encoder, _, _ = load_encoder('minilm-en')
     set_precision('float32')

@@ -62,8 +62,8 @@ def speeds(dataset, head, args, output):
 def prediction_speed(model_dir, args):
     """Sentences/s of the second of two ``Tagger.predict`` passes over the run's dev split."""
     import crf_lr  # noqa: F401  (environment before TensorFlow)
-    from crf_lr.splits import load_splits
-    from crf_lr.tagger import Tagger
+    from crf_lr.data.splits import load_splits
+    from crf_lr.serving.tagger import Tagger
     data = load_splits(args.dataset, data_dir=args.data_dir, train_limit=args.train_limit,
                        eval_limit=args.eval_limit)
     sentences = [e.tokens for e in data.dev]

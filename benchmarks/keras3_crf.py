@@ -29,7 +29,7 @@ WORKERS = {'tf-keras': 'tensorflow', 'keras3 jax': 'jax'}
 
 
 def tf_keras_step(emissions, tags, lengths, transitions):
-    """crf_lr.crf's sparse_loss + gradient in a tf.function (benchmarks/cases.py's setup)."""
+    """crf_lr.model.crf's sparse_loss + gradient in a tf.function (benchmarks/cases.py's setup)."""
     from crf_lr.compat import tf
     from cases import crf_lr_losses, loss_and_gradient
     step = loss_and_gradient(tf, crf_lr_losses(tf, transitions)['crf_lr sparse_loss'])

@@ -1,5 +1,5 @@
 """Probe: bert4keras's ``LayerNormalization`` (statistics in the compute dtype, five separate ops)
-(with TensorFlow's gradient of each op, not :mod:`crf_lr.layer_norm`'s closed form) against a
+(with TensorFlow's gradient of each op, not :mod:`crf_lr.speed.layer_norm`'s closed form) against a
 layer norm with float32 statistics in one ``fused_batch_norm`` (the trick tf-keras's own
 ``LayerNormalization`` uses), in the whole training step of the CRF head (4-layer ALBERT-tiny
 shape, batch 32, n = 128), float32 and mixed_bfloat16, timed in interleaved rounds. Not used by
@@ -47,7 +47,7 @@ def main():
     args = parser.parse_args()
     import bert4keras.layers as layers
     from crf_lr.compat import keras, tf
-    from crf_lr.layer_norm import closed_form_layer_norm
+    from crf_lr.speed.layer_norm import closed_form_layer_norm
     fused_layer_norm(layers.LayerNormalization, layers.ScaleOffset)
     data = models.random_batch(np.random.default_rng(0), 32, 128)
     calls, first_loss = {}, {}

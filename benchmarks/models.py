@@ -10,7 +10,7 @@ Heads (7 tags = BIO over 3 entity types; the pointer heads score the 3 types):
 * ``softmax``: Dense(7) + token-level softmax cross-entropy over real tokens.
 * ``CRF (crf_lr)`` / ``CRF (bert4keras)``: Dense(7) + the CRF layer (lr_multiplier 100) and its
   ``sparse_loss``.
-* ``GlobalPointer`` / ``EfficientGlobalPointer`` (crf_lr.global_pointer, head_size 64) with the
+* ``GlobalPointer`` / ``EfficientGlobalPointer`` (crf_lr.model.global_pointer, head_size 64) with the
   dense loss (targets (batch, 3, n, n)) or the sparse one (targets (batch, 3, 8, 2)).
 
 One step = forward + loss + backward + ``LayerwiseAdam`` update, in a ``tf.function`` traced for
@@ -51,10 +51,10 @@ def build_head(tf, keras, head, layers):
     """One HeadModel: a fresh random encoder of ``layers`` layers under ``head`` (one of HEADS)."""
     from bert4keras.layers import ConditionalRandomField as Bert4kerasCRF
     from bert4keras.models import build_transformer_model
-    from crf_lr.crf import ConditionalRandomField
-    from crf_lr.global_pointer import EfficientGlobalPointer, GlobalPointer
-    from crf_lr.losses import global_pointer_crossentropy, sparse_global_pointer_crossentropy
-    from crf_lr.optimizers import LayerwiseAdam
+    from crf_lr.model.crf import ConditionalRandomField
+    from crf_lr.model.global_pointer import EfficientGlobalPointer, GlobalPointer
+    from crf_lr.model.losses import global_pointer_crossentropy, sparse_global_pointer_crossentropy
+    from crf_lr.training.optimizers import LayerwiseAdam
 
     encoder = build_transformer_model(model='albert',
                                       **dict(ALBERT_TINY, num_hidden_layers=layers))
@@ -85,12 +85,12 @@ def build_head(tf, keras, head, layers):
 
 
 def build_head_in(tf, keras, head, layers, precision):
-    """:func:`build_head` (random seed 0) under ``precision`` (``crf_lr.precision.set_precision``:
+    """:func:`build_head` (random seed 0) under ``precision`` (``crf_lr.model.precision.set_precision``:
     'float32' or 'mixed_bfloat16'); float32 is set again afterwards.
 
         >>> head_model = build_head_in(tf, keras, 'CRF (crf_lr)', 4, 'mixed_bfloat16')
     """
-    from crf_lr.precision import set_precision
+    from crf_lr.model.precision import set_precision
     set_precision(precision)
     keras.utils.set_random_seed(0)
     try:

@@ -1,5 +1,5 @@
 """Whole training steps per precision: float32, float32 with the whole step XLA-compiled, and
-Keras ``mixed_bfloat16`` (``crf_lr.precision.set_precision``), and ``mixed_bfloat16`` with the
+Keras ``mixed_bfloat16`` (``crf_lr.model.precision.set_precision``), and ``mixed_bfloat16`` with the
 whole step XLA-compiled, for every head, against the
 arithmetic limit of the same run's float32 and bfloat16 matmul rates (2048^3).
 

@@ -4,7 +4,7 @@ GlobalPointer head; random weights: only time is measured), each in a fresh proc
 [min-max] over ``--rounds`` interleaved rounds.
 
 The first prediction is split into its phases, as the process sees them: Python and argument
-checks, ``import crf_lr.tagger`` (TensorFlow, bert4keras), ``Tagger.load`` (the h5 model) and the
+checks, ``import crf_lr.serving.tagger`` (TensorFlow, bert4keras), ``Tagger.load`` (the h5 model) and the
 first line (the traced predict function), then a second line (steady state).
 
     $ python benchmarks/predict_start.py --rounds 5        # Markdown table on stdout
@@ -27,11 +27,11 @@ TEXT = '中共中央总书记、国家主席江泽民发表新年讲话。'
 PHASES = r'''
 import json, sys, time
 started = time.time()
-import crf_lr.predict
-from crf_lr.runs import model_files
+import crf_lr.serving.predict
+from crf_lr.serving.model_folder import model_files
 model_files(sys.argv[1])
 checked = time.time()
-from crf_lr.tagger import Tagger
+from crf_lr.serving.tagger import Tagger
 imported = time.time()
 tagger = Tagger.load(sys.argv[1])
 loaded = time.time()
@@ -49,10 +49,10 @@ def save_model(folder, head_name):
     """A random-weight ALBERT-tiny model with ``head_name``, saved as the task scripts save it."""
     import crf_lr  # noqa: F401  (environment before TensorFlow)
     from crf_lr.compat import keras
-    from crf_lr.encoders import load_encoder
-    from crf_lr.heads import make_head, piece_states
-    from crf_lr.pieces import UnitEncoder
-    from crf_lr.tagger import Tagger
+    from crf_lr.model.encoders import load_encoder
+    from crf_lr.model.heads import make_head, piece_states
+    from crf_lr.data.pieces import UnitEncoder
+    from crf_lr.serving.tagger import Tagger
     keras.utils.set_random_seed(0)
     encoder, vocab, _ = load_encoder('albert-tiny-zh')
     head = make_head(head_name, ['LOC', 'ORG', 'PER'], 'BIO')

@@ -28,10 +28,10 @@ def predict_twice(step, head_name, sentences=300):
     ``step`` ``'scores'`` (the Tagger's own) or ``'predict_on_batch'``."""
     import crf_lr  # noqa: F401  (environment before TensorFlow)
     from crf_lr.compat import keras
-    from crf_lr.encoders import load_encoder
-    from crf_lr.heads import make_head, piece_states
-    from crf_lr.pieces import UnitEncoder
-    from crf_lr.tagger import Tagger
+    from crf_lr.model.encoders import load_encoder
+    from crf_lr.model.heads import make_head, piece_states
+    from crf_lr.data.pieces import UnitEncoder
+    from crf_lr.serving.tagger import Tagger
     keras.utils.set_random_seed(0)
     encoder, vocab, _ = load_encoder('albert-tiny-zh')
     head = make_head(head_name, ['LOC', 'ORG', 'PER'], 'BIO')

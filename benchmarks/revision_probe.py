@@ -1,7 +1,7 @@
-"""Probe: the pointer heads' training step with ``crf_lr/global_pointer.py`` as it was at a git
+"""Probe: the pointer heads' training step with ``crf_lr/model/global_pointer.py`` as it was at a git
 revision against the working tree's, in interleaved rounds, each head and precision in its own.
 
-The old module is read with ``git show REV:crf_lr/global_pointer.py`` and loaded beside the
+The old module is read with ``git show REV:crf_lr/model/global_pointer.py`` and loaded beside the
 current one (its layers not registered with Keras); each side builds the benchmark's model
 (``models.build_head_in``: 4-layer ALBERT-tiny-shaped random encoder, seed 0, batch 32, n = 128,
 ``LayerwiseAdam``) with its own layer classes, so the two start from the same weights and their
@@ -25,18 +25,18 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from timing import interleaved, load_average, probe_fields, write_lines  # noqa: E402
 
-MODULE = 'crf_lr/global_pointer.py'
+MODULE = 'crf_lr/model/global_pointer.py'
 HEADS = ('GlobalPointer sparse', 'EfficientGlobalPointer sparse')
 
 
 def module_at(revision):
-    """``crf_lr.global_pointer`` as it was at ``revision`` (a new module object, its layers not
+    """``crf_lr.model.global_pointer`` as it was at ``revision`` (a new module object, its layers not
     registered with Keras).
 
         >>> old = module_at('e406173^'); old.GlobalPointer(heads=3, head_size=64)
     """
-    import crf_lr.global_pointer  # noqa: F401  (every module it imports registers first)
-    import crf_lr.serialization
+    import crf_lr.model.global_pointer  # noqa: F401  (every module it imports registers first)
+    import crf_lr.model.serialization
     source = subprocess.run(['git', 'show', f'{revision}:{MODULE}'], cwd=os.path.dirname(HERE),
                             check=True, capture_output=True, text=True).stdout
     filename = f'{revision}:{MODULE}'
@@ -45,7 +45,7 @@ def module_at(revision):
 
     def unregistered(obj=None, **_):                 # @register and @register(name=...)
         return obj if obj is not None else (lambda o: o)
-    with mock.patch.object(crf_lr.serialization, 'register', unregistered):
+    with mock.patch.object(crf_lr.model.serialization, 'register', unregistered):
         exec(compile(source, filename, 'exec'), module.__dict__)
     return module
 
@@ -53,7 +53,7 @@ def module_at(revision):
 def step_functions(old, head, precision):
     """{'before': step, 'now': step} of ``head`` under ``precision``, and the difference of the
     two sides' first losses."""
-    import crf_lr.global_pointer as current
+    import crf_lr.model.global_pointer as current
     from crf_lr.compat import keras, tf
     from models import probe_step
     functions, losses = {}, {}

@@ -543,7 +543,7 @@ def precision_report(results):
                             'mixed_bfloat16', 'mixed_bfloat16, XLA (whole step)'], rows), '']
     if not results['first_epoch']:
         return '\n'.join(out)
-    # step 'train_steps' ('fit' in earlier runs): crf_lr.runs.train_steps; older: train_on_batch
+    # step 'train_steps' ('fit' in earlier runs): crf_lr.training.loop.train_steps; older: train_on_batch
     out += ['### First epoch against a steady one', '',
             markdown_table(['head', 'step', 'layers', 'sentences', 'batch', 'maxlen',
                             'length_multiple', 'batch shapes', 'traces', 'epoch seconds',
@@ -652,7 +652,7 @@ def main():
         with open(args.report, encoding='utf-8') as f:
             print(report(json.load(f)))
         return
-    from crf_lr.cli import quiet_tensorflow
+    from crf_lr.utils.cli import quiet_tensorflow
     quiet_tensorflow()                       # TensorFlow's C++ log lines off the console
     name = ('run' if args.part == 'all' else args.part) + ('.quick' if args.quick else '') + '.json'
     out = args.out or os.path.join(HERE, 'results', name)

@@ -1,5 +1,5 @@
 """Loopback load test of ``python -m crf_lr.serve``: throughput and latency with micro-batching and
-with one window per batch, against ``crf_lr.predict``'s batch throughput on the same sentences.
+with one window per batch, against ``crf_lr.serving.predict``'s batch throughput on the same sentences.
 
 Two servers of the same model run side by side on free ports of 127.0.0.1: the default one
 (micro-batching) and one started with ``--max-batch 1``. A fixed number of single-sentence
@@ -7,7 +7,7 @@ requests is sent by 1, 8, 32 and 64 concurrent keep-alive clients (aiohttp on as
 process, the JSON bodies encoded beforehand: about 0.2 ms of CPU a request, where httpx took 2
 ms on the same cores the servers use), to each server in turn, for two sets of sentences: short
 (10-21 characters) and realistic (MSRA test sentences of 40-50 characters, from ``--data-dir``,
-when there); it stops by itself. Right before each measurement, ``crf_lr.predict.predict_lines``
+when there); it stops by itself. Right before each measurement, ``crf_lr.serving.predict.predict_lines``
 runs on the same sentences in batches of 32 in this process (no load running meanwhile): the
 batch throughput a server can at best approach; a row's "of batch" divides each measurement's
 requests per second by the batch throughput measured just before it. Rounds are interleaved (each round runs
@@ -46,14 +46,14 @@ def realistic(data_dir, count=400):
     """MSRA test sentences of 40-50 characters (None without the data)."""
     if not data_dir or not os.path.isdir(os.path.join(data_dir, 'msra_ner')):
         return None
-    from crf_lr.datasets import load_dataset
+    from crf_lr.data.benchmarks import load_dataset
     return [e.text for e in load_dataset('msra', 'test', data_dir)
             if 40 <= len(e.text) <= 50][:count]
 
 
 def batch_throughput(tagger, sentences):
     """Sentences per second of ``predict_lines`` on ``sentences`` in batches of 32."""
-    from crf_lr.predict import predict_lines
+    from crf_lr.serving.predict import predict_lines
     began = time.perf_counter()
     for k in range(0, len(sentences), 32):
         predict_lines(tagger, sentences[k:k + 32])
@@ -122,10 +122,10 @@ def main(argv=None):
     long_ones = realistic(args.data_dir)
     if long_ones:
         sets['realistic'] = long_ones
-    from crf_lr.cli import quiet_tensorflow
+    from crf_lr.utils.cli import quiet_tensorflow
     quiet_tensorflow()
-    from crf_lr.predict import predict_lines
-    from crf_lr.tagger import Tagger
+    from crf_lr.serving.predict import predict_lines
+    from crf_lr.serving.tagger import Tagger
     tagger = Tagger.load(args.model_dir, batch_size=32)
     for sentences in sets.values():
         predict_lines(tagger, sentences[:32])                      # traced

@@ -106,7 +106,7 @@ def write_lines(path, lines):
 
         >>> write_lines('benchmarks/results/probe.json', [json.dumps(row) for row in rows])
     """
-    from crf_lr.atomic import atomic_write
+    from crf_lr.utils.atomic import atomic_write
     with atomic_write(path) as f:
         f.write('\n'.join(lines) + '\n')
 
@@ -159,7 +159,7 @@ def machine():
     """Facts about this machine for the results file: cores (and those this process may run
     on), CPU model / family / MHz and native bf16 units (from /proc/cpuinfo), whether it runs
     under a hypervisor, OS and Python."""
-    from crf_lr.precision import native_bf16         # what --precision auto reads
+    from crf_lr.model.precision import native_bf16         # what --precision auto reads
     info = {}
     try:
         with open('/proc/cpuinfo', encoding='utf-8') as f:

@@ -2,8 +2,8 @@
 
 Importing the package sets ``TF_KERAS=1`` and ``TF_USE_LEGACY_KERAS=1`` before TensorFlow loads
 (bert4keras needs both: either alone breaks it), makes ``keras.models.load_model`` find every
-crf_lr layer, loss, metric, optimizer and schedule (``crf_lr.autoregister``), and exposes the
-public layers, losses and optimizer lazily, so that ``crf_lr.metrics`` or ``crf_lr.tagging`` load
+crf_lr layer, loss, metric, optimizer and schedule (``crf_lr.model.autoregister``), and exposes the
+public layers, losses and optimizer lazily, so that ``crf_lr.evaluation.metrics`` or ``crf_lr.tagging`` load
 without TensorFlow.
 
     >>> import crf_lr                                  # before anything imports TensorFlow
@@ -13,7 +13,7 @@ import importlib
 import os
 import sys
 
-from crf_lr import autoregister as _autoregister
+from crf_lr.model import autoregister as _autoregister
 
 __version__ = '0.1.0'
 
@@ -38,31 +38,31 @@ _autoregister.install()       # keras.models.load_model finds every crf_lr objec
 
 # Public name -> module that defines it; loaded on first access (PEP 562).
 _PUBLIC = {
-    'ConditionalRandomField': 'crf_lr.crf',
-    'crf_log_likelihood': 'crf_lr.crf',
-    'crf_log_partition': 'crf_lr.crf',
-    'crf_marginals': 'crf_lr.crf',
-    'GlobalPointer': 'crf_lr.global_pointer',
-    'EfficientGlobalPointer': 'crf_lr.global_pointer',
-    'viterbi_decode': 'crf_lr.viterbi',
-    'viterbi_decode_tf': 'crf_lr.viterbi',
-    'set_precision': 'crf_lr.precision',
-    'decode_spans': 'crf_lr.spans',
-    'dense_targets': 'crf_lr.spans',
-    'sparse_targets': 'crf_lr.spans',
-    'multilabel_categorical_crossentropy': 'crf_lr.losses',
-    'sparse_multilabel_categorical_crossentropy': 'crf_lr.losses',
-    'global_pointer_crossentropy': 'crf_lr.losses',
-    'sparse_global_pointer_crossentropy': 'crf_lr.losses',
-    'global_pointer_f1': 'crf_lr.losses',
-    'sparse_global_pointer_f1': 'crf_lr.losses',
-    'LayerwiseAdam': 'crf_lr.optimizers',
-    'Adam': 'crf_lr.optimizers',
-    'extend_with_layerwise_lr': 'crf_lr.optimizers',
-    'extend_with_weight_decay': 'crf_lr.optimizers',
-    'WarmupLinearDecay': 'crf_lr.optimizers',
-    'layerwise_decay_multipliers': 'crf_lr.optimizers',
-    'set_check_numerics': 'crf_lr.numerics',
+    'ConditionalRandomField': 'crf_lr.model.crf',
+    'crf_log_likelihood': 'crf_lr.model.crf',
+    'crf_log_partition': 'crf_lr.model.crf',
+    'crf_marginals': 'crf_lr.model.crf',
+    'GlobalPointer': 'crf_lr.model.global_pointer',
+    'EfficientGlobalPointer': 'crf_lr.model.global_pointer',
+    'viterbi_decode': 'crf_lr.decoding.viterbi',
+    'viterbi_decode_tf': 'crf_lr.decoding.viterbi',
+    'set_precision': 'crf_lr.model.precision',
+    'decode_spans': 'crf_lr.decoding.spans',
+    'dense_targets': 'crf_lr.decoding.spans',
+    'sparse_targets': 'crf_lr.decoding.spans',
+    'multilabel_categorical_crossentropy': 'crf_lr.model.losses',
+    'sparse_multilabel_categorical_crossentropy': 'crf_lr.model.losses',
+    'global_pointer_crossentropy': 'crf_lr.model.losses',
+    'sparse_global_pointer_crossentropy': 'crf_lr.model.losses',
+    'global_pointer_f1': 'crf_lr.model.losses',
+    'sparse_global_pointer_f1': 'crf_lr.model.losses',
+    'LayerwiseAdam': 'crf_lr.training.optimizers',
+    'Adam': 'crf_lr.training.optimizers',
+    'extend_with_layerwise_lr': 'crf_lr.training.optimizers',
+    'extend_with_weight_decay': 'crf_lr.training.optimizers',
+    'WarmupLinearDecay': 'crf_lr.training.optimizers',
+    'layerwise_decay_multipliers': 'crf_lr.training.optimizers',
+    'set_check_numerics': 'crf_lr.model.numerics',
 }
 
 __all__ = sorted(_PUBLIC)

@@ -2,7 +2,7 @@
 
     >>> from crf_lr.layers import ConditionalRandomField, EfficientGlobalPointer
 """
-from crf_lr.crf import ConditionalRandomField
-from crf_lr.global_pointer import EfficientGlobalPointer, GlobalPointer
+from crf_lr.model.crf import ConditionalRandomField
+from crf_lr.model.global_pointer import EfficientGlobalPointer, GlobalPointer
 
 __all__ = ['ConditionalRandomField', 'GlobalPointer', 'EfficientGlobalPointer']

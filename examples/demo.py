@@ -37,10 +37,10 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    from crf_lr.atomic import atomic_write
-    from crf_lr.cli import quiet_tensorflow
-    from crf_lr.datasets import resolve_data_dir
-    from crf_lr.runs import machine
+    from crf_lr.utils.atomic import atomic_write
+    from crf_lr.utils.cli import quiet_tensorflow
+    from crf_lr.data.files import resolve_data_dir
+    from crf_lr.training.run_folder import machine
     quiet_tensorflow(args.verbose, native=argv is None)
     from task_cws_crf import main as run_cws
 

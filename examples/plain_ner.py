@@ -1,7 +1,7 @@
 #! -*- coding: utf-8 -*-
 """Named-entity recognition written out, bert4keras style: ALBERT-tiny + Dense + CRF, top to bottom.
 
-The packaged Chinese ALBERT-tiny (crf_lr.pretrained), a Dense layer giving one score per BIO label
+The packaged Chinese ALBERT-tiny (crf_lr.model.pretrained), a Dense layer giving one score per BIO label
 and a ConditionalRandomField whose transitions learn lr_multiplier times faster; with --head egp,
 an EfficientGlobalPointer trained with sparse_global_pointer_crossentropy instead. The Evaluator
 scores dev after every epoch and keeps the best weights, which are scored once on test.
@@ -13,7 +13,7 @@ scores dev after every epoch and keeps the best weights, which are scored once o
 import argparse
 import os
 
-from crf_lr.cli import quiet_tensorflow     # before TensorFlow: bert4keras on tf-keras
+from crf_lr.utils.cli import quiet_tensorflow     # before TensorFlow: bert4keras on tf-keras
 
 sample = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'data', 'char-bio')
 parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
@@ -36,14 +36,14 @@ from bert4keras.models import build_transformer_model  # noqa: E402
 from bert4keras.snippets import DataGenerator, sequence_padding  # noqa: E402
 from bert4keras.tokenizers import Tokenizer  # noqa: E402
 from crf_lr.compat import keras  # noqa: E402
-from crf_lr.datasets import read_corpus  # noqa: E402
+from crf_lr.data.formats import read_corpus  # noqa: E402
 from crf_lr.layers import ConditionalRandomField, EfficientGlobalPointer  # noqa: E402
-from crf_lr.losses import sparse_global_pointer_crossentropy  # noqa: E402
-from crf_lr.metrics import span_scores  # noqa: E402
-from crf_lr.optimizers import LayerwiseAdam  # noqa: E402
-from crf_lr.pretrained import packaged_checkpoint  # noqa: E402
-from crf_lr.spans import decode_spans, pad_sparse_targets, sparse_targets  # noqa: E402
-from crf_lr.tagging import label_list, tags_to_spans  # noqa: E402
+from crf_lr.model.losses import sparse_global_pointer_crossentropy  # noqa: E402
+from crf_lr.evaluation.metrics import span_scores  # noqa: E402
+from crf_lr.training.optimizers import LayerwiseAdam  # noqa: E402
+from crf_lr.model.pretrained import packaged_checkpoint  # noqa: E402
+from crf_lr.decoding.spans import decode_spans, pad_sparse_targets, sparse_targets  # noqa: E402
+from crf_lr.data.tagging import label_list, tags_to_spans  # noqa: E402
 
 # ---- data: one character per token, BIO tags, spans (start, end exclusive, type) ----
 train_data = read_corpus(args.train)

@@ -4,7 +4,7 @@ Text -> token ids (the exported ``vocab.txt``) -> the SavedModel, loaded here or
 TensorFlow Serving -> entities with character offsets (the exported ``labels.json``), or words
 for a segmentation model. For character models (Chinese): one character, one token, in plain
 Python. A word model (English) is split into words and WordPieces by crf_lr, as
-``crf_lr.predict`` splits them. A text longer than ``maxlen - 2`` pieces (labels.json) must be cut
+``crf_lr.serving.predict`` splits them. A text longer than ``maxlen - 2`` pieces (labels.json) must be cut
 first; crf_lr cuts at sentence ends.
 
     python examples/serving_client.py exported/ner/1 '中共中央总书记江泽民发表新年讲话'
@@ -116,12 +116,12 @@ class Client:
 
 class Words:
     """A word model's units: words and WordPieces as crf_lr splits and encodes them
-    (``crf_lr.predict``, ``crf_lr.pieces.UnitEncoder``), tags read back per word by the scheme."""
+    (``crf_lr.serving.predict``, ``crf_lr.data.pieces.UnitEncoder``), tags read back per word by the scheme."""
 
     def __init__(self, folder, meta):
-        from crf_lr.pieces import UnitEncoder
-        from crf_lr.predict import word_offsets
-        from crf_lr.tagging import get_scheme
+        from crf_lr.data.pieces import UnitEncoder
+        from crf_lr.serving.predict import word_offsets
+        from crf_lr.data.tagging import get_scheme
         self.encoder = UnitEncoder(os.path.join(folder, 'vocab.txt'), 'words', meta['lowercase'],
                                    meta['maxlen'] - 2)
         self.split, self.scheme = word_offsets, get_scheme(meta['scheme'])
@@ -148,7 +148,7 @@ def main(argv=None):
     parser.add_argument('--url', help="TF Serving's predict URL (default: load the SavedModel)")
     parser.add_argument('--verbose', action='store_true', help="show TensorFlow's log lines")
     args = parser.parse_args(argv)
-    from crf_lr.cli import quiet_tensorflow       # crf_lr's quiet console, before TensorFlow
+    from crf_lr.utils.cli import quiet_tensorflow       # crf_lr's quiet console, before TensorFlow
     quiet_tensorflow(args.verbose, native=argv is None)      # not when a test calls main
     for text, result in zip(args.texts, Client(args.folder, args.url).predict(args.texts)):
         print(json.dumps({'text': text, 'result': result}, ensure_ascii=False))

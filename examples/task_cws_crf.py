@@ -18,8 +18,8 @@ import os
 import time
 
 # no TensorFlow before --help:
-from crf_lr.atomic import atomic_write
-from crf_lr.cli import add_common_arguments, parse_checked, user_errors
+from crf_lr.utils.atomic import atomic_write
+from crf_lr.utils.cli import add_common_arguments, parse_checked, user_errors
 
 
 def parse_args(argv=None):
@@ -34,16 +34,19 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     import numpy as np
-    from crf_lr.datasets import read_word_list, resolve_data_dir
-    from crf_lr.diagnostics import count_violations, diagnose, format_sanity, format_transitions
-    from crf_lr.distribute import make_strategy, worker_folder
-    from crf_lr.heads import make_head
-    from crf_lr.metrics import segmentation_scores
-    from crf_lr.runs import RunLog, epoch_batches, fit
-    from crf_lr.splits import load_splits
-    from crf_lr.tagger import Tagger
-    from crf_lr.tagging import SEG
-    from crf_lr.task_model import build_task_model
+    from crf_lr.data.segmentation import read_word_list
+    from crf_lr.data.files import resolve_data_dir
+    from crf_lr.evaluation.diagnostics import (count_violations, diagnose, format_sanity,
+                                               format_transitions)
+    from crf_lr.training.distribute import make_strategy, worker_folder
+    from crf_lr.model.heads import make_head
+    from crf_lr.evaluation.metrics import segmentation_scores
+    from crf_lr.training.run_folder import RunLog
+    from crf_lr.training.loop import epoch_batches, fit
+    from crf_lr.data.splits import load_splits
+    from crf_lr.serving.tagger import Tagger
+    from crf_lr.data.tagging import SEG
+    from crf_lr.training.task_model import build_task_model
 
     # ---- data: PFR 1998-01 (or your file) to train, a hold-out (or your dev file) to select ----
     with user_errors():                                    # a bad file: its path:line, no traceback
@@ -112,7 +115,7 @@ def main(argv=None):
             with atomic_write(os.path.join(run.output, f'transitions_epoch{epoch}.txt')) as f:
                 f.write(report + '\n')
             try:
-                from crf_lr.plots import plot_transitions
+                from crf_lr.evaluation.plots import plot_transitions
                 plot_transitions(trans, head.labels,
                                  os.path.join(run.output, f'transitions_epoch{epoch}.png'),
                                  title=f'CRF transitions, epoch {epoch}, '

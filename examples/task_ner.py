@@ -24,9 +24,9 @@ import os
 import time
 
 # no TensorFlow before --help:
-from crf_lr.atomic import atomic_write
-from crf_lr.cli import LABEL_PIECES_HELP, add_common_arguments, parse_checked, user_errors
-from crf_lr.datasets import DATASETS
+from crf_lr.utils.atomic import atomic_write
+from crf_lr.utils.cli import LABEL_PIECES_HELP, add_common_arguments, parse_checked, user_errors
+from crf_lr.data.benchmarks import DATASETS
 
 
 def parse_args(argv=None):
@@ -54,17 +54,19 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    from crf_lr.calibration import bound_note, calibrate, reliability_series
-    from crf_lr.distribute import make_strategy, worker_folder
-    from crf_lr.heads import make_head
-    from crf_lr.metrics import confusion_matrix, format_confusion_matrix, relaxed_scores, span_scores
-    from crf_lr.plots import plot_reliability
-    from crf_lr.runs import RunLog, epoch_batches, fit
-    from crf_lr.spans import outermost
-    from crf_lr.splits import load_splits
-    from crf_lr.tagger import Tagger
-    from crf_lr.tagging import label_list, spans_to_tags
-    from crf_lr.task_model import build_task_model
+    from crf_lr.evaluation.calibration import bound_note, calibrate, reliability_series
+    from crf_lr.training.distribute import make_strategy, worker_folder
+    from crf_lr.model.heads import make_head
+    from crf_lr.evaluation.metrics import (confusion_matrix, format_confusion_matrix,
+                                           relaxed_scores, span_scores)
+    from crf_lr.evaluation.plots import plot_reliability
+    from crf_lr.training.run_folder import RunLog
+    from crf_lr.training.loop import epoch_batches, fit
+    from crf_lr.decoding.spans import outermost
+    from crf_lr.data.splits import load_splits
+    from crf_lr.serving.tagger import Tagger
+    from crf_lr.data.tagging import label_list, spans_to_tags
+    from crf_lr.training.task_model import build_task_model
 
     # ---- data: train, dev (selects the epoch), test (scored once at the end) ----
     with user_errors():                                    # a bad file: its path:line, no traceback

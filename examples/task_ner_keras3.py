@@ -17,7 +17,7 @@ import json
 import os
 import time
 
-from crf_lr.cli import quiet_tensorflow
+from crf_lr.utils.cli import quiet_tensorflow
 
 os.environ.setdefault('KERAS_BACKEND', 'jax')   # before keras loads; the caller's choice wins
 
@@ -45,15 +45,15 @@ quiet_tensorflow(args.verbose)                  # before keras loads TensorFlow
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
-from crf_lr.atomic import atomic_write  # noqa: E402
-from crf_lr.datasets import read_conll  # noqa: E402
+from crf_lr.utils.atomic import atomic_write  # noqa: E402
+from crf_lr.data.ner import read_conll  # noqa: E402
 from crf_lr.keras3 import ConditionalRandomField, LayerwiseAdam  # noqa: E402
 from crf_lr.keras3.encoder import load_bert  # noqa: E402
 from crf_lr.keras3.tokenizer import WordPieceTokenizer  # noqa: E402
-from crf_lr.metrics import entity_scores  # noqa: E402
-from crf_lr.pretrained import packaged_source  # noqa: E402
-from crf_lr.tagging import allowed_transitions, label_list  # noqa: E402
-from crf_lr.runs import command_line, machine  # noqa: E402
+from crf_lr.evaluation.metrics import entity_scores  # noqa: E402
+from crf_lr.model.pretrained import packaged_source  # noqa: E402
+from crf_lr.data.tagging import allowed_transitions, label_list  # noqa: E402
+from crf_lr.training.run_folder import command_line, machine  # noqa: E402
 
 # ---- data ----
 train_data = read_conll(args.train_file)[:args.train_limit]

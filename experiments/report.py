@@ -190,7 +190,7 @@ def _has_sanity(config):
 def transition_margins(groups):
     """{encoder: {setting label: {tag: margin}}}: each tag's weakest possible successor minus its
     strongest impossible one (> 0 is sane), from every CRF setting's seed-0 run's last epoch."""
-    from crf_lr.diagnostics import transition_sanity
+    from crf_lr.evaluation.diagnostics import transition_sanity
     by_encoder = defaultdict(dict)
     for name, members in groups.items():
         epoch = _seed0_last_epoch(members)
@@ -206,7 +206,7 @@ def _sanity_figures(groups, figures):
     """One bar chart of :func:`transition_margins` per encoder."""
     by_encoder = transition_margins(groups)
     try:
-        from crf_lr.plots import plot_bars
+        from crf_lr.evaluation.plots import plot_bars
     except ImportError as error:
         return [f'(no sanity figure: {error})', ''] if by_encoder else []
     lines = []
@@ -254,7 +254,7 @@ def report_exp2(runs, figures, folder):
                      f'| {members[0]["head_parameters"]:,} | {train:.1f}{ratios[0]} '
                      f'| {predict:.1f}{ratios[1]} | {len(members)} |')
     try:
-        from crf_lr.plots import plot_bars
+        from crf_lr.evaluation.plots import plot_bars
     except ImportError as error:
         return lines + ['', f'(no figure: {error})']
     path = plot_bars(dict(f1), os.path.join(figures, 'exp2-f1.png'),
@@ -302,7 +302,7 @@ def report_exp2c(runs, figures, folder):
                                  for k in range(length)]
     lines += ordering_by_budget(budgets)
     try:
-        from crf_lr.plots import plot_curves
+        from crf_lr.evaluation.plots import plot_curves
     except ImportError as error:
         return lines + ['', f'(no figure: {error})']
     for dataset, series in curves.items():
@@ -479,7 +479,7 @@ def _exp3_plots(pairs, curves, figures):
     """One loss-curve figure per dataset and warmup (the seed-mean ``curves`` of every pair, 10-step
     means): one colour per setting, solid with and dashed without bias correction."""
     try:
-        from crf_lr.plots import plot_curves
+        from crf_lr.evaluation.plots import plot_curves
     except ImportError as error:
         return ['', f'(no loss plots: {error})']
     figures_of = defaultdict(dict)

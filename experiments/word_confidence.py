@@ -2,7 +2,7 @@
 how many entities cover a word of several pieces, how many get a confidence below their
 sentence's decoded-path probability (impossible for the probability of what the model reads:
 that path is one of the paths that hold the entity), and the calibration a temperature fitted
-on dev gives (``crf_lr.calibration.calibrate``, timed: the encoder's passes included). Run it
+on dev gives (``crf_lr.evaluation.calibration.calibrate``, timed: the encoder's passes included). Run it
 with another checkout first on the path to compare revisions (docs/results.md, "Words of
 several pieces").
 
@@ -23,9 +23,9 @@ def main(argv=None):
     parser.add_argument('--dataset', default='conll2003',
                         help='the benchmark whose dev and test splits are read')
     args = parser.parse_args(argv)
-    from crf_lr.calibration import calibrate
-    from crf_lr.splits import load_splits
-    from crf_lr.tagger import Tagger
+    from crf_lr.evaluation.calibration import calibrate
+    from crf_lr.data.splits import load_splits
+    from crf_lr.serving.tagger import Tagger
     tagger = Tagger.load(args.model)
     tagger.head.temperature = 1.0
     data = load_splits(args.dataset)

@@ -17,7 +17,7 @@ def _process_switches_restored():
     them (a check traced into a graph hides static shapes), and Keras's global precision policy
     at float32 (``--precision auto``, the scripts' default, sets mixed_bfloat16 on a CPU with
     native bf16)."""
-    from crf_lr.numerics import check_numerics_enabled, set_check_numerics
+    from crf_lr.model.numerics import check_numerics_enabled, set_check_numerics
     numerics = check_numerics_enabled()
     compat = sys.modules.get('crf_lr.compat')   # tf-keras, where loaded (not in the Keras 3 checks)
     if compat:
@@ -55,12 +55,12 @@ def trained_ner_dir(tmp_path_factory):
     import numpy as np
 
     from crf_lr.compat import keras
-    from crf_lr.encoders import load_encoder
-    from crf_lr.heads import make_head, piece_states
-    from crf_lr.pieces import UnitEncoder
-    from crf_lr.runs import epoch_batches, make_samples
-    from crf_lr.tagger import Tagger
-    from crf_lr.tagging import spans_to_tags
+    from crf_lr.model.encoders import load_encoder
+    from crf_lr.model.heads import make_head, piece_states
+    from crf_lr.data.pieces import UnitEncoder
+    from crf_lr.training.loop import epoch_batches, make_samples
+    from crf_lr.serving.tagger import Tagger
+    from crf_lr.data.tagging import spans_to_tags
     from test_examples import WORDS, write_tiny_encoder
     root = tmp_path_factory.mktemp('trained_ner')
     kinds = {'张三': 'PER', '北京': 'LOC', '上海': 'LOC'}
@@ -87,10 +87,10 @@ def trained_ner_dir(tmp_path_factory):
 
 @pytest.fixture(scope='session')
 def fused_ops():
-    """crf_lr's op library (crf_lr.fused_kernels), built where needed. Where it cannot be, the
+    """crf_lr's op library (crf_lr.speed.fused_kernels), built where needed. Where it cannot be, the
     test skips if there is no C++ compiler or a GPU is visible, and fails otherwise: a compiler
     that cannot build the kernels is a failure, not a reason to skip."""
-    from crf_lr import fused_kernels, native_build
+    from crf_lr.speed import fused_kernels, native_build
     from crf_lr.compat import tf
     library = fused_kernels._ops()
     if library is None:

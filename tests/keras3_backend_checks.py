@@ -15,7 +15,7 @@ from keras import ops
 
 from crf_lr.keras3.encoder import build_bert, load_google_variables
 from crf_lr.keras3.tokenizer import WordPieceTokenizer
-from crf_lr.viterbi import DISALLOWED_SCORE
+from crf_lr.decoding.viterbi import DISALLOWED_SCORE
 from float16_probe import assert_float32_scores_equal, large_activations
 from test_viterbi import brute_force_marginals, brute_force_paths, path_scores, random_case
 

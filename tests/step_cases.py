@@ -1,4 +1,4 @@
-"""A tiny BERT (no dropout) under each head of ``crf_lr.heads`` and batches of random sentences of
+"""A tiny BERT (no dropout) under each head of ``crf_lr.model.heads`` and batches of random sentences of
 several shapes: the cases of the training-step tests (tests/test_runs.py, tests/test_distribute.py).
 
     >>> model, head = head_model('crf')
@@ -20,7 +20,7 @@ def head_model(head_name, seed=0):
     from bert4keras.models import build_transformer_model
 
     from crf_lr.compat import keras
-    from crf_lr.heads import make_head, piece_states
+    from crf_lr.model.heads import make_head, piece_states
     keras.utils.set_random_seed(seed)
     bert = build_transformer_model(**CONFIG)
     head = make_head(head_name, ['A', 'B'], 'BIO', lr_multiplier=10, head_size=8)
@@ -30,10 +30,10 @@ def head_model(head_name, seed=0):
 
 
 def random_batches(head, sentences, batch_size, seed=0):
-    """One epoch of ``crf_lr.runs.epoch_batches`` over ``sentences`` random sentences of 1-18
+    """One epoch of ``crf_lr.training.loop.epoch_batches`` over ``sentences`` random sentences of 1-18
     tokens with one random entity each: length-bucketed, the smaller batch first."""
-    from crf_lr.runs import epoch_batches
-    from crf_lr.tagging import spans_to_tags
+    from crf_lr.training.loop import epoch_batches
+    from crf_lr.data.tagging import spans_to_tags
     rng = np.random.default_rng(seed)
     samples = []
     for _ in range(sentences):

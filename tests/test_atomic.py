@@ -1,4 +1,4 @@
-"""Writes that a kill cannot tear (crf_lr/atomic.py), and a real training run killed (SIGKILL)
+"""Writes that a kill cannot tear (crf_lr/utils/atomic.py), and a real training run killed (SIGKILL)
 inside each of its writes.
 
 Oracles: the files as they were before a failed write; for the kill test, an uninterrupted run of
@@ -13,8 +13,8 @@ import sys
 import numpy as np
 import pytest
 
-from crf_lr.atomic import atomic_write, recover_folder, replace_folder
-from crf_lr.runs import check_model_folder
+from crf_lr.utils.atomic import atomic_write, recover_folder, replace_folder
+from crf_lr.serving.model_folder import check_model_folder
 from conftest import TINY_BERT_CONFIG
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -76,7 +76,7 @@ def test_recovery_after_a_kill_at_each_stage_of_a_folder_swap(tmp_path, state):
 # ---------------------------------------------------------------------------------------------
 # A real training run, killed inside each write
 
-# Each run resumes what the previous one left, and is stopped (CRF_LR_PAUSE_AT, crf_lr/atomic.py)
+# Each run resumes what the previous one left, and is stopped (CRF_LR_PAUSE_AT, crf_lr/utils/atomic.py)
 # then SIGKILLed at the K-th time it reaches NAME:STAGE; the last run finishes. Epoch 2 improves
 # the dev score, so its model replaces epoch 1's (the case where a kill used to erase the model).
 KILLS = [

@@ -1,10 +1,10 @@
-"""crf_lr.attention: bert4keras's attention as batched products computes what bert4keras's einsum
+"""crf_lr.speed.attention: bert4keras's attention as batched products computes what bert4keras's einsum
 form does (outputs, scores and gradients, with and without masks, an additive bias, rotary
 position embeddings), and a model traced with it holds no Einsum."""
 import numpy as np
 import pytest
 
-from crf_lr.attention import batched_attention
+from crf_lr.speed.attention import batched_attention
 from crf_lr.compat import tf
 
 BATCH, N, HEADS, SIZE = 2, 5, 2, 4

@@ -19,14 +19,15 @@ import pytest
 
 import crf_lr
 from crf_lr.compat import keras, tf
-from crf_lr.convert import ConversionError, convert_checkpoint, google_config, read_safetensors
-from crf_lr.convert import read_torch_bin
-from crf_lr.crf import ConditionalRandomField, crf_log_likelihood
-from crf_lr.global_pointer import EfficientGlobalPointer, GlobalPointer
-from crf_lr.losses import (global_pointer_crossentropy, multilabel_categorical_crossentropy,
-                           sparse_global_pointer_crossentropy,
-                           sparse_multilabel_categorical_crossentropy)
-from crf_lr.spans import decode_spans
+from crf_lr.model.convert import (ConversionError, convert_checkpoint, google_config,
+                                  read_safetensors)
+from crf_lr.model.convert import read_torch_bin
+from crf_lr.model.crf import ConditionalRandomField, crf_log_likelihood
+from crf_lr.model.global_pointer import EfficientGlobalPointer, GlobalPointer
+from crf_lr.model.losses import (global_pointer_crossentropy, multilabel_categorical_crossentropy,
+                                 sparse_global_pointer_crossentropy,
+                                 sparse_multilabel_categorical_crossentropy)
+from crf_lr.decoding.spans import decode_spans
 from float16_probe import assert_float32_scores_equal, large_activations
 from test_convert import _tiny_hf_bert, _torch_zip, _write_safetensors
 from test_viterbi import path_scores
@@ -261,7 +262,7 @@ def test_a_nan_weight_names_the_file_and_the_tensor(tmp_path):
     '{"stamp": {"source": "x"}, "files": ["c", "m", "v"], "model_type": "bert", "ignored": []}',
 ], ids=['stamp-a-list', 'files-gone'])
 def test_a_damaged_converted_cache_is_not_returned(tmp_path, saved):
-    from crf_lr.pretrained import _STAMP, _cached
+    from crf_lr.model.pretrained import _STAMP, _cached
     (tmp_path / _STAMP).write_text(saved)
     assert _cached(str(tmp_path), {'source': 'x'}) is None
 
@@ -269,7 +270,7 @@ def test_a_damaged_converted_cache_is_not_returned(tmp_path, saved):
 # ----------------------------------------------------------------------------- the switch
 
 def test_switch_is_a_call_and_a_context_manager_and_adds_nothing_when_off():
-    from crf_lr.numerics import check_numerics_enabled, guard_finite
+    from crf_lr.model.numerics import check_numerics_enabled, guard_finite
     assert check_numerics_enabled()                        # on by default: measured free
     with crf_lr.set_check_numerics(False):
         assert not check_numerics_enabled()

@@ -5,10 +5,10 @@ import warnings
 import numpy as np
 import pytest
 
-from crf_lr.batching import Batches, Encoded, strip_padding
-from crf_lr.metrics import entity_scores
-from crf_lr.spans import dense_targets, pad_sparse_targets, sparse_targets
-from crf_lr.tagging import label_list, spans_to_tags
+from crf_lr.data.batching import Batches, Encoded, strip_padding
+from crf_lr.evaluation.metrics import entity_scores
+from crf_lr.decoding.spans import dense_targets, pad_sparse_targets, sparse_targets
+from crf_lr.data.tagging import label_list, spans_to_tags
 
 LABELS = label_list(['LOC', 'PER'], 'BIO')          # ['O', 'B-LOC', 'I-LOC', 'B-PER', 'I-PER']
 CLS, SEP = 101, 102
@@ -98,7 +98,7 @@ def test_extra_padding_never_changes_the_loss(tiny_bert_config_path, corpus, nam
     the padding out), to float32 rounding. Tag heads read labels without [CLS] (piece states)."""
     from bert4keras.models import build_transformer_model
     from crf_lr.compat import keras
-    from crf_lr.heads import make_head, piece_states
+    from crf_lr.model.heads import make_head, piece_states
     spans, items = corpus
     keras.utils.set_random_seed(0)
     encoder = build_transformer_model(tiny_bert_config_path, model='bert')

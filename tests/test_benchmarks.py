@@ -218,7 +218,7 @@ def test_probe_fields_quote_each_side_and_the_per_round_ratio(tmp_path):
 @pytest.mark.skipif(not os.path.isdir(os.path.join(os.path.dirname(__file__), '..', '.git')),
                     reason='revision_probe reads old modules from git; no .git here')
 def test_revision_probe_loads_the_pointer_layers_of_a_revision_beside_the_current_ones():
-    import crf_lr.global_pointer as current
+    import crf_lr.model.global_pointer as current
     from revision_probe import module_at
     old = module_at('HEAD')
     assert keras.utils.get_registered_object('crf_lr>GlobalPointer') is current.GlobalPointer
@@ -287,7 +287,7 @@ def test_a_crf_loss_case_checks_the_kernel_and_ops_forms_and_reports_alone():
     case = cases.crf_loss_case(tf, None, n=16, labels=4, rounds=3)
     assert {'crf_lr sparse_loss [XLA pass]', 'crf_lr sparse_loss [TensorFlow ops]'} <= set(
         case['check'])                                    # checked against crf_lr's loss
-    from crf_lr.fused_kernels import status
+    from crf_lr.speed.fused_kernels import status
     assert case['kernels'] == status()                # whether crf_lr's loss ran the kernel
     assert 'crf_lr sparse: XLA pass / one kernel' in case['ratios']
     text = run.report({'crf_loss': [case], 'date_utc': '2026-11-26 17:19',
@@ -411,7 +411,7 @@ E2E_WORDS = ['john', 'lives', 'in', 'paris', 'new', 'york', 'play', '##ing', 'th
 def _tiny_hf_folders(root):
     """A random 2-layer BERT saved by transformers, and the same weights converted by crf_lr."""
     import transformers
-    from crf_lr.convert import convert_checkpoint
+    from crf_lr.model.convert import convert_checkpoint
     hf = str(root / 'hf')
     config = transformers.BertConfig(vocab_size=5 + len(E2E_WORDS), hidden_size=16,
                                      num_hidden_layers=2, num_attention_heads=2,
@@ -427,7 +427,7 @@ def _sentences(texts):
     """Examples (``.tokens``, ``.tags``, ``.spans``) of 'word/TAG' texts."""
     from types import SimpleNamespace
 
-    from crf_lr.tagging import get_scheme
+    from crf_lr.data.tagging import get_scheme
     examples = []
     for text in texts:
         words, tags = zip(*(item.split('/') for item in text.split()))
@@ -481,9 +481,9 @@ def test_end_to_end_sides_see_the_same_batches_and_start_from_the_same_loss(e2e_
 
 
 def test_end_to_end_scoring_of_gold_paths_is_one_and_of_all_o_zero(e2e_job):
-    from crf_lr.heads import make_head
-    from crf_lr.pieces import UnitEncoder
-    from crf_lr.runs import make_samples
+    from crf_lr.model.heads import make_head
+    from crf_lr.data.pieces import UnitEncoder
+    from crf_lr.training.loop import make_samples
     from e2e_job import test_f1
     test = _sentences(['mary/B-PER lives/O in/O new/B-LOC york/I-LOC',
                        'john/B-PER playing/O', 'paris/B-LOC ./O'])

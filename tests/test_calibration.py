@@ -1,12 +1,12 @@
-"""Calibration (crf_lr.calibration) against hand-computed cases: ECE and reliability bins,
+"""Calibration (crf_lr.evaluation.calibration) against hand-computed cases: ECE and reliability bins,
 the temperature of a logistic confidence in closed form, and a fitted temperature that lowers
 the NLL and ECE of a tiny model's entities."""
 import numpy as np
 import pytest
 
-from crf_lr.calibration import (correctness_nll, entity_outcomes, expected_calibration_error,
-                                fit_temperature, reliability)
-from crf_lr.tagger import Prediction
+from crf_lr.evaluation.calibration import (correctness_nll, entity_outcomes,
+                                           expected_calibration_error, fit_temperature, reliability)
+from crf_lr.serving.tagger import Prediction
 
 
 def test_ece_by_hand():
@@ -60,7 +60,7 @@ def test_the_bound_note_and_the_reliability_plot_say_what_was_kept():
     """A fit at the top of its range whose T was not kept (T 1: it would not lower the dev ECE):
     the note says so rather than that the fit lowers every confidence, and the plot draws one
     curve, not two equal ones labelled 'temperature 1' and 'temperature 1.0'."""
-    from crf_lr.calibration import bound_note, reliability_series
+    from crf_lr.evaluation.calibration import bound_note, reliability_series
     assert bound_note(_report(1.0)) == (
         'the temperature stopped at the top of its range (20.0): 3 of 40 dev entities are right, '
         'so T 1 was kept, as it would not lower dev ECE; train longer or give a larger '

@@ -17,9 +17,9 @@ import zipfile
 import numpy as np
 import pytest
 
-from crf_lr.convert import (ConversionError, RestrictedUnpickler, convert_checkpoint,
-                            google_config, main, read_safetensors, read_torch_bin)
-from crf_lr.pretrained import packaged_checkpoint, packaged_source
+from crf_lr.model.convert import (ConversionError, RestrictedUnpickler, convert_checkpoint,
+                                  google_config, main, read_safetensors, read_torch_bin)
+from crf_lr.model.pretrained import packaged_checkpoint, packaged_source
 
 FIXTURE = os.path.join(os.path.dirname(__file__), 'fixtures', 'reference_outputs.npz')
 MODELS = {'minilm': 'minilm-en', 'albert': 'albert-tiny-zh'}
@@ -56,7 +56,7 @@ def loaded(converted):
 def outputs(loaded, reference):
     """bert4keras's hidden states and pooler output of each converted model on the fixture ids."""
     from crf_lr.compat import keras
-    from crf_lr.finetune import hidden_states_model
+    from crf_lr.model.finetune import hidden_states_model
     results = {}
     for name, transformer in loaded.items():
         model = transformer.model
@@ -130,7 +130,7 @@ def test_packaged_checkpoint_is_converted_once(converted):
 def test_gelu_variants_map_to_the_matching_bert4keras_activation():
     from bert4keras.backend import gelu_tanh
     from crf_lr.compat import keras
-    from crf_lr.fused_kernels import gelu_erf       # bert4keras's, one kernel in training calls
+    from crf_lr.speed.fused_kernels import gelu_erf       # bert4keras's, one kernel in training calls
     base = dict(model_type='bert', vocab_size=8, hidden_size=4, num_hidden_layers=1,
                 num_attention_heads=1, intermediate_size=8)
     for hf_act, function in (('gelu', gelu_erf), ('gelu_new', gelu_tanh),

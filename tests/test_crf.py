@@ -4,12 +4,12 @@ step, and save/reload round trips."""
 import numpy as np
 import pytest
 
-from crf_lr import crf as crf_module
+from crf_lr.model import crf as crf_module
 from crf_lr.compat import keras, tf
-from crf_lr.crf import (ConditionalRandomField, crf_log_likelihood, crf_log_partition,
-                        crf_sequence_score)
-from crf_lr.fused_kernels import fused_kernels
-from crf_lr.viterbi import DISALLOWED_SCORE, viterbi_decode
+from crf_lr.model.crf import (ConditionalRandomField, crf_log_likelihood, crf_log_partition,
+                              crf_sequence_score)
+from crf_lr.speed.fused_kernels import fused_kernels
+from crf_lr.decoding.viterbi import DISALLOWED_SCORE, viterbi_decode
 from test_viterbi import path_scores, random_case, stable_seed
 
 
@@ -321,7 +321,7 @@ def test_tiny_bert_with_crf_trains_and_the_loss_falls(tiny_bert_config_path):
 @pytest.mark.parametrize('constrained', [False, True])
 def test_marginals_equal_brute_force_in_float32(shape, boundary, constrained):
     """The layer's and the function's marginals against summed path probabilities (1e-5)."""
-    from crf_lr.crf import crf_marginals
+    from crf_lr.model.crf import crf_marginals
     from test_viterbi import brute_force_marginals
     rng = np.random.default_rng(stable_seed(shape, boundary, constrained, 'marginals'))
     case = random_case(rng, *shape, boundary=boundary, constrained=constrained)

@@ -1,15 +1,15 @@
-"""The CRF's forward-backward pass as one kernel (crf_lr/kernels/crf_forward_backward.cc): its
-outputs equal crf_lr.crf's TensorFlow ops output by output, a loss through it equals brute-force
+"""The CRF's forward-backward pass as one kernel (crf_lr/speed/kernels/crf_forward_backward.cc): its
+outputs equal crf_lr.model.crf's TensorFlow ops output by output, a loss through it equals brute-force
 enumeration with its gradients, and training steps use it where evaluation, XLA, saving and a
 switched-off block do not."""
 import numpy as np
 import pytest
 
-from crf_lr import crf as crf_module
-from crf_lr import fused_kernels
+from crf_lr.model import crf as crf_module
+from crf_lr.speed import fused_kernels
 from crf_lr.compat import keras, tf
-from crf_lr.crf import ConditionalRandomField, crf_log_likelihood
-from crf_lr.viterbi import DISALLOWED_SCORE
+from crf_lr.model.crf import ConditionalRandomField, crf_log_likelihood
+from crf_lr.decoding.viterbi import DISALLOWED_SCORE
 from test_crf import brute_force, effective
 from test_viterbi import random_case
 
@@ -46,7 +46,7 @@ CASES = [dict(batch=4, n=9, num_labels=5), dict(batch=6, n=17, num_labels=7, sof
 
 
 def _assert_the_same_outputs(fused_ops, args, **tolerance):
-    """The kernel's eight outputs on ``args`` against crf_lr.crf's ops' (NaN where they are)."""
+    """The kernel's eight outputs on ``args`` against crf_lr.model.crf's ops' (NaN where they are)."""
     objective, gradients, factors = crf_module._COMPILED[False](*args)
     got = fused_ops.crf_lr_forward_backward(*args, floor=DISALLOWED_SCORE)
     for name, ours, theirs in zip(OUTPUTS, got, [objective, *gradients, *factors]):
@@ -194,7 +194,7 @@ def test_training_steps_use_the_kernel_and_evaluation_xla_saving_and_switching_o
 
 
 def test_the_scripts_train_step_holds_the_kernel_and_no_loop(fused_ops, crf_model):
-    from crf_lr.runs import trace_once
+    from crf_lr.training.loop import trace_once
     x, y = np.array([[3, 4, 5, 0], [6, 7, 8, 9]]), np.array([[1, 2, 0, 0], [4, 3, 2, 1]])
     traced = trace_once(crf_model, (x, y))                      # the CRF without XLA
     graph, = [f.graph for f in traced._list_all_concrete_functions_for_serialization()]

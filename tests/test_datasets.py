@@ -8,11 +8,14 @@ from collections import Counter
 
 import pytest
 
-from crf_lr import datasets
-from crf_lr.datasets import (DataFormatError, dataset_path, load_dataset, packaged_file, read_bio,
-                             read_cluener, read_cmeee, read_conll, read_corpus, read_pfr, read_raw,
-                             read_segmented, read_word_list, resolve_data_dir, split_examples)
-from crf_lr.tagging import tags_to_spans
+from crf_lr.data import benchmarks
+from crf_lr.data import files as datasets_files
+from crf_lr.data.files import DataFormatError, resolve_data_dir
+from crf_lr.data.benchmarks import dataset_path, load_dataset, packaged_file
+from crf_lr.data.ner import read_bio, read_cluener, read_cmeee, read_conll, split_examples
+from crf_lr.data.formats import read_corpus
+from crf_lr.data.segmentation import read_pfr, read_raw, read_segmented, read_word_list
+from crf_lr.data.tagging import tags_to_spans
 
 
 def write(tmp_path, name, content):
@@ -96,7 +99,7 @@ def test_bio_tab_and_space_files(tmp_path):
         '中共在', ['B-ORG', 'I-ORG', 'O'], [(0, 2, 'ORG')], ())
     # A chunk that opens inside an entity (MSRA's fixed-size chunks cut some): I-X read as B-X, noted.
     assert second.tags == ['B-LOC', 'I-LOC', 'O'] and second.spans == [(0, 2, 'LOC')]
-    assert second.notes == (datasets._CHUNK_START_NOTE,) and second.source == f'{tab}:7'
+    assert second.notes == (datasets_files._CHUNK_START_NOTE,) and second.source == f'{tab}:7'
 
     space = write(tmp_path, 'pd.txt', '海 O\n钓 O\n\n张 B-PER\n三 I-PER\n')    # no final blank line
     examples = read_bio(space)
@@ -143,19 +146,19 @@ def test_repair_fixes_tags_by_the_conlleval_rule_and_notes_it(tmp_path):
     bio = write(tmp_path, 'bio.txt', '张 B-PER\n在 O\n京 I-LOC\n城 I-LOC\n\n中 I-ORG\n')
     first, second = read_bio(bio, repair=True, chunked=False)
     assert (first.tags, first.spans) == (['B-PER', 'O', 'B-LOC', 'I-LOC'], [(0, 1, 'PER'), (2, 4, 'LOC')])
-    assert first.notes == (datasets.REPAIR_NOTE,)
+    assert first.notes == (datasets_files.REPAIR_NOTE,)
     assert (second.tags, second.spans, second.notes) == (['B-ORG'], [(0, 1, 'ORG')],
-                                                         (datasets.REPAIR_NOTE,))
+                                                         (datasets_files.REPAIR_NOTE,))
     bioes = write(tmp_path, 'bioes.txt', '张 B-PER\n小 I-PER\n在 O\n京 E-LOC\n')
     (example,) = read_bio(bioes, scheme='BIOES', repair=True)
     assert example.tags == ['B-PER', 'E-PER', 'O', 'S-LOC']
     assert example.spans == [(0, 2, 'PER'), (3, 4, 'LOC')] and len(example.notes) == 2
     conll = write(tmp_path, 'conll.txt', 'Ann NNP B-PER\nsaw VBD O\nthe DT O\nUN NNP I-ORG\n')
     (example,) = read_conll(conll, repair=True)      # IOB1 would also read it: B-PER is the fault
-    assert example.tags == ['B-PER', 'O', 'O', 'B-ORG'] and example.notes == (datasets.REPAIR_NOTE,)
+    assert example.tags == ['B-PER', 'O', 'O', 'B-ORG'] and example.notes == (datasets_files.REPAIR_NOTE,)
     examples = read_bio(bio, repair=True, chunked=False)
-    summary = datasets.Dataset('bio.txt', '', examples, ('LOC', 'ORG', 'PER'), bio).summary()
-    assert f'  repaired 2x: {datasets.REPAIR_NOTE}' in summary.splitlines()
+    summary = datasets_files.Dataset('bio.txt', '', examples, ('LOC', 'ORG', 'PER'), bio).summary()
+    assert f'  repaired 2x: {datasets_files.REPAIR_NOTE}' in summary.splitlines()
 
 
 def test_bad_encoding_names_file_and_line(tmp_path):
@@ -195,7 +198,7 @@ def test_cluener_inclusive_ends_repeated_mentions_and_nesting(tmp_path):
                           'B-name', 'I-name', 'I-name', 'O', 'O']
     assert nested.spans == [(1, 8, 'book'), (2, 6, 'company')]       # both kept as spans
     assert tags_to_spans(nested.tags) == [(1, 8, 'book')]             # the tags keep the outer one
-    assert nested.notes == (datasets._NESTED_NOTE,) and nested.source == f'{path}:3'
+    assert nested.notes == (datasets_files._NESTED_NOTE,) and nested.source == f'{path}:3'
     assert (unlabeled.text, unlabeled.spans, unlabeled.tags) == ('无标签', [], None)   # no gold at all
 
 
@@ -296,18 +299,18 @@ def test_duplicate_crossing_and_two_typed_spans_are_noted_where_they_stand(tmp_p
         cluener_line('北京大学', {'ORG': {'北京大学': [[0, 3]]}, 'LOC': {'北京': [[0, 1]]}}),  # nested
     ]) + '\n')
     twice, crossing, two_types, nested = read_cluener(path)
-    assert twice.spans == [(2, 4, 'LOC')] and twice.notes == (datasets._DUPLICATE_NOTE,)
+    assert twice.spans == [(2, 4, 'LOC')] and twice.notes == (datasets_files._DUPLICATE_NOTE,)
     assert crossing.spans == [(2, 5, 'ORG'), (3, 6, 'ORG')]                   # both kept as spans
     assert tags_to_spans(crossing.tags) == [(2, 5, 'ORG')]                   # the earlier in the tags
-    assert crossing.notes == (datasets._CROSSING_NOTE,)
+    assert crossing.notes == (datasets_files._CROSSING_NOTE,)
     assert two_types.spans == [(0, 2, 'GPE'), (0, 2, 'LOC')]
-    assert two_types.notes == (datasets._TWO_TYPES_NOTE,)
-    assert nested.notes == (datasets._NESTED_NOTE,)
+    assert two_types.notes == (datasets_files._TWO_TYPES_NOTE,)
+    assert nested.notes == (datasets_files._NESTED_NOTE,)
     summary = read_corpus(path).summary().splitlines()
-    for number, note in [(1, datasets._DUPLICATE_NOTE), (2, datasets._CROSSING_NOTE),
-                         (3, datasets._TWO_TYPES_NOTE), (4, datasets._NESTED_NOTE)]:
+    for number, note in [(1, datasets_files._DUPLICATE_NOTE), (2, datasets_files._CROSSING_NOTE),
+                         (3, datasets_files._TWO_TYPES_NOTE), (4, datasets_files._NESTED_NOTE)]:
         assert f'  noted 1x ({path}:{number}): {note}' in summary
-    assert 'crossing' in datasets._CROSSING_NOTE and 'nested' not in datasets._CROSSING_NOTE
+    assert 'crossing' in datasets_files._CROSSING_NOTE and 'nested' not in datasets_files._CROSSING_NOTE
 
 
 CMEEE = [
@@ -325,7 +328,7 @@ def test_cmeee_nested_inclusive_ends_and_record_lines(tmp_path):
     first, second = read_cmeee(path)                                   # the empty record is skipped
     assert first.spans == [(0, 2, 'bod'), (2, 7, 'dis'), (2, 9, 'bod')]
     assert tags_to_spans(first.tags) == [(0, 2, 'bod'), (2, 9, 'bod')]
-    assert first.notes == (datasets._NESTED_NOTE,)
+    assert first.notes == (datasets_files._NESTED_NOTE,)
     assert first.source == f'{path}:2'
     # indent=2: '[' is line 1, record 1 lines 2-24, the empty record 25-28, record 3 from line 29.
     assert second.source == f'{path}:29' and second.spans == [(0, 2, 'dis')]
@@ -425,7 +428,7 @@ def test_registry_reads_a_data_folder_and_names_missing_files(tmp_path, monkeypa
         load_dataset('msra', 'dev')
 
 
-PACKAGED = {(name, split): part.package for name, spec in datasets.DATASETS.items()
+PACKAGED = {(name, split): part.package for name, spec in benchmarks.DATASETS.items()
             for split, part in spec.splits.items() if part.package}
 
 
@@ -476,21 +479,21 @@ def test_real_pfr(real):
 
 def fragments(dataset):
     """Spans opening a chunk that was cut inside an entity (read as B-X and noted)."""
-    return Counter(e.spans[0][2] for e in dataset if datasets._CHUNK_START_NOTE in e.notes)
+    return Counter(e.spans[0][2] for e in dataset if datasets_files._CHUNK_START_NOTE in e.notes)
 
 
 def test_msra_split_by_position(tmp_path, monkeypatch):
     (tmp_path / 'msra_ner').mkdir()
     (tmp_path / 'msra_ner' / 'msra_bio.txt').write_text('甲\tO\n\n乙\tO\n\n丙\tO\n', encoding='utf-8')
-    monkeypatch.setattr(datasets, 'MSRA_TRAIN_CHUNKS', 2)
+    monkeypatch.setattr(benchmarks, 'MSRA_TRAIN_CHUNKS', 2)
     split = {s: [e.text for e in load_dataset('msra', s, str(tmp_path))] for s in ('train', 'test', 'all')}
     assert split == {'train': ['甲', '乙'], 'test': ['丙'], 'all': ['甲', '乙', '丙']}
 
 
 def test_real_msra_official_split(real):
     everything = real('msra', 'all')                                   # read once, split as load_dataset does
-    train, test = everything[:datasets.MSRA_TRAIN_CHUNKS], everything[datasets.MSRA_TRAIN_CHUNKS:]
-    train, test = (datasets.Dataset('msra', split, part, everything.types, everything.path)
+    train, test = everything[:benchmarks.MSRA_TRAIN_CHUNKS], everything[benchmarks.MSRA_TRAIN_CHUNKS:]
+    train, test = (datasets_files.Dataset('msra', split, part, everything.types, everything.path)
                    for split, part in (('train', train), ('test', test)))
     assert (len(train), len(test)) == (50658, 4631)
     assert sum(len(e.text) for e in train) == 2169879 and sum(len(e.text) for e in test) == 172601

@@ -1,10 +1,11 @@
-"""crf_lr.diagnostics and crf_lr.plots against hand-made matrices whose answers are counted by hand."""
+"""crf_lr.evaluation.diagnostics and crf_lr.evaluation.plots against hand-made matrices whose answers are counted by hand."""
 import numpy as np
 import pytest
 
-from crf_lr.diagnostics import (BMES_IMPOSSIBLE, count_violations, diagnose, emission_margin,
-                                format_sanity, format_transitions, impossible_from_allowed,
-                                transition_sanity, transition_spread)
+from crf_lr.evaluation.diagnostics import (BMES_IMPOSSIBLE, count_violations, diagnose,
+                                           emission_margin, format_sanity, format_transitions,
+                                           impossible_from_allowed, transition_sanity,
+                                           transition_spread)
 
 S, B, M, E = range(4)
 # BMES by hand: after s or e a word starts (s, b); after b or m the word goes on (m, e).
@@ -116,7 +117,7 @@ def test_bad_input_says_what_came():
 
 def test_heatmap_and_curves_are_written_as_png(tmp_path):
     pytest.importorskip('matplotlib')
-    from crf_lr.plots import plot_bars, plot_curves, plot_transitions
+    from crf_lr.evaluation.plots import plot_bars, plot_curves, plot_transitions
     trans = sane_matrix()
     trans[S, M] = -np.inf
     heatmap = plot_transitions(trans, 'sbme', str(tmp_path / 'sub' / 't.png'), title='epoch 1')

@@ -1,4 +1,4 @@
-"""Training on several replicas (``crf_lr.distribute``, ``--strategy``) gives the losses of one
+"""Training on several replicas (``crf_lr.training.distribute``, ``--strategy``) gives the losses of one
 device for the same global batches, and the training step is traced once.
 
 Oracles: one device. ``mirrored`` runs on two logical CPU devices, which must be configured before
@@ -33,8 +33,8 @@ def mirrored_losses():
     from crf_lr.compat import tf
     cpu = tf.config.list_physical_devices('CPU')[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-    from crf_lr.distribute import make_strategy
-    from crf_lr.runs import train_steps
+    from crf_lr.training.distribute import make_strategy
+    from crf_lr.training.loop import train_steps
     from step_cases import head_model, random_batches
     strategy = make_strategy('mirrored')
     results = dict(replicas=strategy.num_replicas_in_sync)

@@ -1,6 +1,6 @@
 """The learning rates a user gets without --lr (chosen from docs/results.md's runs); the encoder
 chosen without --encoder is tested in test_first_try.py."""
-from crf_lr.encoders import DEFAULT_LR, default_learning_rate
+from crf_lr.model.encoders import DEFAULT_LR, default_learning_rate
 
 
 def test_default_rates_per_packaged_encoder_and_for_a_single_layer():

@@ -2,7 +2,7 @@
 the shared data layout), run in-process through their ``main(argv)``.
 
 Oracles: the test F1 a script reports equals the score recomputed from its saved model with
-``crf_lr.metrics``, and equals the test score logged at the epoch the development split selected; a
+``crf_lr.evaluation.metrics``, and equals the test score logged at the epoch the development split selected; a
 run resumed after epoch 2 gives the same epoch-3 loss as an uninterrupted run; a CRF subclass that
 halves the loss logs exactly half the stock CRF's first loss; head parameter counts equal the closed
 forms of the GlobalPointer designs; the unit encoder's ids are the vocabulary's line numbers.
@@ -54,10 +54,10 @@ def save_random_tagger(folder, head_name, types, scheme, maxlen, crf_scale=None,
     from N(0, crf_scale) (of the emissions' scale, so that they matter); ``units``: 'chars' or
     'words' (English WordPieces). Returns the folder."""
     from crf_lr.compat import keras
-    from crf_lr.encoders import load_encoder
-    from crf_lr.heads import make_head, piece_states
-    from crf_lr.pieces import UnitEncoder
-    from crf_lr.tagger import Tagger
+    from crf_lr.model.encoders import load_encoder
+    from crf_lr.model.heads import make_head, piece_states
+    from crf_lr.data.pieces import UnitEncoder
+    from crf_lr.serving.tagger import Tagger
     encoder, vocab, _ = load_encoder(write_tiny_encoder(os.path.join(folder, 'encoder')))
     head = make_head(head_name, types, scheme, **options)
     model = keras.Model(encoder.inputs, head.build(piece_states(encoder)))
@@ -152,9 +152,10 @@ def cws_run(tiny):
 
 
 def test_cws_script_writes_scores_tables_and_model_and_the_loss_falls(cws_run, tiny):
-    from crf_lr.datasets import load_dataset, read_word_list
-    from crf_lr.metrics import segmentation_scores
-    from crf_lr.tagger import Tagger
+    from crf_lr.data.benchmarks import load_dataset
+    from crf_lr.data.segmentation import read_word_list
+    from crf_lr.evaluation.metrics import segmentation_scores
+    from crf_lr.serving.tagger import Tagger
     _, output, results = cws_run
     records = _records(output)
     assert [r['epoch'] for r in records] == [1, 2, 3]
@@ -229,9 +230,9 @@ def test_ner_span_head_on_nested_capable_data(tiny):
 
 
 def test_ner_softmax_on_word_pieces_scores_like_its_saved_model(tiny):
-    from crf_lr.datasets import load_dataset
-    from crf_lr.metrics import span_scores
-    from crf_lr.tagger import Tagger
+    from crf_lr.data.benchmarks import load_dataset
+    from crf_lr.evaluation.metrics import span_scores
+    from crf_lr.serving.tagger import Tagger
     ner = load_script('task_ner')
     output = tiny['root'] / 'conll'
     results = ner.main(_common(tiny, output) + ['--dataset', 'conll2003', '--head', 'softmax'])
@@ -258,9 +259,9 @@ def test_ner_crf_on_first_pieces_only_trains_and_scores_like_its_saved_model(tin
     other pieces out, the loss falls, the saved model keeps the setting and scores on test what
     the script reported; a head that cannot take the setting is refused."""
     import json as json_module
-    from crf_lr.datasets import load_dataset
-    from crf_lr.metrics import span_scores
-    from crf_lr.tagger import Tagger
+    from crf_lr.data.benchmarks import load_dataset
+    from crf_lr.evaluation.metrics import span_scores
+    from crf_lr.serving.tagger import Tagger
     ner = load_script('task_ner')
     output = tiny['root'] / 'conll-first'
     results = ner.main(_common(tiny, output) + ['--dataset', 'conll2003', '--label-pieces', 'first'])
@@ -283,9 +284,9 @@ def test_a_crf_subclass_that_changes_the_loss_trains_through_the_script(tiny):
     trains through task_ner.py: its first step loss is exactly half the stock CRF's (same seed,
     same weights), and its saved model reloads and predicts."""
     from crf_lr.compat import keras
-    from crf_lr.crf import ConditionalRandomField
-    from crf_lr.heads import HEADS, CRFHead, register_head
-    from crf_lr.tagger import Tagger
+    from crf_lr.model.crf import ConditionalRandomField
+    from crf_lr.model.heads import HEADS, CRFHead, register_head
+    from crf_lr.serving.tagger import Tagger
 
     @keras.utils.register_keras_serializable(package='test')
     class HalfLossCRF(ConditionalRandomField):
@@ -313,8 +314,8 @@ def test_a_fifth_head_registered_from_outside_runs_end_to_end(tiny):
     """A toy head (Dense logits, crossentropy from logits, argmax decoding) defined here, in one
     class plus one registry line, trains, selects, saves, reloads and predicts."""
     from crf_lr.compat import keras
-    from crf_lr.heads import HEADS, TagHead, register_head
-    from crf_lr.tagger import Tagger
+    from crf_lr.model.heads import HEADS, TagHead, register_head
+    from crf_lr.serving.tagger import Tagger
 
     class LogitsHead(TagHead):
         def build(self, states):
@@ -339,8 +340,8 @@ def test_a_fifth_head_registered_from_outside_runs_end_to_end(tiny):
 
 
 def test_head_parameter_counts_follow_the_designs(tiny):
-    from crf_lr.encoders import load_encoder
-    from crf_lr.heads import make_head, piece_states
+    from crf_lr.model.encoders import load_encoder
+    from crf_lr.model.heads import make_head, piece_states
     hidden, d = 16, 8
     types = ['A', 'B', 'C']
     counts = {}
@@ -354,8 +355,8 @@ def test_head_parameter_counts_follow_the_designs(tiny):
 
 
 def test_unit_encoder_ids_are_vocabulary_lines(tiny):
-    from crf_lr.pieces import UnitEncoder, piece_spans_to_unit_spans, unit_spans_to_piece_spans
-    from crf_lr.tagging import spread_labels
+    from crf_lr.data.pieces import UnitEncoder, piece_spans_to_unit_spans, unit_spans_to_piece_spans
+    from crf_lr.data.tagging import spread_labels
     vocab_path = os.path.join(os.path.dirname(tiny['config']), 'vocab.txt')
     lines = open(vocab_path, encoding='utf-8').read().split('\n')
     chars = UnitEncoder(vocab_path)
@@ -420,8 +421,8 @@ def test_a_span_longer_than_a_window_stops_the_run_before_training(tiny, tmp_pat
 def test_padding_and_special_tokens_never_reach_the_loss(tiny, name):
     """Labels under [SEP] and padding, and extra padding, leave the loss unchanged."""
     from crf_lr.compat import keras
-    from crf_lr.encoders import load_encoder
-    from crf_lr.heads import make_head, piece_states
+    from crf_lr.model.encoders import load_encoder
+    from crf_lr.model.heads import make_head, piece_states
     keras.utils.set_random_seed(0)
     head = make_head(name, ['X'])                      # 3 labels: O, B-X, I-X
     encoder = load_encoder(tiny['config'])[0]

@@ -1,5 +1,5 @@
 """``python -m crf_lr.export``: the SavedModel runs in a fresh process that never imports crf_lr or
-bert4keras (as TF Serving does) and decodes exactly as :class:`~crf_lr.tagger.Tagger`.
+bert4keras (as TF Serving does) and decodes exactly as :class:`~crf_lr.serving.tagger.Tagger`.
 
 Oracles: Tagger's own scores, tags and spans on the same texts (random tiny models, so many
 overlapping spans and non-trivial transitions), and the closed-form path score (emissions plus
@@ -51,8 +51,8 @@ with open(sys.argv[1].replace('inputs.npz', 'client.json'), 'w') as f:
 def exported(tmp_path_factory):
     """Tiny random models of four heads, saved, exported, and run in a fresh process."""
     from crf_lr.compat import keras
-    from crf_lr.export import main
-    from crf_lr.tagger import Tagger
+    from crf_lr.serving.export import main
+    from crf_lr.serving.tagger import Tagger
     root = tmp_path_factory.mktemp('export')
     keras.utils.set_random_seed(2)
     taggers = {}
@@ -95,7 +95,7 @@ def test_files_beside_the_savedmodel(exported):
 
 @pytest.mark.parametrize('name', ['crf', 'softmax'])
 def test_tag_heads_decode_as_the_tagger(exported, name):
-    from crf_lr.viterbi import constrained_parameters
+    from crf_lr.decoding.viterbi import constrained_parameters
     _, taggers, token_ids, outputs, _ = exported
     tagger = taggers[name]
     head, labels = tagger.head, tagger.head.labels
@@ -153,7 +153,7 @@ def test_span_heads_decode_as_the_tagger(exported, name):
 @pytest.mark.parametrize('name', list(HEADS))
 def test_the_example_client_gives_the_entities_of_predict_lines(exported, name):
     """examples/serving_client.py (no crf_lr): text -> ids -> SavedModel -> entities or words."""
-    from crf_lr.predict import predict_lines
+    from crf_lr.serving.predict import predict_lines
     taggers, client = exported[1], exported[4]
     expected = [[{k: v for k, v in entity.items() if k != 'confidence'} if isinstance(entity, dict)
                  else entity for entity in line] for line in predict_lines(taggers[name], TEXTS)]
@@ -162,7 +162,7 @@ def test_the_example_client_gives_the_entities_of_predict_lines(exported, name):
 
 
 def test_bad_arguments_are_one_line_errors(exported, tmp_path, capsys):
-    from crf_lr.export import main
+    from crf_lr.serving.export import main
     root = exported[0]
     for argv, message in (([str(tmp_path), str(tmp_path / 'out')], 'missing model.h5'),
                           ([str(root / 'models' / 'crf' / 'model'), str(root / 'exported' / 'crf')],
@@ -176,7 +176,7 @@ def test_bad_arguments_are_one_line_errors(exported, tmp_path, capsys):
 def test_an_export_onto_a_file_names_the_file(exported, tmp_path, capsys, overwrite):
     """With --overwrite it named the scratch folder (``[Errno 20] Not a directory:
     '.afile.partial-…'``); without, it asked for --overwrite, which could not help."""
-    from crf_lr.export import main
+    from crf_lr.serving.export import main
     target = tmp_path / 'afile'
     target.write_text('mine')
     with pytest.raises(SystemExit) as exit_info:
@@ -193,8 +193,8 @@ def test_an_export_killed_between_its_renames_is_restored_by_the_next_one(export
     next export puts it back, says so, and then finds it there (no --overwrite: refused);
     a served model folder left so is put back when the server starts (its first check)."""
     import shutil
-    from crf_lr.export import main
-    from crf_lr.runs import check_model_folder
+    from crf_lr.serving.export import main
+    from crf_lr.serving.model_folder import check_model_folder
     root = exported[0]
     version, previous = tmp_path / 'ner' / '1', tmp_path / 'ner' / '.1.previous'
     shutil.copytree(root / 'exported' / 'crf', previous)
@@ -217,7 +217,7 @@ def test_an_export_killed_between_its_renames_is_restored_by_the_next_one(export
 def test_a_head_trained_on_first_pieces_is_refused_in_one_line(tmp_path, capsys):
     """Its scores past a word's first piece were never trained: decoding every piece (all that a
     served graph can do) would give other tags than the Tagger's."""
-    from crf_lr.export import main
+    from crf_lr.serving.export import main
     model_dir = save_random_tagger(str(tmp_path), 'crf', ['LOC', 'PER'], 'BIO', maxlen=16,
                                    units='words', label_pieces='first')
     with pytest.raises(SystemExit) as exit_info:
@@ -236,9 +236,9 @@ WORD_HEADS = {'crf': ('crf', ['LOC', 'PER'], 'BIOES'),
 @pytest.fixture(scope='module')
 def word_exported(exported):
     """Tiny random word models (English WordPieces), saved and exported beside the others."""
-    from crf_lr.export import main
-    from crf_lr.predict import predict_lines
-    from crf_lr.tagger import Tagger
+    from crf_lr.serving.export import main
+    from crf_lr.serving.predict import predict_lines
+    from crf_lr.serving.tagger import Tagger
     root, expected = exported[0], {}
     for name, (head_name, types, scheme) in WORD_HEADS.items():
         model_dir = save_random_tagger(str(root / 'models' / f'words_{name}'), head_name, types,

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from crf_lr.compat import keras, K
-from crf_lr.finetune import (build_encoder, hidden_states_model, layerwise_decay,
-                             num_transformer_layers, reinitialize_top_layers)
-from crf_lr.optimizers import match_multiplier
+from crf_lr.model.finetune import (build_encoder, hidden_states_model, layerwise_decay,
+                                   num_transformer_layers, reinitialize_top_layers)
+from crf_lr.training.optimizers import match_multiplier
 
 TINY_ALBERT_CONFIG = dict(vocab_size=64, hidden_size=16, embedding_size=8, num_hidden_layers=3,
                           num_attention_heads=2, intermediate_size=32, hidden_act='gelu',

@@ -14,12 +14,12 @@ import sys
 
 import pytest
 
-from crf_lr.console import NATIVE_LOG_LINE
-from crf_lr.datasets import detect_format, read_corpus
-from crf_lr.pieces import UnitEncoder
-from crf_lr.splits import load_splits, repair_line
-from crf_lr.vocabulary import (check_vocabulary, choose_encoder, script_shares, unknown_warning,
-                               unspaced_warning)
+from crf_lr.utils.console import NATIVE_LOG_LINE
+from crf_lr.data.formats import detect_format, read_corpus
+from crf_lr.data.pieces import UnitEncoder
+from crf_lr.data.splits import load_splits, repair_line
+from crf_lr.data.vocabulary import (check_vocabulary, choose_encoder, script_shares,
+                                    unknown_warning, unspaced_warning)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPECIAL = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]']
@@ -212,7 +212,7 @@ def test_the_command_line_console_holds_no_tensorflow_line_and_no_progress_bar(t
     assert [line[:8] for line in stdout.splitlines() if line.startswith('epoch ')] == \
         ['epoch 1:', 'epoch 2:']                                  # one line per epoch
     # the default precision is auto; the console and results.json name what it became here
-    from crf_lr.precision import native_bf16
+    from crf_lr.model.precision import native_bf16
     used = 'mixed_bfloat16' if native_bf16() else 'float32'
     assert f'precision: auto -> {used} (' in stdout
     results = json.loads((tmp_path / 'run' / 'results.json').read_text())
@@ -232,7 +232,7 @@ def test_every_example_answers_help_with_its_usage_only(script):
 
 def test_the_native_log_filter_keeps_every_other_line(tmp_path):
     """Lines written to file descriptor 2 from outside Python: TensorFlow's go, the rest stays."""
-    code = ('import os, sys; from crf_lr.console import filter_native_log; filter_native_log(); '
+    code = ('import os, sys; from crf_lr.utils.console import filter_native_log; filter_native_log(); '
             'print("python line", file=sys.stderr); '
             'os.write(2, b"I0000 00:00:1795619637.205835    7212 port.cc:153] oneDNN on\\n'
             'WARNING: All log messages before absl::InitializeLog() is called are written to '

@@ -1,4 +1,4 @@
-"""crf_lr.fused_kernels and crf_lr.native_build: the one-pass GELU and layer norm (with its scale
+"""crf_lr.speed.fused_kernels and crf_lr.speed.native_build: the one-pass GELU and layer norm (with its scale
 and offset) with their gradients, and the softmax's gradient, against float64 closed forms and
 TensorFlow's own ops; a model's training calls use them, its other calls do not, and its
 gradients stay TensorFlow's to float rounding; the build is cached, atomic, and says why where
@@ -9,7 +9,7 @@ import os
 import numpy as np
 import pytest
 
-from crf_lr import fused_kernels, native_build
+from crf_lr.speed import fused_kernels, native_build
 from crf_lr.compat import tf
 
 
@@ -456,7 +456,7 @@ def test_the_kernels_stay_out_of_saved_models_tensor_flags_and_a_process_switche
 
 
 def test_bf16_gradients_come_no_further_from_float32s(fused_ops, tiny_bert_config_path):
-    from crf_lr.precision import set_precision
+    from crf_lr.model.precision import set_precision
     token_ids = tf.constant([[2, 5, 9, 7, 3, 0, 0], [2, 4, 4, 8, 11, 6, 3]])
     inputs = (token_ids, tf.zeros_like(token_ids))
     reference = _step_graph(_tiny_model(tiny_bert_config_path), inputs, training=True)[1]
@@ -603,7 +603,7 @@ def test_processes_building_at_once_build_once(tmp_path):
     source = tmp_path / 'probe.cc'
     source.write_text(SMALL_SOURCE)
     builds = tmp_path / 'builds.txt'
-    script = ('import sys, time; from pathlib import Path; from crf_lr import native_build; '
+    script = ('import sys, time; from pathlib import Path; from crf_lr.speed import native_build; '
               'print(native_build.built_library(Path(sys.argv[1]), on_build=lambda: ('
               'open(sys.argv[2], "a").write("built\\n"), time.sleep(3))))')   # the other waits
     env = dict(__import__('os').environ, CRF_LR_CACHE=str(tmp_path / 'cache'),

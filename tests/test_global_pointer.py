@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 
 from crf_lr.compat import keras, tf
-from crf_lr.global_pointer import (EfficientGlobalPointer, GlobalPointer,
-                                   rotary_position_embedding)
-from crf_lr.losses import global_pointer_crossentropy, sparse_global_pointer_crossentropy
-from crf_lr.spans import dense_targets, pad_sparse_targets, sparse_targets
+from crf_lr.model.global_pointer import (EfficientGlobalPointer, GlobalPointer,
+                                         rotary_position_embedding)
+from crf_lr.model.losses import global_pointer_crossentropy, sparse_global_pointer_crossentropy
+from crf_lr.decoding.spans import dense_targets, pad_sparse_targets, sparse_targets
 
 from bert4keras import layers as b4k_layers
 from bert4keras.models import build_transformer_model

@@ -1,4 +1,4 @@
-"""crf_lr.graph_optimisation: the lighter options (one round of grappler's passes, no memory or
+"""crf_lr.speed.graph_optimisation: the lighter options (one round of grappler's passes, no memory or
 layout optimiser, explicit settings kept), set for this thread within the block and restored
 after it (an exception, the executor type and tf.config changes within it included), off with a
 GPU or light_graph_optimisation(False), where runs.fit's loop calls its step (and not where it
@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import crf_lr  # noqa: F401  (environment before TensorFlow)
-from crf_lr.graph_optimisation import (available, light_graph_optimisation, lighter,
-                                       optimised_lightly)
+from crf_lr.speed.graph_optimisation import (available, light_graph_optimisation, lighter,
+                                             optimised_lightly)
 
 
 def _call_options():
@@ -92,7 +92,7 @@ def test_a_tf_config_change_within_the_block_stays_after_it():
 
 
 def test_with_a_gpu_tensorflows_options_stay(monkeypatch):
-    import crf_lr.graph_optimisation as graph_optimisation
+    import crf_lr.speed.graph_optimisation as graph_optimisation
     monkeypatch.setattr(graph_optimisation, '_sees_gpu', lambda: True)
     before = _call_options()
     with optimised_lightly():
@@ -102,7 +102,7 @@ def test_with_a_gpu_tensorflows_options_stay(monkeypatch):
 def test_train_steps_trace_the_step_outside_the_block_and_call_it_within(monkeypatch):
     """The trace sees TensorFlow's options (a graph traced within the lighter ones would keep
     them for the functions it calls); every call of the step sees the lighter ones."""
-    import crf_lr.runs as runs
+    import crf_lr.training.loop as runs
     from crf_lr.compat import keras
     keras.utils.set_random_seed(0)
     model = keras.Sequential([keras.layers.Dense(1, input_shape=(3,))])
@@ -130,7 +130,7 @@ def test_train_steps_trace_the_step_outside_the_block_and_call_it_within(monkeyp
 GRAPPLER_LOG = textwrap.dedent('''
     import crf_lr
     from crf_lr.compat import tf
-    from crf_lr.graph_optimisation import optimised_lightly
+    from crf_lr.speed.graph_optimisation import optimised_lightly
 
     def compute(x):
         for _ in range(6):

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 import crf_lr  # noqa: F401  (environment before TensorFlow)
-from crf_lr.heads import (HEADS, CRFHead, EfficientGlobalPointerHead, SoftmaxHead, Window,
-                          make_head, register_head)
-from crf_lr.spans import non_overlapping, outermost
+from crf_lr.model.heads import (HEADS, CRFHead, EfficientGlobalPointerHead, SoftmaxHead, Window,
+                                make_head, register_head)
+from crf_lr.decoding.spans import non_overlapping, outermost
 from test_viterbi import stable_seed
 
 

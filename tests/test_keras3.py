@@ -28,7 +28,7 @@ def _run(args, **extra):
 
 def _crf_reference(rng):
     import tensorflow as tf
-    from crf_lr.crf import ConditionalRandomField
+    from crf_lr.model.crf import ConditionalRandomField
     from test_viterbi import random_case
     batch, n, num_labels, multiplier = 6, 7, 4, 10.0
     case = random_case(rng, batch, n, num_labels, boundary=True, constrained=True)
@@ -64,7 +64,7 @@ def _crf_reference(rng):
 
 def _pointer_reference(rng):
     import tensorflow as tf
-    from crf_lr import global_pointer, losses
+    from crf_lr.model import global_pointer, losses
     batch, n, hidden, heads, size, entities = 3, 6, 8, 2, 4, 3
     lengths = np.array([6, 4, 1])
     mask = np.arange(n) < lengths[:, None]
@@ -102,7 +102,7 @@ def _pointer_reference(rng):
 
 def _mcce_reference(rng):
     import tensorflow as tf
-    from crf_lr import losses
+    from crf_lr.model import losses
     logits = rng.normal(size=(4, 9)).astype('float32') * 3
     logits[0, :4] = -np.inf
     logits[1, :] = -np.inf
@@ -132,7 +132,7 @@ OPTIMIZER_SETTINGS = [
 
 def _optimizer_reference(rng):
     import tensorflow as tf
-    from crf_lr.optimizers import LayerwiseAdam
+    from crf_lr.training.optimizers import LayerwiseAdam
     initial = [rng.normal(size=(3, 3)).astype('float32'), rng.normal(size=(4,)).astype('float32')]
     gradients = [[rng.normal(size=w.shape).astype('float32') for w in initial] for _ in range(4)]
     out = {f'adam_initial_{i}': w for i, w in enumerate(initial)}
@@ -165,8 +165,8 @@ def _encoder_reference(config_path, tmp_path):
 
 
 def _tokenizer_reference():
-    from crf_lr.pretrained import packaged_source
-    from crf_lr.pieces import UnitEncoder
+    from crf_lr.model.pretrained import packaged_source
+    from crf_lr.data.pieces import UnitEncoder
     try:
         vocab_path = os.path.join(packaged_source('minilm-en'), 'vocab.txt')
     except FileNotFoundError:
@@ -214,15 +214,15 @@ SEPARATION = r'''
 import sys
 side = sys.argv[1]
 if side == 'tf-keras':
-    import crf_lr.crf, crf_lr.global_pointer, crf_lr.losses, crf_lr.optimizers, crf_lr.layers
+    import crf_lr.model.crf, crf_lr.model.global_pointer, crf_lr.model.losses, crf_lr.training.optimizers, crf_lr.layers
     forbidden = ('crf_lr.keras3', 'keras.src')     # jax itself: TensorFlow 2.21 may import it
     assert sys.modules['keras'].__name__.startswith('tf_keras') or \
         getattr(sys.modules['keras'], '__version__', '3')[0] == '2', sys.modules['keras']
 else:
     import crf_lr.keras3, crf_lr.keras3.encoder, crf_lr.keras3.tokenizer, keras
     assert keras.__version__.startswith('3.'), keras.__version__
-    forbidden = ('tf_keras', 'bert4keras', 'crf_lr.compat', 'crf_lr.crf', 'crf_lr.losses',
-                 'crf_lr.optimizers', 'crf_lr.global_pointer')
+    forbidden = ('tf_keras', 'bert4keras', 'crf_lr.compat', 'crf_lr.model.crf', 'crf_lr.model.losses',
+                 'crf_lr.training.optimizers', 'crf_lr.model.global_pointer')
     if side == 'jax':
         forbidden += ('tensorflow',)
 loaded = sorted(m for m in sys.modules if m.split('.')[0] in {f.split('.')[0] for f in forbidden}
@@ -252,8 +252,8 @@ CONLL_SAMPLE = [[('EU', 'B-ORG'), ('rejects', 'O'), ('German', 'B-MISC'), ('lamb
 
 def write_tiny_hf_bert(folder, words):
     """A Hugging Face BERT folder (config.json, vocab.txt, model.safetensors): 1 layer, hidden
-    16, random weights of every tensor crf_lr.convert expects."""
-    from crf_lr.convert import _variable_table, google_config
+    16, random weights of every tensor crf_lr.model.convert expects."""
+    from crf_lr.model.convert import _variable_table, google_config
     from test_convert import _write_safetensors
     os.makedirs(folder)
     vocab = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]'] + sorted({w.lower() for w in words})

@@ -5,11 +5,11 @@ import pytest
 
 from bert4keras import backend as b4k
 from crf_lr.compat import tf
-from crf_lr.losses import (global_pointer_crossentropy, global_pointer_f1,
-                           multilabel_categorical_crossentropy,
-                           sparse_global_pointer_crossentropy, sparse_global_pointer_f1,
-                           sparse_multilabel_categorical_crossentropy)
-from crf_lr.spans import decode_spans, dense_targets, pad_sparse_targets, sparse_targets
+from crf_lr.model.losses import (global_pointer_crossentropy, global_pointer_f1,
+                                 multilabel_categorical_crossentropy,
+                                 sparse_global_pointer_crossentropy, sparse_global_pointer_f1,
+                                 sparse_multilabel_categorical_crossentropy)
+from crf_lr.decoding.spans import decode_spans, dense_targets, pad_sparse_targets, sparse_targets
 
 
 def closed_form(labels, logits):

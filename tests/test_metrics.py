@@ -7,9 +7,10 @@ import pytest
 from seqeval.metrics import classification_report, f1_score, precision_score, recall_score
 from seqeval.scheme import IOB2, IOBES
 
-from crf_lr.metrics import (confusion_matrix, entity_scores, format_confusion_matrix,
-                            plot_confusion_matrix, relaxed_scores, segmentation_scores, span_scores)
-from crf_lr.tagging import label_list, spans_to_tags, tags_to_spans
+from crf_lr.evaluation.metrics import (confusion_matrix, entity_scores, format_confusion_matrix,
+                                       plot_confusion_matrix, relaxed_scores, segmentation_scores,
+                                       span_scores)
+from crf_lr.data.tagging import label_list, spans_to_tags, tags_to_spans
 
 TYPES = ['PER', 'LOC', 'ORG']
 

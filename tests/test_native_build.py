@@ -1,4 +1,4 @@
-"""crf_lr.native_build's flags and cache: the kernels' sources compile with TensorFlow's headers
+"""crf_lr.speed.native_build's flags and cache: the kernels' sources compile with TensorFlow's headers
 at every x86-64 ISA level (``-fsyntax-only``, whatever this machine is); a native build that
 fails is built at a baseline and says so; a damaged cached library is built again rather than
 loaded; a cache that cannot be written is one line, for the kernels and the packaged encoders;
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from crf_lr import fused_kernels, native_build
-from crf_lr.convert import Converted
+from crf_lr.speed import fused_kernels, native_build
+from crf_lr.model.convert import Converted
 from test_fused_kernels import SMALL_SOURCE
 
 REPO = Path(__file__).resolve().parent.parent
@@ -28,7 +28,7 @@ MARCHES = ('x86-64-v2', 'haswell', 'skylake-avx512', 'icelake-server', 'sapphire
 @pytest.fixture(scope='module')
 def syntax_checks():
     """``{march: (known, first error line or None)}``: the kernels' sources checked with
-    :func:`crf_lr.native_build.compile_flags` at each of :data:`MARCHES` the compiler knows, two
+    :func:`crf_lr.speed.native_build.compile_flags` at each of :data:`MARCHES` the compiler knows, two
     at a time, as one translation unit (TensorFlow's headers parsed once: about 6 s of CPU)."""
     cxx = native_build.compiler()
     if cxx is None or '__x86_64__' not in native_build.predefined_macros(cxx):
@@ -192,7 +192,7 @@ def test_a_truncated_kernel_library_is_built_again_not_a_bus_error(fused_ops, tm
     for path in (cached, cached.with_suffix('.json')):
         shutil.copy(path, cache / path.name)
     _truncated(cache / cached.name)
-    done = subprocess.run([sys.executable, '-c', 'from crf_lr import fused_kernels; '
+    done = subprocess.run([sys.executable, '-c', 'from crf_lr.speed import fused_kernels; '
                            'print(fused_kernels.status())'], capture_output=True, text=True,
                           env=dict(os.environ, CRF_LR_CACHE=str(cache)), cwd=REPO)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -239,7 +239,7 @@ def test_an_unwritable_cache_turns_the_kernels_off_in_one_line(unwritable_cache,
 @pytest.mark.slow
 def test_a_packaged_encoder_is_converted_into_a_temporary_folder_where_the_cache_cannot_be(
         unwritable_cache, capsys):
-    from crf_lr.pretrained import packaged_checkpoint
+    from crf_lr.model.pretrained import packaged_checkpoint
     cache, why = unwritable_cache
     out = packaged_checkpoint('albert-tiny-zh')
     said = capsys.readouterr().err.splitlines()
@@ -254,7 +254,7 @@ def test_a_conversion_failing_in_the_cache_goes_to_a_temporary_folder_in_one_lin
         tmp_path, monkeypatch, capsys, passed):
     """A disk that fills during the conversion (an OSError past the cache's first write): one
     line naming ``cache_dir`` where the caller passed it, else CRF_LR_CACHE."""
-    from crf_lr import pretrained
+    from crf_lr.model import pretrained
     cache = tmp_path / 'cache'
     monkeypatch.setenv('CRF_LR_CACHE', str(cache))
 

@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 from crf_lr.compat import tf, keras
-from crf_lr.optimizers import (Adam, LayerwiseAdam, WarmupLinearDecay, extend_with_layerwise_lr,
-                               extend_with_weight_decay, fused_adam, layerwise_decay_multipliers,
-                               match_multiplier, restore_optimizer_state)
+from crf_lr.training.optimizers import (Adam, LayerwiseAdam, WarmupLinearDecay,
+                                        extend_with_layerwise_lr, extend_with_weight_decay,
+                                        fused_adam, layerwise_decay_multipliers, match_multiplier,
+                                        restore_optimizer_state)
 
 
 def f32(x):
@@ -260,7 +261,7 @@ MIRRORED_SCRIPT = textwrap.dedent('''
     import numpy as np
     import crf_lr
     from crf_lr.compat import tf, keras
-    from crf_lr.optimizers import LayerwiseAdam
+    from crf_lr.training.optimizers import LayerwiseAdam
     cpu = tf.config.list_physical_devices('CPU')[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     strategy = tf.distribute.MirroredStrategy(['/cpu:0', '/cpu:1'])
@@ -331,7 +332,7 @@ def test_layerwise_decay_multipliers_map_to_bert_variables(tiny_bert_config_path
 
 def _crf_transitions_after_training(lr_multiplier, optimizer, initial, steps):
     """Train a lone CRF (emissions are the input); the effective matrix after each step."""
-    from crf_lr.crf import ConditionalRandomField
+    from crf_lr.model.crf import ConditionalRandomField
     rng = np.random.default_rng(5)
     emissions = rng.normal(size=(4, 6, 3)).astype(np.float32)
     labels = rng.integers(0, 3, size=(4, 6))

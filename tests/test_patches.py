@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import crf_lr.compat  # noqa: F401  (every site of TensorFlow's modules applied)
-import crf_lr.serialization  # noqa: F401
+import crf_lr.model.serialization  # noqa: F401
 from crf_lr import patches
 from crf_lr.patches import PatchError, Row, apply, state
 from crf_lr.patches.__main__ import main, markdown
@@ -38,17 +38,17 @@ def test_the_pinned_versions_are_the_verified_ones_and_hold_every_target():
 
 def test_every_row_is_applied_here_and_each_site_goes_through_the_registry():
     import bert4keras.layers
-    from crf_lr import fused_kernels
-    from crf_lr.graph_optimisation import optimised_lightly
-    import crf_lr.optimizers  # noqa: F401
+    from crf_lr.speed import fused_kernels
+    from crf_lr.speed.graph_optimisation import optimised_lightly
+    import crf_lr.training.optimizers  # noqa: F401
     with optimised_lightly():                  # the row applied when a step is first called
         pass
     assert {name: state(name) for name in patches.ROWS} == dict.fromkeys(patches.ROWS, 'applied')
     attention = bert4keras.layers.MultiHeadAttention.pay_attention_to
-    assert attention._crf_lr_patch == 'crf_lr.attention.install.<locals>.pay_attention_to'
+    assert attention._crf_lr_patch == 'crf_lr.speed.attention.install.<locals>.pay_attention_to'
     assert get(*resolve(patches.ROWS['GELU'].targets[0])) is fused_kernels.gelu_erf
     bias = get(*resolve(patches.ROWS['bias gradient'].targets[0]))
-    assert bias._crf_lr_patch.startswith('crf_lr.fused_kernels._install_bias_gradient')
+    assert bias._crf_lr_patch.startswith('crf_lr.speed.fused_kernels._install_bias_gradient')
 
 
 def test_the_table_prints_each_rows_state(capsys):
@@ -75,8 +75,9 @@ def test_the_readme_box_is_the_registrys_markdown():
 _TRAIN = r'''
 import json, sys
 import numpy as np
-import crf_lr.optimizers
-from crf_lr import fused_kernels, patches
+import crf_lr.training.optimizers
+from crf_lr.speed import fused_kernels
+from crf_lr import patches
 from crf_lr.compat import keras
 from crf_lr.layers import ConditionalRandomField
 from crf_lr.patches.patching import get, resolve
@@ -87,7 +88,7 @@ keras.utils.set_random_seed(0)
 bert = build_transformer_model(sys.argv[1], model='bert')
 crf = ConditionalRandomField(lr_multiplier=10)
 model = keras.Model(bert.inputs, crf(keras.layers.Dense(4)(bert.output)))
-model.compile(loss=crf.sparse_loss, optimizer=crf_lr.optimizers.Adam(1e-2))
+model.compile(loss=crf.sparse_loss, optimizer=crf_lr.training.optimizers.Adam(1e-2))
 tokens = np.array([[2, 5, 9, 7, 3], [2, 4, 8, 3, 0]])
 inputs, labels = [tokens, np.zeros_like(tokens)], np.array([[0, 1, 2, 3, 0], [0, 3, 1, 0, 0]])
 losses = [float(model.train_on_batch(inputs, labels)) for _ in range(2)]

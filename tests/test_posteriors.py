@@ -1,11 +1,11 @@
-"""NumPy posteriors (crf_lr.posteriors) against brute-force enumeration of every label path:
+"""NumPy posteriors (crf_lr.decoding.posteriors) against brute-force enumeration of every label path:
 marginals, path probabilities and the probability of an entity span under each tagging scheme."""
 import numpy as np
 import pytest
 
-from crf_lr.posteriors import Posteriors, SpanEvent, span_events, unit_reading
-from crf_lr.tagging import SCHEMES
-from crf_lr.viterbi import viterbi_decode
+from crf_lr.decoding.posteriors import Posteriors, SpanEvent, span_events, unit_reading
+from crf_lr.data.tagging import SCHEMES
+from crf_lr.decoding.viterbi import viterbi_decode
 from test_viterbi import brute_force_marginals, path_probabilities, random_case, stable_seed
 
 

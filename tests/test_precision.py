@@ -15,7 +15,7 @@ import pytest
 
 import crf_lr  # noqa: F401  (environment before TensorFlow)
 from crf_lr.compat import keras, tf
-from crf_lr.precision import NATIVE_BF16_FLAGS, load_model, native_bf16, set_precision
+from crf_lr.model.precision import NATIVE_BF16_FLAGS, load_model, native_bf16, set_precision
 
 HEADS = ('crf', 'softmax', 'global_pointer', 'efficient_global_pointer')
 TINY_LAYERS = 2                               # conftest's TINY_BERT_CONFIG
@@ -33,7 +33,7 @@ def float32_after():
 def _build(config_path, precision, weights=None):
     """dict head -> (head, model) on one fresh tiny encoder, built under ``precision``."""
     from bert4keras.models import build_transformer_model
-    from crf_lr.heads import make_head, piece_states
+    from crf_lr.model.heads import make_head, piece_states
     set_precision(precision)
     keras.utils.set_random_seed(0)
     encoder = build_transformer_model(config_path, model='bert')
@@ -238,7 +238,7 @@ def _non_float32_weights(path):
 def _mixed_tagger(folder):
     """A tiny random CRF tagger built and saved under mixed_bfloat16 (as ``--precision auto``
     trains on a bf16 CPU), then loaded as the NER script loads it to calibrate it."""
-    from crf_lr.tagger import Tagger
+    from crf_lr.serving.tagger import Tagger
     from test_examples import save_random_tagger
     set_precision('mixed_bfloat16')
     keras.utils.set_random_seed(0)
@@ -248,7 +248,7 @@ def _mixed_tagger(folder):
 def _reload_and_compare(tagger, folder, texts):
     """``folder`` (a saved Tagger) loads in float32 and in mixed_bfloat16, with ``tagger``'s
     temperature and its scores within the bf16 tolerance."""
-    from crf_lr.tagger import Tagger
+    from crf_lr.serving.tagger import Tagger
     expected = np.concatenate([w.output for ws in tagger.run(texts) for w in ws])
     for precision in ('float32', 'mixed_bfloat16'):
         set_precision(precision)
@@ -266,8 +266,8 @@ def test_a_tagger_calibrated_under_mixed_bfloat16_saves_float32_weights_that_loa
     weights only (it held bf16 ones that neither precision could load) and reloads in float32
     and mixed_bfloat16; loaded with ``inference_only=False`` the model saves back bit for bit."""
     import h5py
-    from crf_lr.calibration import calibrate
-    from crf_lr.tagger import Tagger
+    from crf_lr.evaluation.calibration import calibrate
+    from crf_lr.serving.tagger import Tagger
     texts = ['张三去北京工作。', '我们喜欢上海的天气', '今天很好']
     tagger = _mixed_tagger(str(tmp_path / 'run'))
     calibrate(tagger, ([list(t) for t in texts], [[(0, 2, 'PER'), (3, 5, 'LOC')], [], []]))

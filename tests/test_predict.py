@@ -21,10 +21,10 @@ MAXLEN = 12
 def saved(tmp_path_factory):
     """A word-segmentation CRF model and a BIO softmax NER model, saved as the scripts save them."""
     from crf_lr.compat import keras
-    from crf_lr.encoders import load_encoder
-    from crf_lr.heads import make_head, piece_states
-    from crf_lr.pieces import UnitEncoder
-    from crf_lr.tagger import Tagger
+    from crf_lr.model.encoders import load_encoder
+    from crf_lr.model.heads import make_head, piece_states
+    from crf_lr.data.pieces import UnitEncoder
+    from crf_lr.serving.tagger import Tagger
     root = tmp_path_factory.mktemp('predict')
     config = write_tiny_encoder(str(root / 'encoder'))
     keras.utils.set_random_seed(1)
@@ -49,7 +49,7 @@ def saved(tmp_path_factory):
 
 
 def _run(argv, tmp_path, lines, capsys):
-    from crf_lr.predict import main
+    from crf_lr.serving.predict import main
     path = tmp_path / 'input.txt'
     path.write_text('\n'.join(lines) + '\n', encoding='utf-8')
     capsys.readouterr()
@@ -63,8 +63,8 @@ def _emissions(tagger, text):
 
 
 def test_crf_segmentation_is_the_brute_force_best_legal_path(saved, tmp_path, capsys):
-    from crf_lr.tagger import Tagger
-    from crf_lr.tagging import allowed_transitions, tags_to_words
+    from crf_lr.serving.tagger import Tagger
+    from crf_lr.data.tagging import allowed_transitions, tags_to_words
     tagger = Tagger.load(saved['cws'])
     text = '我们喜欢北京'
     emissions, trans = _emissions(tagger, text), tagger.head.crf.trans.numpy().astype(np.float64)
@@ -85,8 +85,8 @@ def test_crf_segmentation_is_the_brute_force_best_legal_path(saved, tmp_path, ca
 
 
 def test_long_input_is_windowed_and_stitched(saved, tmp_path, capsys):
-    from crf_lr.tagger import Tagger
-    from crf_lr.tagging import split_into_windows
+    from crf_lr.serving.tagger import Tagger
+    from crf_lr.data.windows import split_into_windows
     tagger = Tagger.load(saved['cws'])
     text = '。'.join(''.join(WORDS[i % 6:i % 6 + 3]) for i in range(12))   # ~80 chars, maxlen 12
     windows = split_into_windows(text, MAXLEN - 2)
@@ -99,8 +99,8 @@ def test_long_input_is_windowed_and_stitched(saved, tmp_path, capsys):
 
 
 def test_softmax_constrained_decoding_is_the_best_legal_path(saved, tmp_path, capsys):
-    from crf_lr.tagger import Tagger
-    from crf_lr.tagging import allowed_transitions
+    from crf_lr.serving.tagger import Tagger
+    from crf_lr.data.tagging import allowed_transitions
     tagger = Tagger.load(saved['ner'])
     labels = tagger.head.labels
     text = '张三去上海'
@@ -137,7 +137,7 @@ def _brute_force(tagger, text):
 def test_crf_confidences_and_path_probability_equal_brute_force(saved, name):
     """Each entity's (word's) confidence = the summed probability of every path whose strict
     reading holds it; the path probability = that of the decoded path."""
-    from crf_lr.tagger import Tagger
+    from crf_lr.serving.tagger import Tagger
     tagger = Tagger.load(saved[name])
     text = '张三上海' if name == 'ner_crf' else '我们喜欢北京'
     table = _brute_force(tagger, text)
@@ -162,7 +162,7 @@ def test_softmax_confidence_is_the_probability_of_the_entity_under_independent_t
     """Softmax head: each entity's confidence = the summed probability (a product of per-unit
     tag probabilities) of every tag path whose strict reading holds it, the next unit's tag
     included; the path probability = the product along the decoded path."""
-    from crf_lr.tagger import Tagger
+    from crf_lr.serving.tagger import Tagger
     tagger = Tagger.load(saved['ner'])
     dense = tagger.model.get_layer('Tag-Scores')
     kernel, bias = dense.get_weights()
@@ -190,8 +190,8 @@ def test_a_long_line_keeps_a_finite_path_log_probability(saved, name):
     to 0.0, its log is the sum of its windows' logs, finite; a short line's log is that of its
     probability, in ``predict_records`` (which the server answers with) as in the ``Tagger``'s
     result."""
-    from crf_lr.predict import predict_records
-    from crf_lr.tagger import Tagger
+    from crf_lr.serving.predict import predict_records
+    from crf_lr.serving.tagger import Tagger
     tagger = Tagger.load(saved[name])
     long, short = '张三去上海工作。' * 875, '张三上海'
     records = predict_records(tagger, [long, short])
@@ -213,7 +213,7 @@ def custom_decode(saved, monkeypatch):
     """``set(**fields)``: the CRF head's windows decoded with ``fields`` replaced, as a user's
     head might give them (a path probability and no log of it)."""
     import dataclasses
-    from crf_lr.tagger import Tagger
+    from crf_lr.serving.tagger import Tagger
     head_class = type(Tagger.load(saved['ner_crf']).head)
     decode = head_class.decode
 
@@ -270,7 +270,7 @@ def test_json_carries_confidences_marginals_and_drops_the_unsure(saved, tmp_path
 
 
 def test_entities_print_offsets_that_cover_their_mentions(saved, tmp_path, capsys):
-    from crf_lr.tagger import Tagger
+    from crf_lr.serving.tagger import Tagger
     tagger = Tagger.load(saved['ner'])
     dense = tagger.model.get_layer('Tag-Scores')
     kernel, bias = dense.get_weights()
@@ -285,7 +285,7 @@ def test_entities_print_offsets_that_cover_their_mentions(saved, tmp_path, capsy
 
 
 def test_missing_model_folder_is_a_clear_error(tmp_path, capsys):
-    from crf_lr.predict import main
+    from crf_lr.serving.predict import main
     (tmp_path / 'input.txt').write_text('北京\n', encoding='utf-8')
     with pytest.raises(SystemExit) as exit_info:
         main([str(tmp_path), str(tmp_path / 'input.txt')])
@@ -294,7 +294,7 @@ def test_missing_model_folder_is_a_clear_error(tmp_path, capsys):
 
 
 def test_a_run_folder_gets_a_did_you_mean(saved, tmp_path, capsys):
-    from crf_lr.predict import main
+    from crf_lr.serving.predict import main
     import shutil
     shutil.copytree(saved['ner'], tmp_path / 'run' / 'model')
     with pytest.raises(SystemExit) as exit_info:
@@ -305,7 +305,7 @@ def test_a_run_folder_gets_a_did_you_mean(saved, tmp_path, capsys):
 
 def test_a_model_and_labels_from_different_runs_are_refused(saved, tmp_path):
     import shutil
-    from crf_lr.tagger import Tagger
+    from crf_lr.serving.tagger import Tagger
     shutil.copytree(saved['ner'], tmp_path / 'mixed')
     shutil.copyfile(f'{saved["cws"]}/model.h5', tmp_path / 'mixed' / 'model.h5')
     with pytest.raises(ValueError, match='model.h5 scores 4 labels but .*labels.json lists 5'):
@@ -316,7 +316,7 @@ def test_help_and_path_errors_answer_before_tensorflow_loads(tmp_path):
     """``--help`` and a wrong model path never import TensorFlow (they answer at once)."""
     import subprocess
     import sys
-    code = ('import sys\nfrom crf_lr.predict import main\n'
+    code = ('import sys\nfrom crf_lr.serving.predict import main\n'
             'for argv in ([\'--help\'], [sys.argv[1]]):\n'
             '    try: main(argv)\n'
             '    except SystemExit: pass\n'
@@ -332,7 +332,7 @@ def test_prediction_is_predict_on_batch_s_from_one_trace(saved):
     dtype, from one trace (predict_on_batch traces again for a second shape); a model set on the
     tagger afterwards is traced anew. Tolerance 1e-5: the tagger's step multiplies with fused
     dense kernels (crf_lr.compat.flat_dense), which round differently in the last float32 bits."""
-    from crf_lr.tagger import Tagger
+    from crf_lr.serving.tagger import Tagger
     tagger = Tagger.load(saved['ner'])
     rng = np.random.default_rng(0)
     batches = [[rng.integers(5, 10, (rows, length)).astype(dtype),
@@ -355,7 +355,7 @@ def test_prediction_is_predict_on_batch_s_from_one_trace(saved):
 
 def test_a_model_that_needs_autograph_predicts_through_predict_on_batch():
     from crf_lr.compat import keras, tf
-    from crf_lr.tagger import Tagger
+    from crf_lr.serving.tagger import Tagger
 
     class Branching(keras.layers.Layer):          # Python control flow on a tensor's value
         def call(self, inputs):
@@ -396,7 +396,7 @@ def test_a_broken_model_folder_is_one_line_naming_the_file_before_tensorflow(sav
     import shutil
     import subprocess
     import sys
-    from crf_lr.tagger import Tagger
+    from crf_lr.serving.tagger import Tagger
     folder = tmp_path / 'model'
     shutil.copytree(saved['ner'], folder)
     name, content, expected = BROKEN[case]
@@ -413,7 +413,7 @@ def test_a_broken_model_folder_is_one_line_naming_the_file_before_tensorflow(sav
         path.write_bytes(content)
     with pytest.raises((FileNotFoundError, ValueError), match=expected):
         Tagger.load(str(folder))
-    code = ('import sys\nfrom crf_lr.predict import main\ntry: main(sys.argv[1:])\n'
+    code = ('import sys\nfrom crf_lr.serving.predict import main\ntry: main(sys.argv[1:])\n'
             'finally: print(sorted(m for m in sys.modules if m.split(".")[0] in '
             '("tensorflow", "keras", "tf_keras")))')
     done = subprocess.run([sys.executable, '-c', code, str(folder), str(tmp_path / 'in.txt')],
@@ -428,9 +428,9 @@ def test_calibrate_fits_a_temperature_that_lowers_the_nll_and_travels_with_the_m
         saved, tmp_path):
     """Gold = half of the predicted entities: the fitted temperature lowers the dev NLL, changes
     no prediction, is saved in labels.json and applied after loading."""
-    from crf_lr.calibration import calibrate
-    from crf_lr.plots import plot_reliability
-    from crf_lr.tagger import Tagger
+    from crf_lr.evaluation.calibration import calibrate
+    from crf_lr.evaluation.plots import plot_reliability
+    from crf_lr.serving.tagger import Tagger
     tagger = Tagger.load(saved['ner_crf'])
     texts = ['张三上海', '上海张三去', '张三去上海工作', '今天很好']
     predicted = tagger.decode(tagger.run(texts))
@@ -460,8 +460,8 @@ def test_a_fitted_temperature_that_would_raise_the_dev_ece_is_not_kept(saved):
     """Gold = all but the first three predicted entities of every other text: the temperature
     that minimises the NLL raises the ECE (recomputed here from the entities' outcomes at that
     temperature), so T stays 1 and the report says why, with both ECEs."""
-    from crf_lr.calibration import calibrate, entity_outcomes, expected_calibration_error
-    from crf_lr.tagger import Tagger
+    from crf_lr.evaluation.calibration import calibrate, entity_outcomes, expected_calibration_error
+    from crf_lr.serving.tagger import Tagger
     tagger = Tagger.load(saved['ner_crf'])
     texts = ['张三上海', '上海张三去', '张三去上海工作', '今天很好', '北京张三', '去上海了']
     predicted = tagger.decode(tagger.run(texts))
@@ -482,7 +482,7 @@ def test_a_fitted_temperature_that_would_raise_the_dev_ece_is_not_kept(saved):
 
 
 def test_kept_temperature_keeps_only_a_lower_ece():
-    from crf_lr.calibration import kept_temperature
+    from crf_lr.evaluation.calibration import kept_temperature
     assert kept_temperature(1.7, 0.08, 0.02) == (
         1.7, 'the fitted temperature 1.7 kept: it lowers dev ECE from 0.0800 at T 1 to 0.0200')
     assert kept_temperature(1.146, 0.0467, 0.0505)[0] == 1.0
@@ -494,8 +494,8 @@ def test_kept_temperature_keeps_only_a_lower_ece():
 def test_a_temperature_at_the_end_of_its_range_is_named(saved):
     """Every predicted dev entity wrong: the fit lowers the confidences as far as the range
     lets it, and the report and its note say so (it was silent)."""
-    from crf_lr.calibration import TEMPERATURE_RANGE, bound_note, calibrate
-    from crf_lr.tagger import Tagger
+    from crf_lr.evaluation.calibration import TEMPERATURE_RANGE, bound_note, calibrate
+    from crf_lr.serving.tagger import Tagger
     tagger = Tagger.load(saved['ner_crf'])
     texts = ['张三上海', '上海张三去', '张三去上海工作']
     found = sum(len(p.spans) for p in tagger.decode(tagger.run(texts)))
@@ -519,7 +519,7 @@ def test_a_temperature_at_the_end_of_its_range_is_named(saved):
 ])
 def test_english_lines_split_punctuation_off_as_conll_writes_it(line, words):
     """An entity's text and offsets then stop at the word (``Berlin``, not ``Berlin.``)."""
-    from crf_lr.predict import word_offsets
+    from crf_lr.serving.predict import word_offsets
     found, offsets = word_offsets(line)
     assert found == words and [line[s:e] for s, e in offsets] == words
 
@@ -555,7 +555,7 @@ def test_tweets_keep_urls_addresses_handles_and_hashtags_whole(line, words):
     hyphen and a run of one punctuation mark stay whole, as CoNLL-2003's training file keeps
     ``three-`` and ``...``; a sentence's full stop, a closing bracket or any punctuation that is
     not URL-legal ASCII (CJK's '。', '…') after a URL is not part of it, nor CJK text."""
-    from crf_lr.predict import word_offsets
+    from crf_lr.serving.predict import word_offsets
     found, offsets = word_offsets(line)
     assert found == words and [line[s:e] for s, e in offsets] == words
 
@@ -571,7 +571,7 @@ def test_tweets_keep_urls_addresses_handles_and_hashtags_whole(line, words):
 def test_a_labelled_corpus_given_as_text_is_named(saved, tmp_path, capsys, content, format):
     """A CoNLL, character-tag or JSON file is not raw text: predict says what it is and what
     to do."""
-    from crf_lr.predict import main
+    from crf_lr.serving.predict import main
     corpus = tmp_path / 'test.txt'
     corpus.write_text(content, encoding='utf-8')
     with pytest.raises(SystemExit) as exit_info:
@@ -585,7 +585,7 @@ def test_a_labelled_corpus_given_as_text_is_named(saved, tmp_path, capsys, conte
 def test_text_whose_first_line_opens_like_json_is_tagged(saved, tmp_path, capsys):
     """A first line opening with '{"' that is no whole JSON record is text (it was refused as
     a JSON corpus)."""
-    from crf_lr.predict import main
+    from crf_lr.serving.predict import main
     text = tmp_path / 'log.txt'
     text.write_text('{"level": "info"} 张三去北京\n李四在上海\n', encoding='utf-8')
     main([saved['ner'], str(text), '--format', 'json'])
@@ -611,8 +611,8 @@ def test_a_word_longer_than_a_window_is_read_as_unk_and_every_line_is_answered(t
     read as one [UNK], as BERT reads an over-long word. Oracle: the same line with an unknown
     short word there (one [UNK]) gives the same types, confidences and path probability."""
     from crf_lr.compat import keras
-    from crf_lr.predict import predict_records
-    from crf_lr.tagger import Tagger
+    from crf_lr.serving.predict import predict_records
+    from crf_lr.serving.tagger import Tagger
     from test_examples import save_random_tagger
     keras.utils.set_random_seed(2)
     model_dir = save_random_tagger(str(tmp_path / 'words'), 'crf', ['LOC', 'PER'], 'BIOES',

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 from crf_lr.compat import keras, tf
-from crf_lr.crf import ConditionalRandomField
-from crf_lr.global_pointer import EfficientGlobalPointer, GlobalPointer
-from crf_lr import losses
-from crf_lr.losses import sparse_global_pointer_crossentropy, sparse_global_pointer_f1
-from crf_lr.optimizers import LayerwiseAdam
-from crf_lr.serialization import LayerMethod, OptimizerStateWarning
+from crf_lr.model.crf import ConditionalRandomField
+from crf_lr.model.global_pointer import EfficientGlobalPointer, GlobalPointer
+from crf_lr.model import losses
+from crf_lr.model.losses import sparse_global_pointer_crossentropy, sparse_global_pointer_f1
+from crf_lr.training.optimizers import LayerwiseAdam
+from crf_lr.model.serialization import LayerMethod, OptimizerStateWarning
 
 HEADS = ('crf', 'global_pointer', 'efficient_global_pointer', 'softmax')
 FORMATS = {'h5': 'model.h5', 'savedmodel': 'savedmodel', 'keras': 'model.keras'}
@@ -199,7 +199,7 @@ PREAMBLES = {
     'readme': """
 from crf_lr.compat import keras
 from crf_lr.layers import ConditionalRandomField      # registers crf_lr's layers, losses,
-from crf_lr.optimizers import LayerwiseAdam           # metrics and optimizers
+from crf_lr.training.optimizers import LayerwiseAdam           # metrics and optimizers
 """,
     # the least: the package alone, Keras from TensorFlow
     'import crf_lr': """

@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 import crf_lr  # noqa: F401  (environment before TensorFlow)
-from crf_lr.runs import RunLog, fit, model_files, trace_once, train_steps
+from crf_lr.training.run_folder import RunLog
+from crf_lr.training.loop import fit, trace_once, train_steps
+from crf_lr.serving.model_folder import model_files
 from step_cases import BUILT_IN_HEADS, head_model, random_batches
 
 
@@ -119,7 +121,7 @@ def test_model_files_name_what_is_missing_and_hint_at_the_model_folder(tmp_path)
 
 
 def test_plateaued_compares_the_best_score_with_the_best_before_the_last_epochs():
-    from crf_lr.runs import plateaued
+    from crf_lr.training.loop import plateaued
     assert not plateaued([0.5, 0.6], 0.003)                       # too few epochs to judge
     assert not plateaued([0.5, 0.70, 0.702, 0.704], 0.003)        # +0.004 over the last two
     assert plateaued([0.5, 0.70, 0.702, 0.7025], 0.003)           # +0.0025
@@ -178,7 +180,7 @@ def test_the_step_dataset_yields_each_batch_as_given_in_the_first_batch_types():
     """runs.train_steps' input: batches of any size and length (a batch of no rows too) come
     back in order, equal, in the first batch's integer types and Keras's float type, with every
     dimension None in the signature."""
-    from crf_lr.runs import _batches_dataset
+    from crf_lr.training.loop import _batches_dataset
     rng = np.random.default_rng(0)
     batches = [((rng.integers(0, 9, (2, 3)), np.zeros((2, 3), np.int32)), rng.random((2, 3, 4))),
                ((rng.integers(0, 9, (0, 5)), np.zeros((0, 5), np.int64)), np.zeros((0, 5, 4))),
@@ -247,7 +249,7 @@ def test_one_batch_datasets_are_built_without_autotuning():
     train_on_batch / test_on_batch / predict_on_batch (crf_lr.compat's fix) have autotuning off,
     the datasets of model.fit keep it."""
     from crf_lr.compat import tf
-    from crf_lr.runs import _batches_dataset, _step_iterator
+    from crf_lr.training.loop import _batches_dataset, _step_iterator
     from tf_keras.src.engine import data_adapter
     x = np.zeros((2, 3), np.float32)
     batch_iterator = data_adapter.single_batch_iterator(tf.distribute.get_strategy(), x, x)
@@ -303,10 +305,10 @@ def test_train_steps_trace_without_autograph_and_keep_it_for_layers_that_need_it
 
 def test_train_steps_trace_the_crf_without_xla_unless_asked(monkeypatch):
     """The CRF's forward-backward runs without XLA in runs.fit's step (crf_xla=False), with it
-    when asked where its CPU kernel does not run; crf_lr.crf.use_xla restores the module's
+    when asked where its CPU kernel does not run; crf_lr.model.crf.use_xla restores the module's
     setting after the block."""
-    import crf_lr.crf as crf_module
-    from crf_lr.fused_kernels import fused_kernels
+    import crf_lr.model.crf as crf_module
+    from crf_lr.speed.fused_kernels import fused_kernels
 
     def refuse(*args):
         raise AssertionError('the XLA forward-backward was traced')

@@ -3,7 +3,7 @@ model card reads the run folder, micro-batching groups concurrent requests, and 
 is a 4xx with a one-line JSON error after which the server still answers. The command line, in a
 subprocess: it says it serves once the port takes connections, and a busy port is one line.
 
-Oracles: ``crf_lr.predict.predict_lines`` on the same texts, the CRF layer's weights and the
+Oracles: ``crf_lr.serving.predict.predict_lines`` on the same texts, the CRF layer's weights and the
 scheme's allowed transitions, the run files written here, and the texts themselves (a 100,000-
 character text built from one sentence whose entities the trained model finds).
 """
@@ -35,8 +35,8 @@ def ner(trained_ner_dir, tmp_path_factory):
 
     from starlette.testclient import TestClient
 
-    from crf_lr.serve import create_app
-    from crf_lr.tagger import Tagger
+    from crf_lr.serving.serve import create_app
+    from crf_lr.serving.tagger import Tagger
     run = tmp_path_factory.mktemp('run')
     shutil.copytree(trained_ner_dir, run / 'model')
     (run / 'run.json').write_text(json.dumps(dict(config=dict(encoder='tiny'), command='python x')))
@@ -55,8 +55,8 @@ def segmenter(tmp_path_factory):
     from starlette.testclient import TestClient
 
     from crf_lr.compat import keras
-    from crf_lr.serve import create_app
-    from crf_lr.tagger import Tagger
+    from crf_lr.serving.serve import create_app
+    from crf_lr.serving.tagger import Tagger
     from test_examples import save_random_tagger
     keras.utils.set_random_seed(3)
     model_dir = save_random_tagger(str(tmp_path_factory.mktemp('segmenter')), 'softmax', (),
@@ -74,9 +74,9 @@ def _one_line_error(response, status):
 
 
 def test_entities_are_those_of_predict_records(ner):
-    """Entities with their confidences, and each text's path probability, as ``crf_lr.predict``
+    """Entities with their confidences, and each text's path probability, as ``crf_lr.serving.predict``
     gives them."""
-    from crf_lr.predict import predict_records
+    from crf_lr.serving.predict import predict_records
     tagger, client, _ = ner
     texts = ['张三去北京工作', '我们喜欢上海的天气。', '', '今天很好']
     response = client.post('/v1/predict', json={'texts': texts})
@@ -97,7 +97,7 @@ def test_entities_are_those_of_predict_records(ner):
 
 
 def test_words_of_a_segmentation_model(segmenter):
-    from crf_lr.predict import predict_records
+    from crf_lr.serving.predict import predict_records
     tagger, client = segmenter
     texts = ['我们喜欢北京的天气。', '张三 去上海']
     results = client.post('/v1/predict', json={'texts': texts}).json()['results']
@@ -112,7 +112,7 @@ def test_model_card_reads_labels_and_the_run_folder(ner, segmenter):
     unless told to (``--card-details``)."""
     from starlette.testclient import TestClient
 
-    from crf_lr.serve import create_app
+    from crf_lr.serving.serve import create_app
     tagger, client, model_dir = ner
     answer = client.get('/v1/model')
     card = answer.json()
@@ -239,7 +239,7 @@ def test_openapi_describes_the_request_and_its_options(ner):
 
 
 def test_options_min_confidence_and_marginals_are_those_of_predict_records(ner, segmenter):
-    from crf_lr.predict import predict_records
+    from crf_lr.serving.predict import predict_records
     tagger, client, _ = ner
     texts = ['张三去北京工作', '我们喜欢上海的天气。']
     threshold = sorted(e['confidence'] for r in predict_records(tagger, texts)
@@ -256,7 +256,7 @@ def test_options_min_confidence_and_marginals_are_those_of_predict_records(ner, 
 def test_offsets_count_code_points_utf16_units_or_bytes(ner):
     """After astral characters (emoji), UTF-16 offsets slice a JavaScript string right and byte
     offsets the UTF-8 bytes; code points (the default) a Python string."""
-    from crf_lr.predict import predict_lines
+    from crf_lr.serving.predict import predict_lines
     tagger, client, _ = ner
     text = '😀😀张三去北京工作。𝔸é'
     mentions = [e['text'] for e in predict_lines(tagger, [text])[0]]
@@ -300,7 +300,7 @@ def test_the_serving_line_comes_once_the_port_takes_connections(trained_ner_dir,
         assert port > 0
         while 'precision: ' not in log.read_text() and time.time() < deadline:
             time.sleep(0.02)
-        from crf_lr.precision import native_bf16      # the default, auto, says what it became
+        from crf_lr.model.precision import native_bf16      # the default, auto, says what it became
         used = 'mixed_bfloat16' if native_bf16() else 'float32'
         assert log.read_text().splitlines()[1].startswith(f'precision: auto -> {used} (')
         with urllib.request.urlopen(f'http://127.0.0.1:{port}/healthz', timeout=30) as answer:
@@ -330,7 +330,7 @@ def test_a_busy_port_is_one_line_before_the_model_loads(trained_ner_dir):
 
 @pytest.mark.parametrize('port', ['99999', '-1'])
 def test_a_port_out_of_range_is_one_line(port, capsys):
-    from crf_lr.serve import main
+    from crf_lr.serving.serve import main
     with pytest.raises(SystemExit) as stopped:
         main(['no_such_model', '--port', port])
     assert stopped.value.code == 2
@@ -351,7 +351,7 @@ def _batcher_run(batcher, *coroutines):
 
 
 def test_micro_batching_groups_concurrent_requests():
-    from crf_lr.serve import MicroBatcher
+    from crf_lr.serving.serve import MicroBatcher
     runs = []
 
     def predict(texts):
@@ -392,7 +392,7 @@ def test_a_failing_model_is_a_500_and_the_server_goes_on(ner, monkeypatch):
 def test_a_failing_request_fails_alone_and_the_others_of_its_batch_are_answered():
     """A request that fails the model's run took every request batched with it down; the batch
     runs again request by request, so the failure is the failing request's alone."""
-    from crf_lr.serve import MicroBatcher
+    from crf_lr.serving.serve import MicroBatcher
     runs = []
 
     def predict(texts):
@@ -413,9 +413,9 @@ def test_a_word_longer_than_a_window_is_answered_with_the_requests_batched_with_
     ``predict_records`` gives it (the word read as [UNK])."""
     from starlette.testclient import TestClient
 
-    from crf_lr.predict import predict_records
-    from crf_lr.serve import create_app
-    from crf_lr.tagger import Tagger
+    from crf_lr.serving.predict import predict_records
+    from crf_lr.serving.serve import create_app
+    from crf_lr.serving.tagger import Tagger
     from test_examples import save_random_tagger
     model_dir = save_random_tagger(str(tmp_path), 'crf', ['LOC', 'PER'], 'BIO', 8, units='words')
     tagger = Tagger.load(model_dir)
@@ -439,7 +439,7 @@ def test_a_word_longer_than_a_window_is_answered_with_the_requests_batched_with_
 
 
 def test_concurrent_clients_get_their_own_answers(ner):
-    from crf_lr.predict import predict_lines
+    from crf_lr.serving.predict import predict_lines
     tagger, client, _ = ner
     texts = ['张三去北京工作', '我们喜欢上海', '今天很好', '张三去上海'] * 4
     expected = predict_lines(tagger, texts)
@@ -467,7 +467,7 @@ def _slow_upper(runs, seconds=0.05):
 def test_a_batch_waits_only_for_requests_on_their_way():
     """A request alone runs at once, however long the batch wait; one that comes while another
     is on its way (inside ``expecting``) waits for it, and the two run in one batch."""
-    from crf_lr.serve import MicroBatcher
+    from crf_lr.serving.serve import MicroBatcher
     runs, took = [], []
 
     async def alone(batcher):
@@ -495,7 +495,7 @@ def test_a_batch_waits_only_for_requests_on_their_way():
 def test_a_long_request_shares_batches_and_a_short_one_is_answered_first():
     """A request of 40 items and a later one of 1: the later one's item runs in the second
     batch, with the long one's, and it is answered long before the long one."""
-    from crf_lr.serve import MicroBatcher
+    from crf_lr.serving.serve import MicroBatcher
     runs, answered = [], []
 
     async def long(batcher):
@@ -510,7 +510,7 @@ def test_a_long_request_shares_batches_and_a_short_one_is_answered_first():
 
 
 def test_a_cancelled_request_is_dropped_before_its_items_and_between_them():
-    from crf_lr.serve import MicroBatcher
+    from crf_lr.serving.serve import MicroBatcher
     runs = []
 
     async def leaves(batcher):                          # its client leaves mid-way
@@ -535,7 +535,7 @@ def test_a_cancelled_request_is_dropped_before_its_items_and_between_them():
 
 
 def test_a_full_queue_refuses_and_a_deadline_drops():
-    from crf_lr.serve import MicroBatcher, QueueFull
+    from crf_lr.serving.serve import MicroBatcher, QueueFull
     runs, answered = [], []
 
     async def first(batcher):
@@ -564,7 +564,7 @@ def stalled(ner, monkeypatch):
     that holds '停', and a TestClient of it with --max-queue 2."""
     from starlette.testclient import TestClient
 
-    from crf_lr.serve import create_app
+    from crf_lr.serving.serve import create_app
     tagger, _, model_dir = ner
     release, original = threading.Event(), tagger.fill
 

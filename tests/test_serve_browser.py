@@ -35,8 +35,8 @@ def browser():
 
 
 def test_entities_are_highlighted_with_their_types(trained_ner_dir, browser, tmp_path):
-    from crf_lr.predict import predict_lines
-    from crf_lr.tagger import Tagger
+    from crf_lr.serving.predict import predict_lines
+    from crf_lr.serving.tagger import Tagger
     from selenium.webdriver.common.by import By
     text = '张三去北京工作。'
     tagger = Tagger.load(trained_ner_dir)
@@ -86,9 +86,9 @@ return [...document.querySelectorAll('#output mark.entity')].map((mark) => {
 
 def test_entities_after_emoji_with_confidences_and_path_probability(trained_ner_dir, browser,
                                                                     tmp_path):
-    from crf_lr.precision import set_precision
-    from crf_lr.predict import predict_records
-    from crf_lr.tagger import Tagger
+    from crf_lr.model.precision import set_precision
+    from crf_lr.serving.predict import predict_records
+    from crf_lr.serving.tagger import Tagger
     from selenium.webdriver.common.by import By
     text = '😀😀李鹏在北京会见了美国国务卿奥尔布赖特。'
     set_precision('auto')                    # as the server computes by default

@@ -4,7 +4,7 @@ import itertools
 import numpy as np
 import pytest
 
-from crf_lr.spans import decode_spans, dense_targets, pad_sparse_targets, sparse_targets
+from crf_lr.decoding.spans import decode_spans, dense_targets, pad_sparse_targets, sparse_targets
 
 
 def brute_force_spans(scores, threshold, length, offset):

@@ -5,8 +5,10 @@ import re
 
 import pytest
 
-from crf_lr import datasets
-from crf_lr.splits import load_splits
+from crf_lr.data import files as datasets_files
+from crf_lr.data import benchmarks
+from crf_lr.data import formats as datasets_formats
+from crf_lr.data.splits import load_splits
 
 
 def _char_bio(path, sentences):
@@ -60,7 +62,7 @@ def test_empty_or_too_small_splits_are_errors_before_training(tmp_path, monkeypa
     with pytest.raises(ValueError, match=r'msra/test: no examples in .*msra_bio\.txt \(official '
                                          r'test part: the chunks from #50658\)'):
         load_splits('msra', data_dir=str(tmp_path))
-    monkeypatch.setattr(datasets, 'MSRA_TRAIN_CHUNKS', 2)
+    monkeypatch.setattr(benchmarks, 'MSRA_TRAIN_CHUNKS', 2)
     data = load_splits('msra', data_dir=str(tmp_path))
     assert [e.text for e in data.test] == ['丙'] and (len(data.train), len(data.dev)) == (1, 1)
     with pytest.raises(ValueError, match='cannot hold out 2 of 2'):
@@ -76,7 +78,7 @@ def test_benchmark_roles_come_from_the_spec(tmp_path):
     assert (len(data.train), len(data.dev), data.test) == (3, 3, None)
     assert data.names == {'train': 'cluener/train', 'dev': 'cluener/dev',
                           'test': 'cluener has no labelled test split'}
-    assert data.types == datasets.dataset_spec('cluener').types
+    assert data.types == benchmarks.dataset_spec('cluener').types
     with pytest.raises(ValueError, match='needs a dataset name or a train_file'):
         load_splits()
 
@@ -87,28 +89,28 @@ def test_a_dev_file_in_another_kind_of_format_or_for_another_task_is_named(tmp_p
     train = _char_bio(tmp_path / 'train.txt', SENTENCES)
     segmented = tmp_path / 'seg.txt'
     segmented.write_text('张三  去  北京\n李四  好\n', encoding='utf-8')
-    with pytest.raises(datasets.DataFormatError, match=(
+    with pytest.raises(datasets_files.DataFormatError, match=(
             f'^{segmented}: format segmented detected, but the training file {train} is '
             'char-bio: give the training, dev and test files in one format$')):
         load_splits(train_file=train, dev_file=str(segmented))
-    with pytest.raises(datasets.DataFormatError, match=(
+    with pytest.raises(datasets_files.DataFormatError, match=(
             f'^{segmented}: format segmented detected: word segmentation, no entity tags; train '
             'it with examples/task_cws_crf.py')):
         load_splits(train_file=str(segmented), task='ner')
-    with pytest.raises(datasets.DataFormatError, match=(
+    with pytest.raises(datasets_files.DataFormatError, match=(
             f'^{train}: format char-bio detected: entity tags; train NER with '
             'examples/task_ner.py')):
         load_splits(train_file=train, task='segmentation')
     raw = tmp_path / 'raw.txt'                                  # unsegmented text as a test file
     raw.write_text('张三去北京\n李四好\n', encoding='utf-8')
-    with pytest.raises(datasets.DataFormatError, match=f'^{raw}: cannot detect the format: no '
+    with pytest.raises(datasets_files.DataFormatError, match=f'^{raw}: cannot detect the format: no '
                                                        'line ends with a tag and none holds '
                                                        r'several words \(raw text\?\)'):
         load_splits(train_file=str(segmented), test_file=str(raw), task='segmentation')
     records = tmp_path / 'records.jsonl'
     records.write_text('{"text": "张三", "label": {"name": {"张三": [[0, 1]]}}}\n'
                        '{"text": "李四"}\n', encoding='utf-8')
-    with pytest.raises(datasets.DataFormatError, match=(
+    with pytest.raises(datasets_files.DataFormatError, match=(
             f'^{records}:2: a record without "label", "spans" or "entities": training, dev and '
             'test files need the entities of every record')):
         load_splits(train_file=str(records), dev_file=str(records))
@@ -151,6 +153,6 @@ def test_raw_text_with_a_spaced_line_is_not_taken_for_segmented_text(tmp_path):
     raw = tmp_path / 'raw.txt'
     raw.write_text('张三昨天去北京大学看望李四。\n苹果公司发布了 iPhone 15 新手机\n王五在上海市工作\n',
                    encoding='utf-8')
-    with pytest.raises(datasets.DataFormatError, match=f'^{raw}:1: raw text\\? no line ends with '
+    with pytest.raises(datasets_files.DataFormatError, match=f'^{raw}:1: raw text\\? no line ends with '
                                                        'a tag, and most lines hold one word'):
-        datasets.read_corpus(str(raw))
+        datasets_formats.read_corpus(str(raw))

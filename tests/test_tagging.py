@@ -9,12 +9,13 @@ import pytest
 from seqeval.metrics.sequence_labeling import get_entities
 from seqeval.scheme import IOB2, IOBES, Tokens
 
-from crf_lr.tagging import (REPAIR_HINT, SCHEMES, Scheme, TagError, align_word_labels,
-                            allowed_transitions, char_spans_to_token_spans, get_scheme, iob1_to_iob2,
-                            label_list, merge_window_spans, offsets_to_tags, pieces_to_word_labels,
-                            spans_to_tags, spans_to_windows, spread_labels, split_into_windows,
-                            tags_to_spans, tags_to_words, token_spans_to_char_spans, validate_spans,
-                            words_to_tags)
+from crf_lr.data.tagging import (REPAIR_HINT, SCHEMES, Scheme, TagError, allowed_transitions,
+                                 get_scheme, iob1_to_iob2, label_list, pieces_to_word_labels,
+                                 spans_to_tags, spread_labels, tags_to_spans, tags_to_words,
+                                 validate_spans, words_to_tags)
+from crf_lr.data.alignment import (align_word_labels, char_spans_to_token_spans, offsets_to_tags,
+                                   token_spans_to_char_spans)
+from crf_lr.data.windows import merge_window_spans, spans_to_windows, split_into_windows
 
 FLAT = ['BIO', 'IOB1', 'BIOES', 'BMES']
 TYPES = ['PER', 'LOC']
@@ -311,7 +312,7 @@ def test_windows_prefer_sentence_ends():
 def test_prediction_cuts_a_sentence_too_long_for_a_window_at_a_pause():
     """After its last comma (or space) in the window, not inside a word or an entity there;
     a sentence end still comes first, and a stretch without either is cut hard."""
-    from crf_lr.tagging import PAUSES
+    from crf_lr.data.windows import PAUSES
     text = '我们在北京，明天去上海开会'
     assert split_into_windows(text, 8) == [(0, '我们在北京，明天'), (8, '去上海开会')]
     assert split_into_windows(text, 8, pauses=PAUSES) == [(0, '我们在北京，'), (6, '明天去上海开会')]
@@ -324,7 +325,7 @@ def test_prediction_cuts_a_sentence_too_long_for_a_window_at_a_pause():
 
 def _word_encoder(tmp_path, max_pieces=None):
     """A UnitEncoder of English words over a tiny vocabulary: 'eu' 'call', and '##s'."""
-    from crf_lr.pieces import UnitEncoder
+    from crf_lr.data.pieces import UnitEncoder
     path = tmp_path / 'vocab.txt'
     path.write_text('\n'.join(['[PAD]', '[UNK]', '[CLS]', '[SEP]', 'eu', 'call', '##s']) + '\n',
                     encoding='utf-8')
@@ -335,7 +336,7 @@ def test_a_word_of_more_pieces_than_a_window_holds_is_one_unk(tmp_path):
     """A word whose WordPieces exceed a window (maxlen 6: 4 pieces) could not be windowed (a
     ValueError for the whole text); read as [UNK], as BERT reads an over-long word, every text
     windows, and its neighbours keep their pieces."""
-    from crf_lr.pieces import windows_of
+    from crf_lr.data.pieces import windows_of
     long_word, cjk = 'eu' + 's' * 8, '北京' * 160           # 9 pieces; 320 pieces
     words = ['call', long_word, 'eus', cjk, 'call']
     with pytest.raises(ValueError, match='does not fit'):
@@ -352,7 +353,7 @@ def test_a_span_longer_than_a_window_is_named_with_the_maxlen_that_fits(tmp_path
     """One line: the longest span (or overlapping spans) no window holds, its length, the
     --maxlen that holds it and so every span (derived from the span named, at any --maxlen),
     where the first is; spans that fit pass."""
-    from crf_lr.pieces import UnitEncoder, check_spans_fit
+    from crf_lr.data.pieces import UnitEncoder, check_spans_fit
     path = tmp_path / 'vocab.txt'
     path.write_text('[PAD]\n[UNK]\n[CLS]\n[SEP]\n', encoding='utf-8')
     chars = UnitEncoder(str(path))

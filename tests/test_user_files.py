@@ -7,8 +7,9 @@ import re
 
 import pytest
 
-from crf_lr.datasets import FORMATS, DataFormatError, detect_format, read_corpus
-from crf_lr.tagging import REPAIR_HINT
+from crf_lr.data.formats import FORMATS, detect_format, read_corpus
+from crf_lr.data.files import DataFormatError
+from crf_lr.data.tagging import REPAIR_HINT
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, 'data')
 

@@ -9,7 +9,7 @@ import zlib
 import numpy as np
 import pytest
 
-from crf_lr.viterbi import DISALLOWED_SCORE, viterbi_decode, viterbi_decode_tf
+from crf_lr.decoding.viterbi import DISALLOWED_SCORE, viterbi_decode, viterbi_decode_tf
 
 
 def path_scores(emissions, transitions, start=None, end=None, allowed=None, allowed_starts=None,

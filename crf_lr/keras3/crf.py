@@ -6,7 +6,7 @@ A path ``y`` of a sequence of length ``l`` (its left-aligned mask has ``l`` ones
            + sum_{1<=t<l} transitions[y_{t-1}, y_t] + end[y_{l-1}]
 
 and ``log p(y) = s(y) - log Z``, ``log Z`` = logsumexp of ``s`` over all ``L**l`` paths, as in
-``crf_lr.crf`` (the tf-keras layer). Here ``log Z`` is the forward algorithm in log space
+``crf_lr.model.crf`` (the tf-keras layer). Here ``log Z`` is the forward algorithm in log space
 (``keras.ops.scan``, one ``logsumexp`` over an (L, L) table per step) and the backend's autodiff
 gives the gradients; the tf-keras layer's hand-written float64 forward-backward pass agrees to
 float32 rounding (tests/test_keras3.py states the tolerances). An empty sequence has log-likelihood
@@ -24,8 +24,8 @@ import keras
 import numpy as np
 from keras import ops
 
-from crf_lr.checks import check_num_labels, constrained, crf_config, set_crf_arguments
-from crf_lr.viterbi import DISALLOWED_SCORE, decode_layer_output
+from crf_lr.model.checks import check_num_labels, constrained, crf_config, set_crf_arguments
+from crf_lr.decoding.viterbi import DISALLOWED_SCORE, decode_layer_output
 
 
 def _compute_dtype(x):
@@ -232,7 +232,7 @@ def crf_log_likelihood(emissions, tags, mask, transitions, start=None, end=None)
 def viterbi_decode_ops(emissions, transitions, mask=None, start=None, end=None):
     """Best label paths in ``keras.ops`` (works eagerly and inside a jitted function).
 
-    Same scoring and constraints as ``crf_lr.viterbi.viterbi_decode`` (pass constrained
+    Same scoring and constraints as ``crf_lr.decoding.viterbi.viterbi_decode`` (pass constrained
     parameters, e.g. from ``ConditionalRandomField.effective_parameters``).
 
     Args:
@@ -313,7 +313,7 @@ class ConditionalRandomField(keras.layers.Layer):
     left-aligned. The stored weights are ``trans / lr_multiplier`` (``start``, ``end`` likewise),
     multiplied back on use: under Adam the transitions move ``lr_multiplier`` times faster.
 
-    Arguments (checked by ``crf_lr.checks``) as the tf-keras layer's: ``lr_multiplier`` (positive,
+    Arguments (checked by ``crf_lr.model.checks``) as the tf-keras layer's: ``lr_multiplier`` (positive,
     finite), ``allowed_transitions`` (bool (L, L), ``[i, j]`` False forbids i -> j),
     ``allowed_starts`` / ``allowed_ends`` (bool (L,)): forbidden choices score -1e4
     (``DISALLOWED_SCORE``) in training and decoding; ``boundary_scores``: learn start and end

@@ -1,5 +1,5 @@
 """A BERT encoder as a Keras 3 functional model, loaded from a Hugging Face folder or from the
-Google-named variables that ``crf_lr.convert`` produces (NumPy only: no TensorFlow, no PyTorch).
+Google-named variables that ``crf_lr.model.convert`` produces (NumPy only: no TensorFlow, no PyTorch).
 
 Layers carry bert4keras's names (``Embedding-Token``, ``Transformer-{i}-MultiHeadSelfAttention``,
 ``Transformer-{i}-FeedForward-Norm``, ...), so learning-rate patterns written for bert4keras
@@ -16,7 +16,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from crf_lr.convert import google_config, read_hf_weights, tf_variables
+from crf_lr.model.convert import google_config, read_hf_weights, tf_variables
 
 _ACTIVATIONS = {'gelu_erf': 'gelu', 'relu': 'relu', 'tanh': 'tanh', 'swish': 'silu'}
 
@@ -109,7 +109,7 @@ def load_google_variables(encoder, variables, source='checkpoint'):
         encoder: the model ``build_bert`` returned.
         variables: dict name -> array with Google's TF checkpoint names
             (``bert/encoder/layer_0/attention/self/query/kernel``, ...), as
-            ``crf_lr.convert.tf_variables`` returns them. The pooler is not used.
+            ``crf_lr.model.convert.tf_variables`` returns them. The pooler is not used.
         source: str naming where they came from, for error messages.
     Returns:
         None.
@@ -159,10 +159,10 @@ def load_google_variables(encoder, variables, source='checkpoint'):
 
 def load_bert(folder, dropout=True):
     """A pretrained BERT from a Hugging Face folder (``config.json``, ``vocab.txt``,
-    ``model.safetensors`` or ``pytorch_model.bin``), read with NumPy by ``crf_lr.convert``.
+    ``model.safetensors`` or ``pytorch_model.bin``), read with NumPy by ``crf_lr.model.convert``.
 
     Args:
-        folder: str, e.g. ``crf_lr.pretrained.packaged_source('minilm-en')``.
+        folder: str, e.g. ``crf_lr.model.pretrained.packaged_source('minilm-en')``.
         dropout: keep the config's dropout rates.
     Returns:
         ``(encoder, vocab_path)``.

@@ -1,6 +1,6 @@
 """GlobalPointer heads in ``keras.ops``: every (start, end) pair scored at once, one score per type.
 
-The Keras 3 twins of ``crf_lr.global_pointer`` (same arguments, weights, weight order and config):
+The Keras 3 twins of ``crf_lr.model.global_pointer`` (same arguments, weights, weight order and config):
 ``GlobalPointer`` (https://kexue.fm/archives/8373) gives each type its own query/key projection;
 ``EfficientGlobalPointer`` (https://kexue.fm/archives/8877) shares one and adds a per-type term.
 Scores are ``(batch, heads, n, n)``, cell ``[b, t, i, j]`` the span ``i..j`` (inclusive) of type
@@ -15,7 +15,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from crf_lr.checks import PointerRules, rope_size
+from crf_lr.model.checks import PointerRules, rope_size
 
 
 def rotary_position_embedding(x, base=10000):
@@ -44,7 +44,7 @@ def rotary_position_embedding(x, base=10000):
 
 class _PointerBase(PointerRules, keras.layers.Layer):
     """What GlobalPointer and EfficientGlobalPointer share (arguments, weights, shapes and
-    config: ``crf_lr.checks.PointerRules``), RoPE and masking.
+    config: ``crf_lr.model.checks.PointerRules``), RoPE and masking.
 
     Subclasses create their weights in ``build`` and implement ``_scores(inputs)``: ``(batch, n,
     hidden)`` to unmasked scores ``(batch, heads, n, n)`` using ``self._rope``."""

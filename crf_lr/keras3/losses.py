@@ -1,6 +1,6 @@
 """Multilabel categorical crossentropy (MCCE) and the GlobalPointer losses and F1 in ``keras.ops``.
 
-The same functions as ``crf_lr.losses`` (tf-keras), for Keras 3 on any backend. MCCE
+The same functions as ``crf_lr.model.losses`` (tf-keras), for Keras 3 on any backend. MCCE
 (https://kexue.fm/archives/7359) with logits ``s``, positive classes ``P`` and negatives ``N``:
 
     loss = log(1 + sum_{i in P} exp(-s_i)) + log(1 + sum_{j in N} exp(s_j))
@@ -19,7 +19,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from crf_lr.checks import dice_f1
+from crf_lr.model.checks import dice_f1
 from crf_lr.keras3.crf import _concrete
 
 _register = keras.saving.register_keras_serializable(package='crf_lr')
@@ -151,7 +151,7 @@ def global_pointer_crossentropy(y_true, y_pred):
 
     Args:
         y_true: tensor ``(batch, heads, n, n)``, 1 where ``[b, t, i, j]`` is an entity of type
-            ``t`` from token ``i`` to ``j`` inclusive (``crf_lr.spans.dense_targets``).
+            ``t`` from token ``i`` to ``j`` inclusive (``crf_lr.decoding.spans.dense_targets``).
         y_pred: the layer's scores ``(batch, heads, n, n)``, ``-inf`` in masked cells.
     Returns:
         Float tensor ``(batch,)``: the per-type losses summed over heads.
@@ -185,7 +185,7 @@ def sparse_global_pointer_crossentropy(y_true, y_pred):
     Args:
         y_true: int tensor ``(batch, heads, max_entities, 2)``: ``[b, t, e] = (i, j)``, the entity
             of type ``t`` from token ``i`` to ``j`` inclusive; padding slots ``(-1, -1)``
-            (``crf_lr.spans.sparse_targets`` builds this).
+            (``crf_lr.decoding.spans.sparse_targets`` builds this).
         y_pred: the layer's scores ``(batch, heads, n, n)``.
     Returns:
         Float tensor ``(batch,)``: the per-type losses summed over heads.

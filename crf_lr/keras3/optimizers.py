@@ -1,7 +1,7 @@
 """Layer-wise Adam for Keras 3: learning-rate multipliers by variable path, a bias-correction
 switch, decoupled weight decay and a warmup + linear-decay schedule.
 
-The update of ``crf_lr.optimizers.LayerwiseAdam`` (tf-keras), for Keras 3 on any backend. A
+The update of ``crf_lr.training.optimizers.LayerwiseAdam`` (tf-keras), for Keras 3 on any backend. A
 variable ``w`` with gradient ``g`` at step ``t = iterations + 1``::
 
     m = beta_1 * m + (1 - beta_1) * g
@@ -22,9 +22,9 @@ import re
 import keras
 from keras import ops
 
-from crf_lr.checks import (check_adam, check_lr_multipliers, check_schedule, check_weight_decay,
-                           schedule_factor)
-from crf_lr.multipliers import match_multiplier
+from crf_lr.model.checks import (check_adam, check_lr_multipliers, check_schedule,
+                                 check_weight_decay, schedule_factor)
+from crf_lr.model.multipliers import match_multiplier
 
 
 @keras.saving.register_keras_serializable(package='crf_lr')

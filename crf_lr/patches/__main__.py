@@ -29,7 +29,7 @@ def markdown():
 
 def table():
     """Each row's name, kind, state, switch, verified versions and targets, in columns."""
-    from crf_lr.cli import quiet_tensorflow
+    from crf_lr.utils.cli import quiet_tensorflow
     quiet_tensorflow()                     # the sites load TensorFlow: no C++ log lines
     for site in dict.fromkeys(row.site for row in ROWS.values()):
         importlib.import_module(site)

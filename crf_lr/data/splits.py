@@ -1,0 +1,222 @@
+"""Which sentences train, select and test a run: a benchmark's splits or the user's own files,
+a seeded training sample, and a seeded development hold-out where no development split exists.
+
+The epoch is selected on ``dev``; ``test`` is scored once, with the selected model. TensorFlow-free.
+
+    >>> data = load_splits(train_file='data/char-bio/train.txt', dev_file='data/char-bio/dev.txt')
+    >>> print(data.describe())
+"""
+import dataclasses
+from typing import Optional
+
+import numpy as np
+
+from crf_lr.data.files import REPAIR_NOTE, DataFormatError, note_line, note_places, place_list
+from crf_lr.data.formats import SEGMENTATION_FORMATS, detect_format, read_corpus
+from crf_lr.data.benchmarks import dataset_spec, load_dataset
+from crf_lr.decoding.spans import outermost
+
+MAX_HOLDOUT = 500
+
+
+@dataclasses.dataclass
+class Splits:
+    """The examples of a run.
+
+    Attributes:
+        train, dev: lists of ``crf_lr.data.files.Example``; test: such a list, or None when no
+            labelled test split exists.
+        types: entity types of the training data (sorted for user files).
+        units: 'chars' or 'words'.
+        nested: True when the training spans nest.
+        names: dict role -> description of where its examples come from.
+        repairs: Counter-like dict note -> count of tags repaired while reading.
+        repaired_at: list of ``'path:line'`` str, every tag repaired (``Example.repaired_at``).
+    """
+    train: list
+    dev: list
+    test: Optional[list]
+    types: tuple
+    units: str
+    nested: bool
+    names: dict
+    repairs: dict = dataclasses.field(default_factory=dict)
+    repaired_at: list = dataclasses.field(default_factory=list)
+
+    def describe(self):
+        """One line per role: how many sentences and from where; each kind of note counted with its
+        first places, the conlleval repairs in one line."""
+        lines = [f'{role}: {len(examples)} sentences from {self.names[role]}'
+                 for role, examples in (('train', self.train), ('dev', self.dev),
+                                        ('test', self.test)) if examples is not None]
+        if self.test is None:
+            lines.append(f'test: none ({self.names["test"]}); the dev score of the selected '
+                         f'epoch is the final figure')
+        examples = [e for part in (self.train, self.dev, self.test) for e in part or ()]
+        lines += [note_line(note, count, note_places(examples, note))
+                  for note, count in sorted(self.repairs.items()) if note != REPAIR_NOTE]
+        if self.repaired_at:
+            lines.append(repair_line(self.repaired_at))
+        return '\n'.join(lines)
+
+
+def repair_line(places, shown=3):
+    """One line counting the tags repaired (by the conlleval rule, or BIOES typos in a BIO
+    file) and naming the first places.
+
+        >>> repair_line(['train.txt:1266', 'train.txt:1290'])
+        'repaired 2 tags that broke their scheme (train.txt:1266, train.txt:1290); --strict refuses them'
+    """
+    return (f'repaired {len(places)} tag{"s" * (len(places) != 1)} that broke their scheme '
+            f'({place_list(places, shown)}); --strict refuses them')
+
+
+def _nested(examples):
+    """True when some example's spans nest or overlap (flat tags cannot hold them all)."""
+    return any(len(outermost(e.spans)) < len(e.spans) for e in examples)
+
+
+def _repairs(*datasets):
+    counts = {}
+    for dataset in datasets:
+        for example in dataset or ():
+            for note in example.notes:
+                counts[note] = counts.get(note, 0) + 1
+    return counts
+
+
+def _user_files(train_file, dev_file, test_file, format, repair, task):
+    train = read_corpus(train_file, format=format, repair=repair)
+    _check_task(train, task, detected=format is None)
+    read = [read_corpus(path, format=format or _format_like(path, train), types=train.types,
+                        repair=repair) if path else None for path in (dev_file, test_file)]
+    for data in (train, *read):
+        _check_labelled(data)
+    names = {role: f'{path} ({data.note or "format " + data.format})' for role, path, data in
+             (('train', train_file, train), ('dev', dev_file, read[0]), ('test', test_file, read[1]))
+             if path}
+    names.setdefault('test', 'no --test-file given')
+    return train, read[0], read[1], train.units, False, names
+
+
+def _family(format):
+    """Formats that read one another's files alike: the character-tag ones, the segmentation
+    ones, conll, jsonl."""
+    return ('char-tags' if format in ('char-bio', 'char-bmes', 'char-bioes') else
+            'segmentation' if format in SEGMENTATION_FORMATS else format)
+
+
+def _format_like(path, train):
+    """The format to read a dev or test file in: its own, where it is of the training file's
+    kind (a char-bioes dev file beside a char-bio training file; segmented beside char-seg). An
+    error where the file's own format is of another kind (a char-bio dev file beside a segmented
+    training file) or unclear (raw text beside a segmented training file)."""
+    found = detect_format(path)
+    if _family(found) != _family(train.format):
+        raise DataFormatError(path, None, f'format {found} detected, but the training file '
+                                          f'{train.path} is {train.format}: give the training, '
+                                          f'dev and test files in one format')
+    return found            # its own scheme: the spans, not the tags, are what the files share
+
+
+def _check_task(data, task, detected):
+    """A DataFormatError where the training file's format is another task's."""
+    where = f'format {data.format}' + (' detected' if detected else '')
+    if task == 'ner' and data.format in SEGMENTATION_FORMATS:
+        raise DataFormatError(data.path, None, f'{where}: word segmentation, no entity tags; '
+                                               'train it with examples/task_cws_crf.py, or give '
+                                               'NER tags (docs/data.md)')
+    if task == 'segmentation' and data.format not in SEGMENTATION_FORMATS:
+        raise DataFormatError(data.path, None, f'{where}: entity tags; train NER with '
+                                               'examples/task_ner.py. Word segmentation reads '
+                                               'words between spaces (segmented) or characters '
+                                               'with B/M/E/S tags (char-seg)')
+
+
+def _check_labelled(data):
+    """A DataFormatError naming the first record without entities (no "label", "spans" or
+    "entities"): training, selecting and scoring all need them."""
+    if data is not None:
+        unlabelled = next((e for e in data if e.tags is None), None)
+        if unlabelled is not None:
+            raise DataFormatError(*unlabelled.source.rsplit(':', 1), 'a record without "label", '
+                                  '"spans" or "entities": training, dev and test files need the '
+                                  'entities of every record (an empty "label": {} where it has '
+                                  'none)')
+
+
+def _benchmark(dataset, data_dir, repair):
+    spec = dataset_spec(dataset)
+    train = load_dataset(spec.name, spec.train, data_dir, repair)
+    dev = load_dataset(spec.name, spec.dev, data_dir, repair) if spec.dev else None
+    try:
+        test = load_dataset(spec.name, spec.test, data_dir, repair) if spec.test else None
+    except FileNotFoundError as error:
+        print(f'no test split: {error}')
+        test = None
+    names = {role: f'{spec.name}/{data.split}' + (f' ({data.note})' if data.note else '')
+             for role, data in (('train', train), ('dev', dev), ('test', test)) if data is not None}
+    names.setdefault('test', f'{spec.name} has no labelled test split' if not spec.test else
+                     f'{spec.name}/{spec.test} is not available: pass --data-dir or set '
+                     f'CRF_LR_DATA')
+    return train, dev, test, spec.units, spec.nested, names
+
+
+def load_splits(dataset=None, train_file=None, dev_file=None, test_file=None, format=None,
+                repair=True, data_dir=None, train_limit=None, eval_limit=None, holdout=None,
+                sample_seed=0, task=None):
+    """The train / dev / test examples of a run.
+
+    Args:
+        dataset: a benchmark name (``crf_lr.data.benchmarks.DATASETS``), or None with ``train_file``.
+        train_file, dev_file, test_file: the user's own files (read by
+            ``crf_lr.data.formats.read_corpus``; types come from the training file).
+        format: the files' format, or None to detect it (the training file's; a dev or test
+            file of another kind of format is an error).
+        repair: True (the default): repair messy tags by the conlleval rule; False: reject them.
+        data_dir: the benchmark data folder (default ``$CRF_LR_DATA``).
+        train_limit: a seeded sample of this many training sentences (in corpus order).
+        eval_limit: only the first N development and test sentences.
+        holdout: size of the development hold-out when no development split exists (default:
+            10% of the training data, at most 500). It is taken from the END of the seeded
+            permutation whose start gives the training sample, so adding it does not change
+            which sentences train.
+        sample_seed: seed of the sample and the hold-out.
+        task: 'ner' or 'segmentation': the user's training file must be in one of that task's
+            formats (an error saying which script to use otherwise). None: any.
+    Returns:
+        :class:`Splits`. Raises ValueError before any training when a split is empty or the
+        hold-out leaves no training sentence.
+
+        >>> data = load_splits('msra', train_limit=300)
+        >>> len(data.train), len(data.dev)        # (300, 500): dev held out of MSRA train
+    """
+    if train_file:
+        train, dev, test, units, nested, names = _user_files(train_file, dev_file, test_file,
+                                                             format, repair, task)
+    elif dataset:
+        train, dev, test, units, nested, names = _benchmark(dataset, data_dir, repair)
+    else:
+        raise ValueError('load_splits needs a dataset name or a train_file')
+    types, nested = tuple(train.types), nested or _nested(train)
+    examples = list(train)
+    order = np.random.default_rng(sample_seed).permutation(len(examples))
+    if dev is None:
+        size = holdout or min(MAX_HOLDOUT, max(1, len(examples) // 10))
+        if size >= len(examples):
+            raise ValueError(f'{names["train"]}: cannot hold out {size} of {len(examples)} '
+                             f'training sentences for development; give a development file '
+                             f'or a smaller --holdout')
+        dev = [examples[i] for i in sorted(order[len(order) - size:])]
+        order = order[:len(order) - size]
+        names['dev'] = (f'a seeded hold-out of {names["train"]} (sample seed {sample_seed}): '
+                        f'no development split')
+    train = [examples[i] for i in sorted(order[:train_limit])]
+    dev = list(dev)[:eval_limit]
+    test = None if test is None else list(test)[:eval_limit]
+    for role, part in (('train', train), ('dev', dev), ('test', test)):
+        if part is not None and not part:
+            raise ValueError(f'the {role} split ({names[role]}) holds no sentence')
+    repairs = _repairs(train, dev, test)                  # of the sentences the run uses
+    repaired_at = [place for part in (train, dev, test) for e in part or () for place in e.repaired_at]
+    return Splits(train, dev, test, types, units, nested, names, repairs, repaired_at)

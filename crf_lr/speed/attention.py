@@ -1,0 +1,108 @@
+"""bert4keras's multi-head attention with its products as batched matrix products.
+
+bert4keras scores and mixes with ``tf.einsum`` and masks the scores with a select; this module
+gives ``bert4keras.layers.MultiHeadAttention.pay_attention_to`` the same computation as two
+``tf.matmul`` products on head-major tensors, the key mask added as a 0 / -inf bias. In float32
+the outputs are the same to the last bit (a + 0 = a, a + (-inf) = -inf, as the select gives, and
+the fused kernel computed the same scores in every case tested); in bf16 they differ by rounding
+(the fused kernel rounds once where the separate ops round three times). TensorFlow's graph
+optimiser fuses product, scale and mask into one oneDNN kernel, and the products' gradients need
+fewer re-layouts than ``Einsum``'s: a training step of the 4-layer ALBERT-tiny shape is 1.07-1.11x
+faster in float32 and in bf16 (``python benchmarks/graph_probe.py --change batched_attention``;
+docs/performance.md). In a training call the softmax's gradient is one kernel with the scale
+inside it (:func:`crf_lr.speed.fused_kernels.softmax`), where no additive bias needs the scores'
+gradient before the scale. The same weights, checkpoints and configs: only the graph changes. One
+difference at the edge: a masked key whose score is +inf or NaN makes the row NaN (the select
+dropped it); layer-normalised inputs keep scores finite.
+
+:mod:`crf_lr.compat` installs it for every model of the process (so does importing this module,
+which imports :mod:`crf_lr.compat`); attention with ``normalization`` other than softmax,
+relative position biases (NEZHA, T5) or a boolean ``a_bias`` (bert4keras's language-model and
+UniLM masks) keeps bert4keras's own code.
+
+    >>> import crf_lr.compat                       # installed; nothing to call
+    >>> with batched_attention(False):             # bert4keras's einsum form, e.g. to compare
+    ...     scores = tf.function(lambda x: model(x))(inputs)
+"""
+import crf_lr  # noqa: F401  (sets TF_KERAS / TF_USE_LEGACY_KERAS before TensorFlow loads)
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+from bert4keras.backend import K, apply_rotary_position_embeddings, keras  # noqa: E402
+
+from crf_lr.speed import fused_kernels  # noqa: E402
+from crf_lr.patches import apply  # noqa: E402
+from crf_lr.speed.switches import ThreadSwitch  # noqa: E402
+
+_BATCHED = ThreadSwitch(default=True)     # read when an attention layer is traced
+
+
+def batched_attention(enabled=True):
+    """Within the block, bert4keras attention layers traced use the batched products (the
+    default) or, with ``enabled=False``, bert4keras's own einsum form. Per thread; traced
+    functions keep the form they were traced with.
+
+        >>> with batched_attention(False):
+        ...     scores = model.predict(inputs)     # traced with bert4keras's code
+    """
+    return _BATCHED.set(enabled)
+
+
+def heads_first(x):
+    """(batch, n, heads, size) -> (batch, heads, n, size)."""
+    return tf.transpose(x, [0, 2, 1, 3])
+
+
+def _key_mask_bias(key_mask, dtype):
+    """(batch, k) mask -> (batch, 1, 1, k) bias: 0 where kept, -inf where masked."""
+    kept = tf.cast(key_mask, tf.bool)[:, None, None, :]
+    return tf.where(kept, tf.constant(0, dtype), tf.constant(-np.inf, dtype))
+
+
+def batched_pay_attention_to(layer, inputs, mask=None, **kwargs):
+    """Softmax attention of ``layer`` (a bert4keras ``MultiHeadAttention``) on head-split
+    ``inputs`` [q, k, v (batch, n, heads, size), optional a_bias, optional rotary sinusoids].
+
+    Returns (o (batch, n_q, heads, head_size), the scaled scores before bias and mask), as
+    bert4keras's ``pay_attention_to`` does.
+    """
+    (qw, kw, vw), extra = inputs[:3], list(inputs[3:])
+    bias = extra.pop(0) if kwargs.get('a_bias') else None
+    if kwargs.get('p_bias') == 'rotary':
+        qw, kw = apply_rotary_position_embeddings(extra.pop(0), qw, kw)
+    products = tf.matmul(heads_first(qw), heads_first(kw), transpose_b=True)
+    divisor = layer.key_size**0.5 if layer.attention_scale else None
+    scores = products if divisor is None else products / divisor
+    key_mask = mask[1] if mask is not None else None
+    mask_bias = None if key_mask is None else _key_mask_bias(key_mask, products.dtype)
+    if bias is None:        # the scale inside the softmax: its gradient is one pass, not two
+        weights = fused_kernels.softmax(products, divisor, mask_bias)
+    else:
+        biased = scores + (bias[:, None] if K.ndim(bias) == 3 else bias)
+        weights = fused_kernels.softmax(biased, shift=mask_bias)
+    if layer.attention_dropout:
+        weights = keras.layers.Dropout(layer.attention_dropout)(weights)
+    return heads_first(tf.matmul(weights, heads_first(vw))), scores
+
+
+def _handles(layer, inputs, kwargs):
+    """True where :func:`batched_pay_attention_to` computes what bert4keras would."""
+    a_bias = inputs[3] if kwargs.get('a_bias') else None
+    return (_BATCHED.enabled and layer.normalization == 'softmax'
+            and kwargs.get('p_bias') in (None, 'rotary')
+            and (a_bias is None or a_bias.dtype != tf.bool))
+
+
+def install():
+    """Route ``bert4keras.layers.MultiHeadAttention.pay_attention_to`` through
+    :func:`batched_pay_attention_to` where it applies (idempotent; the registry's row
+    'attention', off with the speed patches)."""
+    def pay_attention_to(original, self, inputs, mask=None, **kwargs):
+        if _handles(self, inputs, kwargs):
+            return batched_pay_attention_to(self, inputs, mask, **kwargs)
+        return original(self, inputs, mask, **kwargs)
+
+    apply('attention', pay_attention_to)
+
+
+install()        # on import too (idempotent); crf_lr.compat applies every row

@@ -1,0 +1,54 @@
+"""Trace a Keras step once, for batches of every size and length, without AutoGraph where the
+model allows it: what the training loop (:func:`crf_lr.training.loop.train_steps`) and prediction
+(:class:`crf_lr.serving.tagger.Tagger`) run.
+
+AutoGraph rewrites the source of every layer's ``call`` before tracing it, half of the trace of a
+4-layer ALBERT step with the CRF head (docs/performance.md); layers need it only where Python
+control flow branches on tensor values, and such a layer raises
+``OperatorNotAllowedInGraphError`` while tracing without it.
+
+    >>> signature = free_signature(batch_inputs)
+    >>> step = traced_without_autograph(lambda inputs: model(inputs, training=False), signature)
+    >>> scores = step(conformed(batch_inputs, signature)) if step else model.predict_on_batch(
+    ...     batch_inputs)
+"""
+import numpy as np
+
+
+def traced_without_autograph(python_function, *example):
+    """``python_function`` as a ``tf.function`` without AutoGraph (``reduce_retracing``), traced
+    now for ``example`` (tensors, ``tf.TensorSpec``s or a dataset iterator); None where tracing
+    it needs AutoGraph."""
+    from crf_lr.compat import tf
+    function = tf.function(python_function, reduce_retracing=True, autograph=False)
+    try:
+        function.get_concrete_function(*example)
+    except tf.errors.OperatorNotAllowedInGraphError:
+        return None
+    return function
+
+
+def as_arrays(batch):
+    """``batch`` with its lists turned into tuples (tf.data takes tuples) and leaves into arrays."""
+    return (tuple(as_arrays(x) for x in batch) if isinstance(batch, (list, tuple))
+            else np.asarray(batch))
+
+
+def conformed(batch, signature):
+    """``batch`` as arrays (:func:`as_arrays`) of the dtypes of ``signature``
+    (:func:`free_signature`), so that a step traced for it is not traced again."""
+    from crf_lr.compat import tf
+    return tf.nest.map_structure(lambda array, spec: array.astype(spec.dtype.as_numpy_dtype,
+                                                                  copy=False),
+                                 as_arrays(batch), signature)
+
+
+def free_signature(batch):
+    """The ``tf.TensorSpec`` structure of batches like ``batch`` of every size and length (every
+    dimension None; float arrays in Keras's float type, as ``train_on_batch`` casts them)."""
+    from crf_lr.compat import keras, tf
+
+    def spec(array):
+        dtype = keras.backend.floatx() if array.dtype.kind == 'f' else array.dtype
+        return tf.TensorSpec([None] * array.ndim, dtype)
+    return tf.nest.map_structure(spec, as_arrays(batch))

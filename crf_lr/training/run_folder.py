@@ -1,0 +1,187 @@
+"""The run folder: arguments, the per-epoch log, results and checkpoints (`RunLog`), all written
+atomically; the machine a run ran on.
+"""
+import json
+import os
+import platform
+import shlex
+import shutil
+import sys
+import time
+
+from crf_lr.utils.atomic import atomic_write, recover_folder
+
+
+def command_line(argv=None, program=None):
+    """The command line of a run, shell-quoted: ``python <program> <argv>`` (default: this
+    process's own), the program path relative to the working folder."""
+    argv = sys.argv[1:] if argv is None else argv
+    program = program or sys.argv[0]
+    if program.endswith('.py'):
+        program = 'python ' + shlex.quote(os.path.relpath(program))
+    return ' '.join([program] + [shlex.quote(a) for a in argv])
+
+
+def machine():
+    """A short description of the machine: CPU count and model, platform, Python."""
+    return (f'{os.cpu_count()} CPU cores ({cpu_model()}), '
+            f'{platform.system()} {platform.release()}, Python {platform.python_version()}')
+
+
+def cpu_model(cpuinfo='/proc/cpuinfo'):
+    """The CPU's model name as ``cpuinfo`` gives it (e.g. 'AMD EPYC'), else the architecture
+    (``platform.machine()``, e.g. 'x86_64').
+
+        >>> cpu_model()
+        'AMD EPYC'
+    """
+    try:
+        with open(cpuinfo, encoding='utf-8', errors='replace') as f:
+            for line in f:
+                if line.startswith('model name'):
+                    return line.partition(':')[2].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+# Flags that may change between a run and its resumption.
+RESUMABLE_CHANGES = ('epochs', 'output', 'overwrite', 'data_dir', 'verbose', 'stop_gain',
+                     'stop_epochs')
+
+
+def _shown(value):
+    """An argument's value in a message: None (the default chosen at run time) as 'not given'."""
+    return 'not given' if value is None else repr(value)
+
+
+class RunLog:
+    """The output folder of a run and its resumable record.
+
+    Files: ``run.json`` (the arguments and command), ``log.jsonl`` (one JSON record per
+    finished epoch), ``results.json`` (the summary, rewritten after every epoch),
+    ``checkpoint/`` (model and optimiser state of the last finished epoch, written by
+    :func:`fit`), ``model/`` (the best model so far and its label map). Each is written
+    atomically (:mod:`crf_lr.utils.atomic`): a kill leaves the old version or the new one, whole.
+
+    Args:
+        output: folder path (created).
+        config: dict of the run's arguments (JSON-serialisable).
+        overwrite: True discards a previous run in ``output``; False resumes it, which requires
+            the same arguments except those in ``RESUMABLE_CHANGES``.
+        argv, program: the run's arguments and script path, for the recorded command (default:
+            this process's command line).
+    Raises:
+        SystemExit with a message naming the differing arguments.
+
+        >>> run = RunLog('runs/cws', vars(args))
+        >>> start_epoch = run.finished_epochs
+    """
+
+    def __init__(self, output, config, overwrite=False, argv=None, program=None):
+        self.output = output
+        self.config = dict(config)
+        self.log_path = os.path.join(output, 'log.jsonl')
+        self.run_path = os.path.join(output, 'run.json')
+        self.results_path = os.path.join(output, 'results.json')
+        self.checkpoint_dir = os.path.join(output, 'checkpoint')
+        self.checkpoint_prefix = os.path.join(self.checkpoint_dir, 'last')
+        self.model_dir = os.path.join(output, 'model')
+        for folder in (self.checkpoint_dir, self.model_dir):
+            recover_folder(folder)                  # a kill between a swap's two renames
+        if overwrite and os.path.isdir(output):
+            for name in ('log.jsonl', 'run.json', 'results.json'):
+                if os.path.exists(os.path.join(output, name)):
+                    os.remove(os.path.join(output, name))
+            for folder in (self.checkpoint_dir, self.model_dir):
+                shutil.rmtree(folder, ignore_errors=True)
+        os.makedirs(output, exist_ok=True)
+        self.records = self._read_log()
+        checkpointed = os.path.exists(self.checkpoint_prefix + '.index')
+        saved = os.path.isdir(self.model_dir) and bool(os.listdir(self.model_dir))
+        # a run stopped before its first epoch leaves neither: its arguments may change
+        if os.path.exists(self.run_path) and (checkpointed or saved):
+            with open(self.run_path, encoding='utf-8') as f:
+                previous = json.load(f)['config']
+            changed = sorted(k for k in set(previous) | set(self.config)
+                             if k not in RESUMABLE_CHANGES and previous.get(k) != self.config.get(k))
+            if changed:
+                raise SystemExit(
+                    f'{output} holds a trained run (its epochs or model) made with other '
+                    'arguments (' + ', '.join(f'{k}: {_shown(previous.get(k))} there, '
+                                              f'{_shown(self.config.get(k))} now'
+                                              for k in changed)
+                    + '); choose another --output, or pass --overwrite to discard it')
+        if self.records and not checkpointed:
+            self.records = []     # a log without its checkpoint cannot be resumed: start afresh
+        self.started = time.time()
+        self.command = command_line(argv, program)
+        with atomic_write(self.run_path) as f:
+            json.dump(dict(config=self.config, command=self.command, machine=machine()), f,
+                      ensure_ascii=False, indent=1)
+        self._rewrite_log()
+
+    def model_line(self):
+        """The line that ends a run: where its model is and how to predict with it."""
+        return (f'model saved in {self.model_dir}: python -m crf_lr.predict {self.model_dir} '
+                f'your_text.txt')
+
+    def _read_log(self):
+        if not os.path.exists(self.log_path):
+            return []
+        records = []
+        with open(self.log_path, encoding='utf-8') as f:
+            for line in f:
+                try:
+                    records.append(json.loads(line))
+                except json.JSONDecodeError:
+                    break          # a line cut by an interruption ends the usable log
+        return records
+
+    def _rewrite_log(self):
+        with atomic_write(self.log_path) as f:
+            for record in self.records:
+                f.write(json.dumps(record, ensure_ascii=False) + '\n')
+
+    @property
+    def finished_epochs(self):
+        """Number of epochs already finished (and checkpointed)."""
+        return len(self.records)
+
+    def truncate(self, epochs):
+        """Keep only the records of the first ``epochs`` epochs (those the checkpoint holds)."""
+        self.records = self.records[:epochs]
+        self._rewrite_log()
+
+    def append(self, record):
+        """Add one epoch's record (a JSON-serialisable dict) to ``log.jsonl`` (rewritten whole:
+        a kill leaves the log with or without the record, never a torn line)."""
+        record = dict(record, time=time.strftime('%Y-%m-%d %H:%M:%S'))
+        self.records.append(record)
+        self._rewrite_log()
+
+    def best(self, metric):
+        """The record with the highest ``metric`` (None before the first epoch)."""
+        scored = [r for r in self.records if r.get(metric) is not None]
+        return max(scored, key=lambda r: r[metric]) if scored else None
+
+    def write_results(self, metric, /, **extra):
+        """Rewrite ``results.json``: command, machine, arguments, the precision computed in
+        (what ``--precision auto`` became), every epoch, the best one, then ``extra``'s other
+        entries (those named as one of these are written afresh: ``extra`` may be the results
+        returned before).
+
+            >>> run.write_results('dev_f1', **dict(results, calibration=report))
+        """
+        from crf_lr.model.precision import policy_name
+        best = self.best(metric)
+        results = dict(command=self.command, machine=machine(), config=self.config,
+                       precision_used=policy_name(),
+                       metric=metric, epochs=[{k: v for k, v in r.items() if k != 'step_losses'}
+                                              for r in self.records],
+                       best_epoch=best and best['epoch'], best=best and best.get(metric),
+                       first_epoch=self.records[0].get(metric) if self.records else None)
+        results.update((key, value) for key, value in extra.items() if key not in results)
+        with atomic_write(self.results_path) as f:
+            json.dump(results, f, ensure_ascii=False, indent=1)
+        return results
