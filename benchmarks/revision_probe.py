@@ -1,7 +1,8 @@
 """Probe: the pointer heads' training step with ``crf_lr/model/global_pointer.py`` as it was at a git
 revision against the working tree's, in interleaved rounds, each head and precision in its own.
 
-The old module is read with ``git show REV:crf_lr/model/global_pointer.py`` and loaded beside the
+The old module is read with ``git show REV:crf_lr/model/global_pointer.py`` (a revision since the
+wings, 540f0d8: an older module imports modules by their old paths) and loaded beside the
 current one (its layers not registered with Keras); each side builds the benchmark's model
 (``models.build_head_in``: 4-layer ALBERT-tiny-shaped random encoder, seed 0, batch 32, n = 128,
 ``LayerwiseAdam``) with its own layer classes, so the two start from the same weights and their
