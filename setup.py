@@ -29,7 +29,8 @@ setup(
         'serve': ['starlette>=0.40', 'uvicorn>=0.30', 'prometheus_client', 'httptools>=0.6',
                   'uvloop>=0.19'],
     },
-    package_data={'crf_lr': ['serving/static/*', 'speed/kernels/*.cc']},          # the served page; C++ kernels
+    # the served page; C++ kernels
+    package_data={'crf_lr': ['serving/static/*', 'speed/kernels/*.cc']},
     entry_points={'console_scripts': [
         'crf-lr-convert=crf_lr.model.convert:main',
         'crf-lr-predict=crf_lr.serving.predict:main',

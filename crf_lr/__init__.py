@@ -3,8 +3,8 @@
 Importing the package sets ``TF_KERAS=1`` and ``TF_USE_LEGACY_KERAS=1`` before TensorFlow loads
 (bert4keras needs both: either alone breaks it), makes ``keras.models.load_model`` find every
 crf_lr layer, loss, metric, optimizer and schedule (``crf_lr.model.autoregister``), and exposes the
-public layers, losses and optimizer lazily, so that ``crf_lr.evaluation.metrics`` or ``crf_lr.tagging`` load
-without TensorFlow.
+public layers, losses and optimizer lazily, so that ``crf_lr.evaluation.metrics`` or
+``crf_lr.tagging`` load without TensorFlow.
 
     >>> import crf_lr                                  # before anything imports TensorFlow
     >>> crf = crf_lr.ConditionalRandomField(lr_multiplier=100)

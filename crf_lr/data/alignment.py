@@ -17,7 +17,8 @@ def char_spans_to_token_spans(mapping, spans, misaligned='raise'):
     for the span ``'iPhone'``) makes the span misaligned.
 
     Args:
-        mapping: list over tokens of lists of character indices (``tokenizer.rematch(text, tokens)``);
+        mapping: list over tokens of lists of character indices (``tokenizer.rematch(text,
+        tokens)``);
             ``[]`` for [CLS], [SEP] and other special tokens.
         spans: iterable of ``(start, end, label)`` character spans, end exclusive.
         misaligned: what to do with a span that cuts a token or covers no token: 'raise'
@@ -48,9 +49,9 @@ def char_spans_to_token_spans(mapping, spans, misaligned='raise'):
             if misaligned == 'raise':
                 raise ValueError(
                     f'span {(start, end, label)!r} does not fall on token boundaries: its tokens '
-                    f'cover characters {bounds[first][0]}..{bounds[last][1]} (misaligned offsets, or '
-                    "a token merging characters inside and outside the span; pass misaligned='expand' "
-                    "or 'drop' to accept)")
+                    f'cover characters {bounds[first][0]}..{bounds[last][1]} (misaligned offsets, '
+                    "or a token merging characters inside and outside the span; pass "
+                    "misaligned='expand' or 'drop' to accept)")
         token_spans.append((first, last + 1, label))
     return token_spans
 
@@ -72,7 +73,8 @@ def token_spans_to_char_spans(mapping, spans):
     char_spans = []
     for start, end, label in spans:
         if not 0 <= start < end <= len(bounds):
-            raise ValueError(f'token span {(start, end, label)!r} is outside the {len(bounds)} tokens')
+            raise ValueError(f'token span {(start, end, label)!r} is outside the {len(bounds)} '
+                             'tokens')
         inside = [b for b in bounds[start:end] if b is not None]
         if not inside:
             raise ValueError(f'token span {(start, end, label)!r} covers only special tokens')
@@ -118,8 +120,8 @@ def align_word_labels(words, labels, tokenizer, strategy='propagate', scheme='BI
 
     Args:
         words: list of N str.
-        labels: list of N tag strings in ``scheme`` (convert IOB1 with ``iob1_to_iob2`` first for BIO).
-        tokenizer: a bert4keras ``Tokenizer`` (its ``_tokenize`` splits a word into pieces).
+        labels: list of N tag strings in ``scheme`` (convert IOB1 with ``iob1_to_iob2`` first for
+        BIO). tokenizer: a bert4keras ``Tokenizer`` (its ``_tokenize`` splits a word into pieces).
         strategy: 'propagate' or 'first'.
         scheme: 'BIO', 'IOB1', 'BIOES' or 'BMES'.
         ignore_label: the label of ignored positions (e.g. None, or -100 after mapping to ids).

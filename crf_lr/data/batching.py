@@ -1,9 +1,10 @@
 """Padded, length-bucketed batches (bert4keras ``DataGenerator`` style), NumPy only.
 
-Each item is one encoded sequence (:class:`Encoded`): token ids that start with ``[CLS]`` and end with
-``[SEP]``, optional segment ids, labels, and a label mask. :class:`Batches` pads every batch to the
-length of ITS longest item (not a global maxlen) and groups items of similar length (a seeded shuffle,
-then sorting inside pools of ``bucket`` batches, then a shuffle of the batches), so little is padded.
+Each item is one encoded sequence (:class:`Encoded`): token ids that start with ``[CLS]`` and end
+with ``[SEP]``, optional segment ids, labels, and a label mask. :class:`Batches` pads every batch to
+the length of ITS longest item (not a global maxlen) and groups items of similar length (a seeded
+shuffle, then sorting inside pools of ``bucket`` batches, then a shuffle of the batches), so little
+is padded.
 
 How padding and [CLS]/[SEP] are kept out of the loss and the metrics:
 
@@ -14,15 +15,15 @@ How padding and [CLS]/[SEP] are kept out of the loss and the metrics:
   labels, they are never counted by any metric.
 - ``label_mask`` (batch, n) float32 is 1 only on positions that are scored: the tokens between
   ``[CLS]`` and ``[SEP]`` (or the item's own ``label_mask``, e.g. first WordPieces only), 0 on
-  ``[CLS]``, ``[SEP]`` and padding. ``forfit(sample_weights=True)`` yields it as Keras sample weights
-  (softmax head: the loss then ignores those positions). GlobalPointer targets from a ``label_fn`` with
-  ``offset=1`` hold no entity on ``[CLS]``/``[SEP]``/padding rows.
+  ``[CLS]``, ``[SEP]`` and padding. ``forfit(sample_weights=True)`` yields it as Keras sample
+  weights (softmax head: the loss then ignores those positions). GlobalPointer targets from a
+  ``label_fn`` with ``offset=1`` hold no entity on ``[CLS]``/``[SEP]``/padding rows.
 - Before any metric, :meth:`Batch.strip` (or :func:`strip_padding`) keeps only the ``label_mask``
   positions of each predicted row; :meth:`Batches.collect` does this for a whole set, in item order.
 
 Over-long items (more than ``maxlen`` ids): ``overflow='error'`` (default) raises naming the item's
-source; ``overflow='truncate'`` keeps the first ``maxlen - 1`` ids and ``[SEP]``, records each item in
-``Batches.truncated`` and warns once with the count. Split long texts into windows
+source; ``overflow='truncate'`` keeps the first ``maxlen - 1`` ids and ``[SEP]``, records each item
+in ``Batches.truncated`` and warns once with the count. Split long texts into windows
 (``crf_lr.data.windows.split_into_windows``) to lose nothing.
 
     >>> batches = Batches([Encoded([101, 7, 8, 102], labels=[0, 1, 2, 0])], batch_size=32)
@@ -42,10 +43,12 @@ class Encoded:
     Attributes:
         token_ids: list of int, ``[CLS] ... [SEP]`` (when ``Batches(special_tokens=True)``).
         segment_ids: list of int of the same length, or None for all zeros.
-        labels: list of int of the same length (CRF / softmax heads; the values at ``[CLS]``/``[SEP]``
-            included), or any object a ``label_fn`` turns into targets (e.g. spans for GlobalPointer),
-            or None.
-        label_mask: list of 0/1 of the same length: the positions scored. None: every position but the
+        labels: list of int of the same length (CRF / softmax heads; the values at
+        ``[CLS]``/``[SEP]``
+            included), or any object a ``label_fn`` turns into targets (e.g. spans for
+            GlobalPointer), or None.
+        label_mask: list of 0/1 of the same length: the positions scored. None: every position but
+        the
             first and last (``[CLS]``/``[SEP]``), or every position when ``special_tokens=False``.
         source: str naming where the sequence comes from (``'path:line'``), used in error messages.
     """
@@ -62,8 +65,8 @@ class Batch:
 
     Attributes:
         token_ids, segment_ids: int32 arrays (batch, n), padding = ``pad_id`` / 0.
-        labels: int32 array (batch, n) padded with ``label_pad``; or the ``label_fn`` output; or None.
-        mask: int32 (batch, n), 1 on ``[CLS]``, tokens and ``[SEP]``; 0 on padding.
+        labels: int32 array (batch, n) padded with ``label_pad``; or the ``label_fn`` output; or
+        None. mask: int32 (batch, n), 1 on ``[CLS]``, tokens and ``[SEP]``; 0 on padding.
         label_mask: float32 (batch, n), 1 on scored positions only.
         lengths: int (batch,), the unpadded lengths (``[CLS]`` and ``[SEP]`` included).
         indices: int (batch,), the items' positions in the list given to :class:`Batches`.
@@ -98,8 +101,8 @@ class Batch:
 def _select(predictions, keep):
     predictions, keep = np.asarray(predictions), np.asarray(keep) > 0
     if predictions.shape[:2] != keep.shape:
-        raise ValueError(f'predictions of shape {predictions.shape} do not match the batch: expected '
-                         f'(batch, n) = {keep.shape} as the first two dimensions')
+        raise ValueError(f'predictions of shape {predictions.shape} do not match the batch: '
+                         f'expected (batch, n) = {keep.shape} as the first two dimensions')
     return [row[k] for row, k in zip(predictions, keep)]
 
 
@@ -139,15 +142,16 @@ def _int_list(values, name, source, length=None):
 
 
 class Batches:
-    """Padded batches of :class:`Encoded` items: iterate for one epoch, ``forfit()`` for ``model.fit``.
+    """Padded batches of :class:`Encoded` items: iterate for one epoch, ``forfit()`` for
+    ``model.fit``.
 
     Args:
         items: list of :class:`Encoded` (or dicts with its fields).
         batch_size: int >= 1.
         label_fn: None for per-token integer labels, padded with ``label_pad``; or a callable
-            ``label_fn(labels, n) -> array (batch, ...)`` given the batch's ``labels`` objects and its
-            padded length, e.g. ``lambda spans, n: pad_sparse_targets([sparse_targets(s, n, types, 1)
-            for s in spans])`` (``crf_lr.decoding.spans``) for GlobalPointer.
+            ``label_fn(labels, n) -> array (batch, ...)`` given the batch's ``labels`` objects and
+            its padded length, e.g. ``lambda spans, n: pad_sparse_targets([sparse_targets(s, n,
+            types, 1) for s in spans])`` (``crf_lr.decoding.spans``) for GlobalPointer.
         maxlen: int or None; items longer than this follow ``overflow``.
         overflow: 'error' or 'truncate' (per-token labels only; see the module docstring).
         shuffle: True: a new seeded order every epoch, a smaller last batch first (so the first
@@ -157,8 +161,8 @@ class Batches:
         bucket: pool size, in batches, inside which items are sorted by length (0: no sorting). With
             ``shuffle=False`` and ``bucket > 0`` all items are sorted by length (fastest prediction;
             ``Batch.indices`` / :meth:`collect` restore the item order).
-        seed: int (or list of ints, e.g. ``[seed, epoch]``) seeding the shuffles (numpy default_rng).
-        special_tokens: True if every item starts with [CLS] and ends with [SEP].
+        seed: int (or list of ints, e.g. ``[seed, epoch]``) seeding the shuffles (numpy
+        default_rng). special_tokens: True if every item starts with [CLS] and ends with [SEP].
         pad_id, label_pad: int padding values of token ids and labels.
         length_multiple: int >= 1; every batch is padded to a multiple of it (but never beyond
             ``maxlen`` unless its longest item is), so an epoch has few distinct batch shapes:
@@ -171,7 +175,8 @@ class Batches:
         >>> for batch in batches: loss = model.train_on_batch(batch.inputs, batch.labels)
     """
 
-    def __init__(self, items, batch_size=32, label_fn=None, maxlen=None, overflow='error', shuffle=True,
+    def __init__(self, items, batch_size=32, label_fn=None, maxlen=None, overflow='error',
+                 shuffle=True,
                  bucket=100, seed=0, special_tokens=True, pad_id=0, label_pad=0,
                  length_multiple=1):
         for name, value in (('batch_size', batch_size), ('length_multiple', length_multiple)):
@@ -180,12 +185,13 @@ class Batches:
         if overflow not in ('error', 'truncate'):
             raise ValueError(f"overflow must be 'error' or 'truncate', got {overflow!r}")
         if overflow == 'truncate' and label_fn is not None:
-            raise ValueError("overflow='truncate' needs per-token labels (label_fn=None): span targets "
-                             'cannot be cut safely; split long texts into windows instead')
+            raise ValueError("overflow='truncate' needs per-token labels (label_fn=None): span "
+                             'targets cannot be cut safely; split long texts into windows instead')
         minimum = 3 if special_tokens else 1
         if maxlen is not None and (not isinstance(maxlen, int) or maxlen < minimum):
             raise ValueError(f'maxlen must be None or an int >= {minimum}, got {maxlen!r}')
-        self.batch_size, self.label_fn, self.maxlen, self.overflow = batch_size, label_fn, maxlen, overflow
+        self.batch_size, self.label_fn, self.maxlen, self.overflow = (batch_size, label_fn, maxlen,
+                                                                      overflow)
         self.shuffle, self.bucket, self.special_tokens = shuffle, bucket, special_tokens
         self.pad_id, self.label_pad, self.length_multiple = pad_id, label_pad, length_multiple
         self.rng = np.random.default_rng(seed)
@@ -219,16 +225,18 @@ class Batches:
             label_mask = _int_list(item.label_mask, 'label_mask', source, length)
         if self.maxlen is not None and length > self.maxlen:
             if self.overflow == 'error':
-                raise ValueError(f'{source}: {length} token ids exceed maxlen={self.maxlen}; split the '
-                                 "text into windows (crf_lr.data.windows.split_into_windows) or pass "
-                                 "overflow='truncate'")
+                raise ValueError(f'{source}: {length} token ids exceed maxlen={self.maxlen}; split '
+                                 "the text into windows (crf_lr.data.windows.split_into_windows) "
+                                 "or pass overflow='truncate'")
             self.truncated.append((source, length))
             keep, tail = self.maxlen - int(self.special_tokens), int(self.special_tokens)
 
-            def cut(values):  # the first ``keep`` values, and the last one ([SEP]) if special tokens
+            # the first ``keep`` values, and the last one ([SEP]) if special tokens
+            def cut(values):
                 return None if values is None else values[:keep] + values[length - tail:length]
 
-            ids, segments, labels, label_mask = cut(ids), cut(segments), cut(labels), cut(label_mask)
+            ids, segments, labels, label_mask = (cut(ids), cut(segments), cut(labels),
+                                                 cut(label_mask))
         return Encoded(ids, segments, labels, label_mask, source)
 
     def __len__(self):
@@ -301,13 +309,15 @@ class Batches:
         """Run ``predict`` over one epoch and return its stripped outputs in item order.
 
         Args:
-            predict: callable ``predict(batch) -> array (batch, n, ...)`` aligned with the token ids.
+            predict: callable ``predict(batch) -> array (batch, n, ...)`` aligned with the token
+            ids.
         Returns:
             list (one per item, in the order given to the constructor) of arrays at the scored
             positions only.
 
             >>> tag_ids = Batches(test_items, 64, shuffle=False).collect(
-            ...     lambda batch: viterbi_decode(emissions(batch.inputs), trans, lengths=batch.lengths))
+            ...     lambda batch: viterbi_decode(emissions(batch.inputs), trans,
+            lengths=batch.lengths))
         """
         outputs = [None] * len(self.items)
         for batch in self:

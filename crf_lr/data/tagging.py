@@ -1,11 +1,11 @@
 """Tagging schemes: spans <-> tags, allowed transitions, repair of messy tags, offsets -> tags,
 WordPiece alignment, windows.
 
-Spans are ``(start, end, label)`` tuples with ``end`` EXCLUSIVE, in character or token indices as each
-function says. Every scheme is one :class:`Scheme` object in the table :data:`SCHEMES` (BIO, IOB1, BIOES,
-BMES, SEG; see each object's ``description``); :func:`get_scheme` turns a name (case-insensitive, aliases
-IOB2 and IOBES) into one. The functions below (``spans_to_tags``, ``tags_to_spans``, ``label_list``, ...)
-take a scheme name or object and call its methods.
+Spans are ``(start, end, label)`` tuples with ``end`` EXCLUSIVE, in character or token indices as
+each function says. Every scheme is one :class:`Scheme` object in the table :data:`SCHEMES` (BIO,
+IOB1, BIOES, BMES, SEG; see each object's ``description``); :func:`get_scheme` turns a name
+(case-insensitive, aliases IOB2 and IOBES) into one. The functions below (``spans_to_tags``,
+``tags_to_spans``, ``label_list``, ...) take a scheme name or object and call its methods.
 
 Pure Python; no TensorFlow. bert4keras's ``Tokenizer`` is only used through an object passed in.
 
@@ -73,9 +73,9 @@ def _check_spans(spans, length, flat, where=''):
     if flat:
         for previous, span in zip(checked, checked[1:]):
             if span[0] < previous[1]:
-                raise ValueError(f'{where}spans {previous!r} and {span!r} overlap (nested entities): '
-                                 'flat tag schemes cannot represent them; use span labels '
-                                 '(GlobalPointer) for nested entities')
+                raise ValueError(f'{where}spans {previous!r} and {span!r} overlap (nested '
+                                 'entities): flat tag schemes cannot represent them; use span '
+                                 'labels (GlobalPointer) for nested entities')
     return checked
 
 
@@ -85,9 +85,9 @@ def validate_spans(text, spans, source='<input>', mentions=None, flat=False):
     Args:
         text: str, the text the character offsets refer to.
         spans: iterable of ``(start, end, label)``, end exclusive.
-        source: str naming where the spans come from, e.g. ``'train.json:12'``; starts every message.
-        mentions: optional list of str parallel to ``spans``: the mention text each span must cover.
-        flat: if True, overlapping (nested) spans are an error too.
+        source: str naming where the spans come from, e.g. ``'train.json:12'``; starts every
+        message. mentions: optional list of str parallel to ``spans``: the mention text each span
+        must cover. flat: if True, overlapping (nested) spans are an error too.
     Returns:
         list of ``(start, end, label)`` tuples sorted by start.
     Raises:
@@ -106,8 +106,9 @@ def validate_spans(text, spans, source='<input>', mentions=None, flat=False):
         for span, mention in zip(spans, mentions):
             _check_spans([span], len(text), False, where)
             if text[span[0]:span[1]] != mention:
-                raise ValueError(f'{where}span {tuple(span)!r} covers {echo(text[span[0]:span[1]])} but '
-                                 f'the mention is {echo(mention)} (misaligned offsets?)')
+                raise ValueError(f'{where}span {tuple(span)!r} covers '
+                                 f'{echo(text[span[0]:span[1]])} but the mention is '
+                                 f'{echo(mention)} (misaligned offsets?)')
     return _check_spans(spans, len(text), flat, where)
 
 
@@ -218,7 +219,8 @@ class Scheme:
                 return 'O', None
             if isinstance(tag, str) and len(tag) > 2 and tag[1] == '-' and tag[0] in self._role:
                 return self._role[tag[0]], tag[2:]
-            expected = f"'O' or one of {', '.join(p + '-' for p in self.letters)} followed by a type"
+            expected = (f"'O' or one of {', '.join(p + '-' for p in self.letters)} followed by a "
+                        "type")
         where = '' if position is None else f' at position {position}'
         raise ValueError(f'unknown tag {tag!r}{where} for scheme {self.name}: expected {expected}')
 
@@ -380,11 +382,13 @@ class Scheme:
 
         if not self.closed:   # BIO: an I-X continues an X entity; IOB1: a B-X follows one
             for i, (role, kind) in enumerate(parsed):
-                if role != self._bound or (i and parsed[i - 1][0] != 'O' and parsed[i - 1][1] == kind):
+                if role != self._bound or (i and parsed[i - 1][0] != 'O' and parsed[i - 1][1]
+                                           == kind):
                     continue
                 if self.starts_inside:
-                    fault = (f'{tags[i]!r} is not right after a {kind} entity ({follows(i)}; in IOB1 an '
-                             'entity begins with I-, and B- only separates two adjacent ones of a type)')
+                    fault = (f'{tags[i]!r} is not right after a {kind} entity ({follows(i)}; in '
+                             'IOB1 an entity begins with I-, and B- only separates two adjacent '
+                             'ones of a type)')
                 else:
                     fault = f'{tags[i]!r} continues no {noun} ({follows(i)})'
                 faults.append((i, fault))
@@ -418,8 +422,8 @@ class Scheme:
         if opened is not None:
             last = len(tags) - 1
             expected = close(last, f'at the end of the sentence, got {tags[last]!r}')
-            faults.append((last, f'the {noun} opened by {tags[opened]!r} at {name(opened)} is never '
-                                 f'closed ({expected})'))
+            faults.append((last, f'the {noun} opened by {tags[opened]!r} at {name(opened)} is '
+                                 f'never closed ({expected})'))
         return fixed, faults
 
     def check(self, tags, where='', lines=None):
@@ -440,7 +444,8 @@ class Scheme:
 
             >>> get_scheme('BIOES').check(['O', 'B-ORG', 'I-ORG', 'O'])
             TagError: token 3: the entity opened by 'B-ORG' at token 1 is never closed (expected
-            'E-ORG' before 'O') (pass repair=True, or --repair, to fix such tags by the conlleval rule)
+            'E-ORG' before 'O') (pass repair=True, or --repair, to fix such tags by the conlleval
+            rule)
         """
         name = (lambda i: f'token {i}') if lines is None else (lambda i: f'line {lines[i]}')
         _, faults = self._walk(tags, name)
@@ -481,7 +486,8 @@ class Scheme:
 
     # ------------------------------------------------------------------ units split into pieces
     def _propagated_roles(self, role, n):
-        """Roles of the ``n`` pieces of a unit tagged ``role`` when its label spreads to all pieces."""
+        """Roles of the ``n`` pieces of a unit tagged ``role`` when its label spreads to all pieces.
+        """
         if role == 'O':
             return ['O'] * n
         if not self.closed or role == 'I':
@@ -495,8 +501,8 @@ class Scheme:
 
         Strategies: 'propagate' gives every piece a label (a unit's ``B-X`` on its first piece and
         ``I-X`` on the rest; in BIOES/BMES/SEG an ``E-X``/``S-X`` unit ends with ``E-X``); 'first'
-        labels only the first piece and gives the others ``ignore_label``, to be left out of loss and
-        metrics. :meth:`collect` is the inverse.
+        labels only the first piece and gives the others ``ignore_label``, to be left out of loss
+        and metrics. :meth:`collect` is the inverse.
 
         Args:
             labels: list of N tag strings.
@@ -600,7 +606,7 @@ def get_scheme(scheme):
     return found
 
 
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # The same rules as functions of a scheme name (the schemes' methods under their older names)
 
 def tag_types(tags, scheme='BIO'):
@@ -622,7 +628,8 @@ def label_list(types, scheme='BIO'):
 
 
 def allowed_transitions(labels, scheme='BIO'):
-    """``get_scheme(scheme).allowed(labels)``: ``(allowed, starts, ends)`` bool arrays (L, L), (L,), (L,).
+    """``get_scheme(scheme).allowed(labels)``: ``(allowed, starts, ends)`` bool arrays (L, L), (L,),
+    (L,).
 
         >>> allowed, starts, ends = allowed_transitions(label_list(['PER']), 'BIO')
         >>> allowed[0, 2], starts[2]   # O -> I-PER, start with I-PER

@@ -33,7 +33,8 @@ def _last_cut_within(cuts, start, end):
     return cuts[k] if k >= 0 and cuts[k] > start else None
 
 
-def split_into_windows(text, maxlen, spans=(), separators='。！？；!?;\n', length=len, pauses=()):
+def split_into_windows(text, maxlen, spans=(), separators='。！？；!?;\n', length=len,
+                       pauses=()):
     """Split a long text into consecutive windows that fit ``maxlen``, cutting at sentence ends.
 
     Each window is cut after the last sentence end that keeps it within ``maxlen``; a sentence that
@@ -92,8 +93,8 @@ def split_into_windows(text, maxlen, spans=(), separators='。！？；!?;\n', l
                 while end > start and end in forbidden:
                     end -= 1
         if end == start:
-            raise ValueError(f'cannot split text at offset {start} into windows of maxlen={maxlen}: '
-                             'a span or a character there does not fit')
+            raise ValueError(f'cannot split text at offset {start} into windows of '
+                             f'maxlen={maxlen}: a span or a character there does not fit')
         windows.append((start, text[start:end]))
         start = end
     return windows

@@ -1,9 +1,10 @@
 """Posterior probabilities of a linear-chain CRF in NumPy: label marginals, the probability of an
 entity span, and of a whole path.
 
-The CRF scores paths as in ``crf_lr.decoding.viterbi`` (disallowed moves score ``DISALLOWED_SCORE``), so
-``p(y) = exp(s(y) - log Z)``. :class:`Posteriors` runs the forward-backward algorithm once, in
-log space and float64, and answers every question from its messages:
+The CRF scores paths as in ``crf_lr.decoding.viterbi`` (disallowed moves score
+``DISALLOWED_SCORE``), so ``p(y) = exp(s(y) - log Z)``. :class:`Posteriors` runs the
+forward-backward algorithm once, in log space and float64, and answers every question from its
+messages:
 
 - ``log_alpha[b, t, j]``: log-sum of the scores of all prefixes ``y_0..y_t`` with ``y_t = j``;
 - ``log_beta[b, t, j]``: log-sum of the scores of all suffixes after ``t`` given ``y_t = j``

@@ -1,8 +1,8 @@
 """Calibration of entity confidence: a temperature per head fitted on the development split, and
 the expected calibration error (ECE) before and after.
 
-An entity's confidence (``crf_lr.serving.tagger.Prediction.confidences``) says how likely it is to be
-right. It is calibrated when, of all entities given confidence about c, a fraction c is right
+An entity's confidence (``crf_lr.serving.tagger.Prediction.confidences``) says how likely it is to
+be right. It is calibrated when, of all entities given confidence about c, a fraction c is right
 (the span and the type both equal a gold entity). The head's ``temperature`` T divides every
 score before the confidences are computed (CRF: emissions, transitions, start and end scores;
 softmax: log-probabilities; GlobalPointer: span scores); it changes no prediction, only the
@@ -147,8 +147,8 @@ def calibrate(tagger, dev, test=None, bins=10):
         ``dev_right``: how many dev entities are right; per split (``dev``, ``test``),
         ``{'before': scores, 'after': scores}`` at T = 1 and at the kept temperature, where
         scores are ``entities`` (how many were predicted), ``ece``, ``nll`` and ``outcomes``
-        ``(confidences, correct)`` (arrays, for :func:`crf_lr.evaluation.plots.plot_reliability`; drop
-        them before writing JSON).
+        ``(confidences, correct)`` (arrays, for :func:`crf_lr.evaluation.plots.plot_reliability`;
+        drop them before writing JSON).
     """
     splits = {'dev': dev} if test is None else {'dev': dev, 'test': test}
     outputs = {name: _with_entities(tagger, tagger.run(sequences), gold)

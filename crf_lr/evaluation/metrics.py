@@ -1,8 +1,9 @@
-"""Scores: strict and relaxed entity P/R/F1, span F1, a tag confusion matrix, the SIGHAN segmentation score.
+"""Scores: strict and relaxed entity P/R/F1, span F1, a tag confusion matrix, the SIGHAN
+segmentation score.
 
-Every entity score returns the same dict: micro ``precision``, ``recall``, ``f1`` and ``support`` (the
-number of gold items) plus ``per_type`` ``{type: {precision, recall, f1, support}}`` over the types
-found in gold or predictions. A ratio whose denominator is 0 is 0.0 (seqeval's default).
+Every entity score returns the same dict: micro ``precision``, ``recall``, ``f1`` and ``support``
+(the number of gold items) plus ``per_type`` ``{type: {precision, recall, f1, support}}`` over the
+types found in gold or predictions. A ratio whose denominator is 0 is 0.0 (seqeval's default).
 
 Inputs are unpadded: the gold sequences fix the lengths and a prediction of another length is an
 error naming the sentence, so strip padding and [CLS]/[SEP] before scoring. Pure Python/NumPy.
@@ -161,7 +162,8 @@ def confusion_matrix(gold_tags, pred_tags, labels=None):
     for i, (gold, pred) in enumerate(zip(gold_tags, pred_tags)):
         for g, p in zip(gold, pred):
             if g not in index or p not in index:
-                raise ValueError(f'sentence {i}: tag {g if g not in index else p!r} is not in labels')
+                raise ValueError(f'sentence {i}: tag {g if g not in index else p!r} is not in '
+                                 'labels')
             matrix[index[g], index[p]] += 1
     return matrix, labels
 
@@ -246,9 +248,9 @@ def segmentation_scores(gold, pred, train_words=None):
         pred: the same segmentation of the same sentences (equal text, sentence by sentence).
         train_words: optional iterable of training-dictionary words.
     Returns:
-        dict with ``precision``, ``recall``, ``f1``, ``oov_recall``, ``iv_recall``, ``oov_rate`` (the
-        last three None without ``train_words``; a recall is None when it has no words to count) and
-        the counts ``gold_words``, ``pred_words``, ``correct_words``.
+        dict with ``precision``, ``recall``, ``f1``, ``oov_recall``, ``iv_recall``, ``oov_rate``
+        (the last three None without ``train_words``; a recall is None when it has no words to
+        count) and the counts ``gold_words``, ``pred_words``, ``correct_words``.
     Raises:
         ValueError naming the first sentence whose gold and predicted text differ.
 
@@ -264,7 +266,8 @@ def segmentation_scores(gold, pred, train_words=None):
         if ''.join(gold_words) != ''.join(pred_words):
             raise ValueError(f'sentence {i}: gold and predicted words spell different texts: '
                              f'{"".join(gold_words)[:40]!r} vs {"".join(pred_words)[:40]!r}')
-        gold_spans, pred_spans = _word_spans(gold_words, i, 'gold'), _word_spans(pred_words, i, 'pred')
+        gold_spans, pred_spans = (_word_spans(gold_words, i, 'gold'),
+                                  _word_spans(pred_words, i, 'pred'))
         n_gold, n_pred = n_gold + len(gold_spans), n_pred + len(pred_spans)
         n_correct += len(gold_spans & pred_spans)
         if dictionary is not None:

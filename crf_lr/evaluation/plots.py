@@ -160,7 +160,8 @@ def plot_reliability(series, path, bins=10, title=None):
     in the legend.
 
     Args:
-        series: dict name -> ``(confidences, correct)`` (e.g. ``crf_lr.evaluation.calibration.calibrate``'s
+        series: dict name -> ``(confidences, correct)`` (e.g.
+        ``crf_lr.evaluation.calibration.calibrate``'s
             outcomes before and after the temperature).
         path: output PNG path (folders are created).
         bins: equal-width confidence bins; title: optional.

@@ -29,8 +29,10 @@ from crf_lr.keras3.losses import (global_pointer_crossentropy, global_pointer_f1
 from crf_lr.keras3.optimizers import LayerwiseAdam, match_multiplier
 
 __all__ = ['ConditionalRandomField', 'ConditionalRandomFieldLoss', 'EfficientGlobalPointer',
-           'GlobalPointer', 'LayerwiseAdam', 'crf_log_likelihood', 'crf_log_partition', 'crf_marginals',
-           'crf_sequence_score', 'crf_dense_accuracy', 'crf_sparse_accuracy', 'global_pointer_crossentropy',
+           'GlobalPointer', 'LayerwiseAdam', 'crf_log_likelihood', 'crf_log_partition',
+           'crf_marginals',
+           'crf_sequence_score', 'crf_dense_accuracy', 'crf_sparse_accuracy',
+           'global_pointer_crossentropy',
            'global_pointer_f1', 'match_multiplier', 'multilabel_categorical_crossentropy',
            'rotary_position_embedding', 'sparse_global_pointer_crossentropy',
            'sparse_global_pointer_f1', 'sparse_multilabel_categorical_crossentropy',

@@ -1,4 +1,5 @@
-"""Linear-chain CRF in ``keras.ops`` (TensorFlow, JAX and PyTorch backends): the maths and the layer.
+"""Linear-chain CRF in ``keras.ops`` (TensorFlow, JAX and PyTorch backends): the maths and the
+layer.
 
 A path ``y`` of a sequence of length ``l`` (its left-aligned mask has ``l`` ones) scores
 
@@ -183,7 +184,8 @@ def crf_log_partition(emissions, mask, transitions, start=None, end=None):
         transitions: float tensor (L, L); ``transitions[i, j]`` scores label i followed by j.
         start, end: optional float tensors (L,) of first-label / last-label scores.
     Returns:
-        float tensor (batch,) (float64 for float64 emissions where the backend allows, else float32).
+        float tensor (batch,) (float64 for float64 emissions where the backend allows, else
+        float32).
 
         >>> log_z = crf_log_partition(emissions, lengths[:, None] > np.arange(n), transitions)
         >>> log_z.shape                     # (batch,)
@@ -313,8 +315,8 @@ class ConditionalRandomField(keras.layers.Layer):
     left-aligned. The stored weights are ``trans / lr_multiplier`` (``start``, ``end`` likewise),
     multiplied back on use: under Adam the transitions move ``lr_multiplier`` times faster.
 
-    Arguments (checked by ``crf_lr.model.checks``) as the tf-keras layer's: ``lr_multiplier`` (positive,
-    finite), ``allowed_transitions`` (bool (L, L), ``[i, j]`` False forbids i -> j),
+    Arguments (checked by ``crf_lr.model.checks``) as the tf-keras layer's: ``lr_multiplier``
+    (positive, finite), ``allowed_transitions`` (bool (L, L), ``[i, j]`` False forbids i -> j),
     ``allowed_starts`` / ``allowed_ends`` (bool (L,)): forbidden choices score -1e4
     (``DISALLOWED_SCORE``) in training and decoding; ``boundary_scores``: learn start and end
     scores (L,) too.
@@ -384,7 +386,8 @@ class ConditionalRandomField(keras.layers.Layer):
         return ops.where(mask, inputs, ops.cast(-np.inf, inputs.dtype))
 
     def negative_log_likelihood(self, y_true, y_pred, sparse=True):
-        """Per-sequence loss (batch,) of int labels (batch, n) (``sparse``) or one-hot (batch, n, L).
+        """Per-sequence loss (batch,) of int labels (batch, n) (``sparse``) or one-hot (batch, n,
+        L).
 
         ``y_pred`` is this layer's output (``-inf`` rows = padding).
 

@@ -1,5 +1,6 @@
 """A BERT encoder as a Keras 3 functional model, loaded from a Hugging Face folder or from the
-Google-named variables that ``crf_lr.model.convert`` produces (NumPy only: no TensorFlow, no PyTorch).
+Google-named variables that ``crf_lr.model.convert`` produces (NumPy only: no TensorFlow, no
+PyTorch).
 
 Layers carry bert4keras's names (``Embedding-Token``, ``Transformer-{i}-MultiHeadSelfAttention``,
 ``Transformer-{i}-FeedForward-Norm``, ...), so learning-rate patterns written for bert4keras
@@ -71,7 +72,8 @@ def build_bert(config, dropout=True):
     hidden, heads = config['hidden_size'], config['num_attention_heads']
     if hidden % heads:
         raise ValueError(f'hidden_size {hidden} is not a multiple of num_attention_heads {heads}')
-    rate = (lambda key: config.get(key, 0.1) if dropout else 0.0)
+    def rate(key):
+        return config.get(key, 0.1) if dropout else 0.0
     eps = config.get('layer_norm_eps', 1e-12)
     token_ids = keras.Input((None,), dtype='int32', name='Input-Token')
     real = ops.not_equal(token_ids, 0)                                    # (batch, n) bool
@@ -140,7 +142,7 @@ def load_google_variables(encoder, variables, source='checkpoint'):
     set_weights('Embedding-Position', [get('bert/embeddings/position_embeddings')])
     set_weights('Embedding-Norm', norm('bert/embeddings/LayerNorm'))
     layer = 0
-    while f'Transformer-{layer}-MultiHeadSelfAttention' in [l.name for l in encoder.layers]:
+    while f'Transformer-{layer}-MultiHeadSelfAttention' in [lay.name for lay in encoder.layers]:
         scope, name = f'bert/encoder/layer_{layer}/', f'Transformer-{layer}-MultiHeadSelfAttention'
         attention = encoder.get_layer(name)
         heads, size = attention.num_heads, attention.key_dim

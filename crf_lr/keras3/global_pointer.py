@@ -1,12 +1,13 @@
 """GlobalPointer heads in ``keras.ops``: every (start, end) pair scored at once, one score per type.
 
-The Keras 3 twins of ``crf_lr.model.global_pointer`` (same arguments, weights, weight order and config):
-``GlobalPointer`` (https://kexue.fm/archives/8373) gives each type its own query/key projection;
-``EfficientGlobalPointer`` (https://kexue.fm/archives/8877) shares one and adds a per-type term.
-Scores are ``(batch, heads, n, n)``, cell ``[b, t, i, j]`` the span ``i..j`` (inclusive) of type
-``t``; padding rows/columns and (``tril_mask=True``) the strict lower triangle hold ``-inf``.
-Under a mixed policy (``mixed_float16``, ``mixed_bfloat16``) the projection runs in the compute
-dtype and the scores in float32, as in the tf-keras layers (float16 span logits overflow).
+The Keras 3 twins of ``crf_lr.model.global_pointer`` (same arguments, weights, weight order and
+config): ``GlobalPointer`` (https://kexue.fm/archives/8373) gives each type its own query/key
+projection; ``EfficientGlobalPointer`` (https://kexue.fm/archives/8877) shares one and adds a
+per-type term. Scores are ``(batch, heads, n, n)``, cell ``[b, t, i, j]`` the span ``i..j``
+(inclusive) of type ``t``; padding rows/columns and (``tril_mask=True``) the strict lower triangle
+hold ``-inf``. Under a mixed policy (``mixed_float16``, ``mixed_bfloat16``) the projection runs in
+the compute dtype and the scores in float32, as in the tf-keras layers (float16 span logits
+overflow).
 
     >>> scores = EfficientGlobalPointer(heads=4, head_size=64)(hidden)    # (batch, 4, n, n)
     >>> model.compile(loss=sparse_global_pointer_crossentropy, optimizer='adam')
@@ -70,7 +71,8 @@ class _PointerBase(PointerRules, keras.layers.Layer):
         return rotary_position_embedding(q), rotary_position_embedding(k)
 
     def call(self, inputs, mask=None):
-        """Scores ``(batch, heads, n, n)``; ``mask`` ``(batch, n)`` (bool or 0/1) marks real tokens."""
+        """Scores ``(batch, heads, n, n)``; ``mask`` ``(batch, n)`` (bool or 0/1) marks real tokens.
+        """
         scores = self._scores(inputs)
         keep = None
         if mask is not None:

@@ -91,7 +91,8 @@ def sparse_multilabel_categorical_crossentropy(y_true, y_pred, mask_zero=False):
     Returns:
         Float tensor ``(...)``: the loss of every row.
 
-        >>> sparse_multilabel_categorical_crossentropy(np.array([[0, -1]]), np.array([[2., -1., .5]]))
+        >>> sparse_multilabel_categorical_crossentropy(np.array([[0, -1]]), np.array([[2., -1.,
+        .5]]))
     """
     y_pred = _logits(y_pred)
     y_true = _int_targets(y_true)
@@ -106,7 +107,7 @@ def sparse_multilabel_categorical_crossentropy(y_true, y_pred, mask_zero=False):
         valid = ops.logical_and(valid, y_true != 0)
         y_pred = ops.concatenate([_neg_inf(y_pred[..., :1]), y_pred[..., 1:]], axis=-1)
     scores = ops.take_along_axis(y_pred, ops.where(valid, y_true, 0), axis=-1)
-    valid = ops.logical_and(valid, scores > -np.inf)     # as in the dense loss: masked cells ignored
+    valid = ops.logical_and(valid, scores > -np.inf)  # as in the dense loss: masked cells ignored
     positive_loss = _logsumexp_with_zero(ops.where(valid, -scores, _neg_inf(scores)))
     # Negatives: the logits with every listed positive overwritten by -inf.
     negatives = _scatter_into_rows(ops.reshape(y_pred, (-1, num_classes)),

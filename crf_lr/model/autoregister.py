@@ -20,7 +20,8 @@ import sys
 from crf_lr.patches import apply
 
 # The modules whose import registers what a saved model of crf_lr can name.
-REGISTERING_MODULES = ('crf_lr.model.serialization', 'crf_lr.model.crf', 'crf_lr.model.global_pointer',
+REGISTERING_MODULES = ('crf_lr.model.serialization', 'crf_lr.model.crf',
+                       'crf_lr.model.global_pointer',
                        'crf_lr.model.losses', 'crf_lr.training.optimizers', 'crf_lr.model.heads')
 
 

@@ -1,7 +1,7 @@
 """Argument checks and shape rules of the layers, losses and optimizers, written once for the
 tf-keras modules (``crf_lr.model.crf``, ``crf_lr.model.global_pointer``, ``crf_lr.model.losses``,
-``crf_lr.training.optimizers``) and their Keras 3 twins (``crf_lr.keras3.*``). No TensorFlow, no Keras:
-NumPy and plain Python, so both sides import it (as they share ``crf_lr.model.multipliers``).
+``crf_lr.training.optimizers``) and their Keras 3 twins (``crf_lr.keras3.*``). No TensorFlow, no
+Keras: NumPy and plain Python, so both sides import it (as they share ``crf_lr.model.multipliers``).
 
 The few rules that compute on tensors take the array namespace as ``backend``: ``tf`` on the
 tf-keras side, ``keras.ops`` on the Keras 3 side (both spell ``cast``, ``zeros``, ``where``,
@@ -236,8 +236,8 @@ def check_schedule(warmup_steps, total_steps, min_lr_ratio):
 
 def schedule_factor(step, warmup_steps, total_steps, min_lr_ratio, backend):
     """The warmup + linear-decay factor ``s(k)`` at float32 step ``k`` (see
-    ``crf_lr.training.optimizers.WarmupLinearDecay``): ``k / warmup_steps`` during the warmup, then a linear
-    fall from 1 to ``min_lr_ratio`` at ``total_steps`` (with ``total_steps``), else 1."""
+    ``crf_lr.training.optimizers.WarmupLinearDecay``): ``k / warmup_steps`` during the warmup, then
+    a linear fall from 1 to ``min_lr_ratio`` at ``total_steps`` (with ``total_steps``), else 1."""
     factor = backend.ones_like(step)
     if total_steps is not None:
         remaining = (total_steps - step) / (total_steps - warmup_steps)

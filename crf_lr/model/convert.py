@@ -387,7 +387,8 @@ def google_config(hf_config, source='config.json'):
         hf_config: dict, the Hugging Face config (``model_type`` 'bert' or 'albert').
         source: str, the config's path for error messages.
     Returns:
-        (model_type: 'bert' | 'albert', config: dict for ``bert_config.json``/``albert_config.json``).
+        (model_type: 'bert' | 'albert', config: dict for
+        ``bert_config.json``/``albert_config.json``).
 
     >>> model_type, config = google_config(json.load(open('hf/config.json')))
     >>> config['hidden_act']                            # 'gelu_erf' for HF's exact 'gelu'
@@ -460,8 +461,10 @@ def _variable_table(model_type, config):
                 (hf + 'attention.self.query', tf_ + 'attention/self/query', 'dense', (h, h), False),
                 (hf + 'attention.self.key', tf_ + 'attention/self/key', 'dense', (h, h), False),
                 (hf + 'attention.self.value', tf_ + 'attention/self/value', 'dense', (h, h), False),
-                (hf + 'attention.output.dense', tf_ + 'attention/output/dense', 'dense', (h, h), False),
-                (hf + 'attention.output.LayerNorm', tf_ + 'attention/output/LayerNorm', 'norm', (h,), False),
+                (hf + 'attention.output.dense', tf_ + 'attention/output/dense', 'dense', (h, h),
+                 False),
+                (hf + 'attention.output.LayerNorm', tf_ + 'attention/output/LayerNorm', 'norm',
+                 (h,), False),
                 (hf + 'intermediate.dense', tf_ + 'intermediate/dense', 'dense', (h, i), False),
                 (hf + 'output.dense', tf_ + 'output/dense', 'dense', (i, h), False),
                 (hf + 'output.LayerNorm', tf_ + 'output/LayerNorm', 'norm', (h,), False),
@@ -618,7 +621,8 @@ def convert_checkpoint(src_dir, dst_dir):
     for path in (config_file, vocab_file):
         if not os.path.isfile(path):
             raise ConversionError(f'{path}: missing; a Hugging Face BERT/ALBERT folder needs '
-                                  f'config.json, vocab.txt and model.safetensors or pytorch_model.bin')
+                                  'config.json, vocab.txt and model.safetensors or '
+                                  'pytorch_model.bin')
     with open(config_file, encoding='utf-8') as f:
         try:
             hf_config = json.load(f)

@@ -13,8 +13,8 @@ space, rescaled at every step, in float64 (scores may differ by ~700 nats before
 underflows), compiled with XLA (``use_xla``) and exposed as a custom-gradient op
 (``_forward_backward``). A training step's loss on a CPU (a gradient being recorded, outside an
 XLA-compiled step) runs the same pass as one kernel instead
-(``crf_lr.speed.fused_kernels.crf_forward_backward``, where it can be built; the same outputs to float64
-rounding); ``use_xla(False)`` gives TensorFlow's ops elsewhere.
+(``crf_lr.speed.fused_kernels.crf_forward_backward``, where it can be built; the same outputs to
+float64 rounding); ``use_xla(False)`` gives TensorFlow's ops elsewhere.
 Measured on 2 CPU cores (batch 32, n = 256, 7 labels, loss + gradient in a ``tf.function``): about
 10x faster than bert4keras's CRF and 3x the cost of a softmax cross-entropy. A parallel scan (tree
 of batched L x L products) and chunked GEMMs were slower here: they do L times more work, and

@@ -13,7 +13,8 @@ from crf_lr.model.pretrained import PACKAGED, packaged_checkpoint, packaged_sour
 
 # Main learning rate of each packaged encoder when --lr is not given, from docs/results.md:
 # ALBERT-tiny fine-tunes best at 1e-4..3e-4 on 400-3,000 sentences (experiments 2 and 3), and its
-# single first layer at 1e-3 (experiment 1); MiniLM best at 1e-4 with bias correction (experiment 3).
+# single first layer at 1e-3 (experiment 1); MiniLM best at 1e-4 with bias correction (experiment
+# 3).
 DEFAULT_LR = {'albert-tiny-zh': 2e-4, 'minilm-en': 1e-4}
 DEFAULT_LR_ONE_LAYER = 1e-3
 DEFAULT_LR_OTHER = 1e-4

@@ -2,7 +2,8 @@
 re-initialise the top L layers, and layer-wise learning-rate decay for a built model.
 
     >>> bert = build_encoder(config_path, checkpoint_path, model='bert', num_layers=1)  # "layer 1"
-    >>> reinitialize_top_layers(full_bert, 2, seed=0)        # "Revisiting Few-sample BERT Fine-tuning"
+    >>> reinitialize_top_layers(full_bert, 2, seed=0)        # "Revisiting Few-sample BERT
+    Fine-tuning"
 
 Layer names are bert4keras's (no ``prefix``): ``Embedding-*``, ``Transformer-{i}-*`` (BERT) or the
 shared ``Transformer-*`` layers applied once per layer (ALBERT), ``Pooler-Dense``.

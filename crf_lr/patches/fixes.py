@@ -11,8 +11,8 @@ Each ``_fix_*`` function repairs one thing and is idempotent, through its row of
 every model of the process: ``single_batch_iterator`` (``train_on_batch`` & co.) builds its
 one-batch dataset without tf.data's autotuning, and ``Dense.call`` takes the flattened form of
 :func:`flat_dense`, off unless in that block. bert4keras's attention computes with batched
-matrix products (:mod:`crf_lr.speed.attention`, the same values), and its layer norms with their gradient
-in closed form (:mod:`crf_lr.speed.layer_norm`, the same forward values).
+matrix products (:mod:`crf_lr.speed.attention`, the same values), and its layer norms with their
+gradient in closed form (:mod:`crf_lr.speed.layer_norm`, the same forward values).
 """
 
 import crf_lr  # noqa: F401  (sets TF_KERAS / TF_USE_LEGACY_KERAS before TensorFlow loads)
@@ -21,7 +21,7 @@ import crf_lr  # noqa: F401  (sets TF_KERAS / TF_USE_LEGACY_KERAS before TensorF
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import bert4keras.backend  # noqa: F401,E402  (points sys.modules['keras'] at tf.keras)
-from bert4keras.backend import K, keras  # noqa: E402
+from bert4keras.backend import K  # noqa: E402
 from crf_lr.patches import apply, swapped  # noqa: E402
 from crf_lr.speed.switches import ThreadSwitch  # noqa: E402
 
@@ -128,7 +128,8 @@ def flat_dense(enabled=True):
     cores), and no gain in a training step, whose gradients need the unfused values
     (``python benchmarks/graph_probe.py --change flat_dense``; docs/performance.md). Traced
     functions keep the choice they were traced with; the setting is per thread.
-    :class:`crf_lr.serving.tagger.Tagger` and ``crf_lr.serving.export`` trace prediction inside this block.
+    :class:`crf_lr.serving.tagger.Tagger` and ``crf_lr.serving.export`` trace prediction inside this
+    block.
 
         >>> with flat_dense():
         ...     scores = tf.function(lambda x: model(x, training=False))(inputs)

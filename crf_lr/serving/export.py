@@ -3,8 +3,8 @@
     python -m crf_lr.export runs/ner/model exported/ner/1       # 1: the version TF Serving loads
 
 The ``serving_default`` signature takes ``token_ids`` and ``segment_ids`` (int32, ``[batch, n]``,
-``[CLS] pieces [SEP]`` padded with 0, as :class:`~crf_lr.data.pieces.UnitEncoder` encodes) and returns,
-in piece positions (row ``i`` is token ``i + 1``; ``P = n - 1``):
+``[CLS] pieces [SEP]`` padded with 0, as :class:`~crf_lr.data.pieces.UnitEncoder` encodes) and
+returns, in piece positions (row ``i`` is token ``i + 1``; ``P = n - 1``):
 
 - tag heads (CRF, softmax): ``label_ids`` int32 ``[batch, P]`` (the best path under the scheme's
   constraints, -1 beyond the pieces), ``path_score`` float32 ``[batch]`` (its score: emissions,
@@ -15,7 +15,8 @@ in piece positions (row ``i`` is token ``i + 1``; ``P = n - 1``):
 - span heads (GlobalPointer): ``spans`` int32 ``[batch, K, 3]`` (``type, start, end`` with the
   end exclusive, sorted by start; rows of -1 pad), ``span_scores`` float32 ``[batch, K]`` and
   ``scores`` float32 ``[batch, types, P, P]`` (``-inf`` in masked cells). A flat head keeps no
-  overlapping spans (highest score first), exactly as :class:`~crf_lr.serving.tagger.Tagger` decodes.
+  overlapping spans (highest score first), exactly as :class:`~crf_lr.serving.tagger.Tagger`
+  decodes.
 
 The graph holds only TensorFlow ops (no XLA, no Python layers), so ``tf.saved_model.load`` and
 TensorFlow Serving run it without crf_lr or bert4keras. ``labels.json`` and ``vocab.txt`` are
@@ -54,8 +55,8 @@ def _tag_decoder(head):
         trans, start, end = np.zeros((len(head.labels),) * 2), None, None
         prepare = lambda probabilities: tf.math.log(tf.maximum(probabilities, 1e-30))  # noqa: E731
     else:
-        raise ValueError(f'cannot export a {type(head).__name__}: crf_lr.serving.export decodes CRF, '
-                         f'softmax and GlobalPointer heads')
+        raise ValueError(f'cannot export a {type(head).__name__}: crf_lr.serving.export decodes '
+                         f'CRF, softmax and GlobalPointer heads')
     parameters = [tf.constant(p, tf.float32) for p in constrained_parameters(
         trans, start, end, *head.scheme.allowed(head.labels))]
     crf = isinstance(head, CRFHead)
@@ -155,9 +156,9 @@ def export(model_dir, out_dir, overwrite=False):
 
     Raises:
         FileNotFoundError or ValueError for a model folder with files missing or damaged
-        (``crf_lr.serving.model_folder.check_model_folder``); FileExistsError when ``out_dir`` exists and not
-        ``overwrite``; NotADirectoryError naming ``out_dir`` when it is a file; ValueError for
-        a head that cannot be exported.
+        (``crf_lr.serving.model_folder.check_model_folder``); FileExistsError when ``out_dir``
+        exists and not ``overwrite``; NotADirectoryError naming ``out_dir`` when it is a file;
+        ValueError for a head that cannot be exported.
     """
     _, labels_path, vocab_path, _ = check_model_folder(model_dir)
     recover_folder(out_dir)

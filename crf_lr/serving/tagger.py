@@ -5,7 +5,8 @@ each window and stitches the spans back; it saves and loads the ``model/`` folde
 script run, which is what ``python -m crf_lr.predict`` serves.
 
     >>> tagger = Tagger.load('runs/ner/model')
-    >>> tagger.predict(['中共中央总书记江泽民发表新年讲话'])   # [[(0, 4, 'ORG'), (7, 10, 'PER')]]
+    >>> tagger.predict(['中共中央总书记江泽民发表新年讲话'])   # [[(0, 4, 'ORG'),
+    (7, 10, 'PER')]]
 """
 import dataclasses
 import json
@@ -28,14 +29,14 @@ from crf_lr.speed.tracing import conformed, free_signature, traced_without_autog
 
 @dataclasses.dataclass
 class Prediction(Decoded):
-    """One text's prediction, its windows' :class:`~crf_lr.model.heads.Decoded` stitched: unit spans ``(start, end, label)`` (end exclusive); for tag heads,
-    one tag per unit (None for span heads); a confidence in [0, 1] per span, aligned with
-    ``spans``; the probability of the text's whole decoded tag path (the product over its
-    windows; None for span heads; 0.0 where it underflows, on a long text); when asked for, each
-    unit's label probabilities ``(units, L)`` in the order of ``head.labels``; and the path
-    probability's natural log, ``path_log_probability`` (the sum over the windows, finite at any
-    length; -inf where a custom head gives a path probability of 0.0, which
-    ``crf_lr.serving.predict.predict_records`` and the server write as null).
+    """One text's prediction, its windows' :class:`~crf_lr.model.heads.Decoded` stitched: unit spans
+    ``(start, end, label)`` (end exclusive); for tag heads, one tag per unit (None for span heads);
+    a confidence in [0, 1] per span, aligned with ``spans``; the probability of the text's whole
+    decoded tag path (the product over its windows; None for span heads; 0.0 where it underflows, on
+    a long text); when asked for, each unit's label probabilities ``(units, L)`` in the order of
+    ``head.labels``; and the path probability's natural log, ``path_log_probability`` (the sum over
+    the windows, finite at any length; -inf where a custom head gives a path probability of 0.0,
+    which ``crf_lr.serving.predict.predict_records`` and the server write as null).
 
     Confidence: CRF head, the exact probability under the CRF that the text holds exactly this
     entity (its units read as the head reads them: a word's tag off its pieces); softmax head,
@@ -96,8 +97,8 @@ class Tagger:
         Raises:
             FileNotFoundError naming what is missing (with a hint when ``folder`` is a run
             folder); ValueError naming a damaged file (checked before TensorFlow work:
-            :func:`crf_lr.serving.model_folder.check_model_folder`) or when ``model.h5`` and ``labels.json`` do
-            not belong together.
+            :func:`crf_lr.serving.model_folder.check_model_folder`) or when ``model.h5`` and
+            ``labels.json`` do not belong together.
         """
         model_path, labels_path, vocab_path, meta = check_model_folder(folder)
         options = {k: v for k, v in meta.items() if k not in LABELS_KEYS + ('temperature',)}
@@ -157,8 +158,8 @@ class Tagger:
         """The model's outputs for one batch of ``inputs`` (NumPy arrays), as a NumPy array.
 
         What ``model.predict_on_batch`` computes, from a step traced once for batches of every
-        size and length, without AutoGraph (:mod:`crf_lr.speed.tracing`) and with fusable dense layers
-        (:func:`crf_lr.compat.flat_dense`), where ``predict_on_batch`` traces for the first
+        size and length, without AutoGraph (:mod:`crf_lr.speed.tracing`) and with fusable dense
+        layers (:func:`crf_lr.compat.flat_dense`), where ``predict_on_batch`` traces for the first
         batch's shape and again for a second; ``predict_on_batch`` itself
         where a layer needs AutoGraph or the model has several replicas. Inputs are cast to the
         first batch's dtypes; a new ``self.model`` is traced anew.
@@ -217,8 +218,8 @@ class Tagger:
         return results
 
     def read(self, windows, constrain=True, marginals=False, confidences=True):
-        """The head's :class:`~crf_lr.model.heads.Decoded` of each of ``windows`` (filled ones), decoded
-        together; options as :meth:`decode`'s."""
+        """The head's :class:`~crf_lr.model.heads.Decoded` of each of ``windows`` (filled ones),
+        decoded together; options as :meth:`decode`'s."""
         # only the options asked for: a user's head may define decode(windows, constrain)
         options = dict(marginals=True) if marginals else {}
         if not confidences:

@@ -17,9 +17,9 @@ element-wise kernels").
 
 :mod:`crf_lr.compat` installs the GELU and the bias gradient (``BiasAdd``'s in bfloat16, summed
 in float32 where TensorFlow sums in bfloat16) for every model of the process,
-:mod:`crf_lr.speed.attention` calls :func:`softmax`, :mod:`crf_lr.speed.layer_norm` :func:`layer_norm` and
-:mod:`crf_lr.model.crf` :func:`crf_forward_backward` (a training step's loss, outside a step compiled
-whole by XLA).
+:mod:`crf_lr.speed.attention` calls :func:`softmax`, :mod:`crf_lr.speed.layer_norm`
+:func:`layer_norm` and :mod:`crf_lr.model.crf` :func:`crf_forward_backward` (a training step's loss,
+outside a step compiled whole by XLA).
 Switch them off for a block (per thread, read when a function is traced):
 
     >>> print(status())                  # fused kernels: on (...), or off and why
@@ -128,8 +128,9 @@ def status():
         >>> status()
         'fused kernels: on (built in 9.1 s, cached)'
 
-    A build at a baseline instead of ``-march=native`` (:func:`crf_lr.speed.native_build.built_library`)
-    says so: ``on (cached; built at -march=x86-64-v3: -march=native failed: g++ failed: ...)``.
+    A build at a baseline instead of ``-march=native``
+    (:func:`crf_lr.speed.native_build.built_library`) says so: ``on (cached; built at
+    -march=x86-64-v3: -march=native failed: g++ failed: ...)``.
     """
     why = _why_off()
     if why is not None:

@@ -13,8 +13,8 @@ step itself 1.02-1.03x faster (docs/performance.md, "A shorter trace"). Gradient
 TensorFlow's to float rounding, and under bf16 come nearer float32's than bert4keras's bf16 ops
 (``tests/test_layer_norm.py``).
 
-In a training call where :mod:`crf_lr.speed.fused_kernels` apply, the norm and bert4keras's scale and
-offset after it are instead one kernel each way (:func:`crf_lr.speed.fused_kernels.layer_norm`:
+In a training call where :mod:`crf_lr.speed.fused_kernels` apply, the norm and bert4keras's scale
+and offset after it are instead one kernel each way (:func:`crf_lr.speed.fused_kernels.layer_norm`:
 statistics, affine step and gradients in float32, ``gamma`` and ``beta``'s gradients summed in
 float32 over chunks of rows).
 
@@ -99,8 +99,8 @@ def _handles(layer):
 
 def install():
     """Route ``bert4keras.layers.LayerNormalization.call`` through
-    :func:`crf_lr.speed.fused_kernels.layer_norm` (scale and offset included) in a training call where
-    the kernels apply, else through :func:`normalized` and bert4keras's ``ScaleOffset.call``,
+    :func:`crf_lr.speed.fused_kernels.layer_norm` (scale and offset included) in a training call
+    where the kernels apply, else through :func:`normalized` and bert4keras's ``ScaleOffset.call``,
     where it computes what bert4keras would (idempotent; the registry's row 'layer norm', off
     with the speed patches)."""
     from bert4keras.layers import ScaleOffset

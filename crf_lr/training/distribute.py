@@ -1,8 +1,8 @@
 """Training on several devices or machines with ``tf.distribute``: the strategy of the task
 scripts' ``--strategy`` flag, and where each worker writes (docs/distribute.md).
 
-Build and compile the model inside ``strategy.scope()``; :func:`crf_lr.training.loop.fit` then trains it
-on every replica, each global batch (``--batch-size``) split between them.
+Build and compile the model inside ``strategy.scope()``; :func:`crf_lr.training.loop.fit` then
+trains it on every replica, each global batch (``--batch-size``) split between them.
 
     >>> strategy = make_strategy('mirrored')   # prints 'strategy: mirrored, 2 replicas (...)'
     >>> with strategy.scope():

@@ -26,7 +26,8 @@ def make_samples(examples, encoder, maxlen, head):
             words), one tag per unit (or None), and ``(start, end, label)`` unit spans (windows
             never cut one: entities, or words when segmenting).
         encoder: :class:`~crf_lr.data.pieces.UnitEncoder`; maxlen: tokens per window with [CLS] and
-            [SEP]; head: :class:`~crf_lr.model.heads.Head` (its ``target`` makes each window's target).
+            [SEP]; head: :class:`~crf_lr.model.heads.Head` (its ``target`` makes each window's
+            target).
     Returns:
         list of ``(token_ids, target)``.
 
@@ -197,13 +198,13 @@ def train_steps(model, batches, crf_xla=False):
     model by :func:`trace_once` (for batches of every size and length, without AutoGraph where
     the model allows, the CRF's forward-backward one CPU kernel, or where the kernel does not
     run compiled by XLA only if ``crf_xla``) and called within
-    :func:`crf_lr.speed.graph_optimisation.optimised_lightly` (on CPU, grappler's passes in one round
-    at the first call: step 1 about 0.3 s shorter, docs/performance.md).
+    :func:`crf_lr.speed.graph_optimisation.optimised_lightly` (on CPU, grappler's passes in one
+    round at the first call: step 1 about 0.3 s shorter, docs/performance.md).
 
     Args:
         model: a compiled keras.Model; built inside ``strategy.scope()``
-            (:func:`crf_lr.training.distribute.make_strategy`), each batch is the global batch, split
-            between the replicas.
+            (:func:`crf_lr.training.distribute.make_strategy`), each batch is the global batch,
+            split between the replicas.
         batches: list of ``(inputs, targets)``, NumPy arrays or lists / tuples of them, all of
             one structure, ranks and dtypes (float arrays are cast to Keras's float type, as
             ``train_on_batch`` does).

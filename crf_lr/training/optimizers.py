@@ -294,9 +294,10 @@ def _check_extensible(BaseOptimizer, extension):
     for method in ('_resource_apply_dense', '_resource_apply_sparse'):
         if 'apply_state' not in inspect.signature(getattr(BaseOptimizer, method)).parameters:
             raise TypeError(f'{extension}: {BaseOptimizer.__name__}.{method} takes no '
-                            f'apply_state, so it cannot be handed a per-variable rate (bert4keras\'s '
-                            f'optimizers read theirs elsewhere); extend crf_lr.training.optimizers.Adam or a '
-                            f'keras.optimizers.legacy optimizer')
+                            'apply_state, so it cannot be handed a per-variable rate '
+                            '(bert4keras\'s optimizers read theirs elsewhere); extend '
+                            'crf_lr.training.optimizers.Adam or a keras.optimizers.legacy '
+                            'optimizer')
 
 
 def _extension(name):

@@ -104,7 +104,8 @@ class RunLog:
             with open(self.run_path, encoding='utf-8') as f:
                 previous = json.load(f)['config']
             changed = sorted(k for k in set(previous) | set(self.config)
-                             if k not in RESUMABLE_CHANGES and previous.get(k) != self.config.get(k))
+                             if k not in RESUMABLE_CHANGES and previous.get(k)
+                             != self.config.get(k))
             if changed:
                 raise SystemExit(
                     f'{output} holds a trained run (its epochs or model) made with other '

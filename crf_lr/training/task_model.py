@@ -18,16 +18,17 @@ def build_task_model(args, strategy, units, make_head, examples, sources):
     """Build and compile a task script's model; print a line describing it.
 
     Args:
-        args: the parsed flags of ``crf_lr.utils.cli.add_common_arguments`` (``reinit_top`` optional).
-        strategy: a ``tf.distribute`` strategy (``crf_lr.training.distribute.make_strategy``).
-        units: 'chars' or 'words', the text units of the data.
-        make_head: a function of no argument giving the head (called in the strategy's scope).
-        examples: ``(units, tags, spans)`` of every training sentence.
+        args: the parsed flags of ``crf_lr.utils.cli.add_common_arguments`` (``reinit_top``
+        optional). strategy: a ``tf.distribute`` strategy
+        (``crf_lr.training.distribute.make_strategy``). units: 'chars' or 'words', the text units of
+        the data. make_head: a function of no argument giving the head (called in the strategy's
+        scope). examples: ``(units, tags, spans)`` of every training sentence.
         sources: the ``path:line`` of each: a span longer than a window stops the run there
             (``crf_lr.data.pieces.check_spans_fit``), before any epoch.
     Returns:
         ``TaskModel(tagger, samples, encoder, encoder_info, lr)``: the ``Tagger``, the training
-        windows (``crf_lr.training.loop.make_samples``), the encoder's name and description, the rate.
+        windows (``crf_lr.training.loop.make_samples``), the encoder's name and description, the
+        rate.
     """
     from crf_lr import set_check_numerics, set_precision
     from crf_lr.utils.cli import user_errors
@@ -41,7 +42,7 @@ def build_task_model(args, strategy, units, make_head, examples, sources):
     from crf_lr.serving.tagger import Tagger
     from crf_lr.data.vocabulary import check_vocabulary, choose_encoder
 
-    set_check_numerics(True)            # the default, said: NaN/inf in a layer or loss stops the run
+    set_check_numerics(True)  # the default, said: NaN/inf in a layer or loss stops the run
     print(set_precision(args.precision))                 # e.g. 'precision: float32 (...)'
     print(fused_kernels_status())                        # built here the first time (~17 s)
     keras.utils.set_random_seed(args.seed)

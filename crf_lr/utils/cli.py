@@ -19,10 +19,10 @@ FORMATS_HELP = ("conll (word per line, tag in the last column), char-bio, char-b
                 "detected from the file")
 ENCODER_HELP = ("'albert-tiny-zh' (the packaged envpos ALBERT-tiny, converted once into a cache), "
                 "'minilm-en' (the packaged English all-MiniLM-L6-v2), a converted checkpoint "
-                "folder (config JSON + TF checkpoint + vocab.txt), a bert_config.json (random init), "
-                "or 'random:LAYERS:HIDDEN' (random BERT; vocabulary from --vocab or ALBERT-tiny's). "
-                "Default: chosen by the script of the training text (mostly CJK: albert-tiny-zh, "
-                "else minilm-en), with the reason printed")
+                "folder (config JSON + TF checkpoint + vocab.txt), a bert_config.json (random "
+                "init), or 'random:LAYERS:HIDDEN' (random BERT; vocabulary from --vocab or "
+                "ALBERT-tiny's). Default: chosen by the script of the training text (mostly CJK: "
+                "albert-tiny-zh, else minilm-en), with the reason printed")
 HEAD_HELP = ("a registered head: crf (default), softmax, global_pointer, efficient_global_pointer, "
              "or one added with crf_lr.model.heads.register_head before main() runs")
 LABEL_PIECES_HELP = (
@@ -70,18 +70,18 @@ def add_common_arguments(parser, default_output='runs/run', default_maxlen=128):
                       help='development sentences held out of the training data (seeded) when no '
                            'development split exists (default: 10%%, at most 500)')
     data.add_argument('--sample-seed', type=int, default=0,
-                      help='seed of the --train-limit sample and of the hold-out, apart from --seed '
-                           'so every configuration sees the same sentences (default: 0)')
+                      help='seed of the --train-limit sample and of the hold-out, apart from '
+                           '--seed so every configuration sees the same sentences (default: 0)')
     data.add_argument('--maxlen', type=int, default=default_maxlen,
-                      help='tokens per window, [CLS] and [SEP] included; longer sentences are split '
-                           'at punctuation (default: %(default)s)')
+                      help='tokens per window, [CLS] and [SEP] included; longer sentences are '
+                           'split at punctuation (default: %(default)s)')
     model = parser.add_argument_group('model')
     model.add_argument('--encoder', default=None, help=ENCODER_HELP)
     model.add_argument('--vocab', default=None, help='vocab.txt for a randomly initialised encoder')
     model.add_argument('--allow-unknown', action='store_true',
-                       help=f'train even when more than {UNKNOWN_LIMIT * 100:.0f}%% of the training units '
-                            f'are unknown to the encoder\'s vocabulary ([UNK]); default: stop and '
-                            f'name an encoder to try')
+                       help=f'train even when more than {UNKNOWN_LIMIT * 100:.0f}%% of the '
+                            'training units are unknown to the encoder\'s vocabulary ([UNK]); '
+                            f'default: stop and name an encoder to try')
     model.add_argument('--layers', type=int, default=None,
                        help='keep only the first k transformer layers (default: all)')
     model.add_argument('--head', default='crf', help=HEAD_HELP)
