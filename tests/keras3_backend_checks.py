@@ -2,7 +2,8 @@
 tests/test_keras3.py: brute-force CRF oracles, the closed-form Adam update, the tf-keras layers'
 values from CRF_LR_KERAS3_REFERENCE (an .npz that test_keras3.py writes), save/reload/resume.
 
-    KERAS_BACKEND=jax CRF_LR_KERAS3_REFERENCE=ref.npz python -m pytest tests/keras3_backend_checks.py
+    KERAS_BACKEND=jax CRF_LR_KERAS3_REFERENCE=ref.npz python -m pytest
+    tests/keras3_backend_checks.py
 """
 import json
 import os
@@ -207,7 +208,8 @@ def test_arguments_are_checked():
     with pytest.raises(ValueError, match=r'allowed_starts must have shape \(3,\)'):
         k3.ConditionalRandomField(allowed_starts=np.ones(2, bool))(keras.Input((None, 3)))
     with pytest.raises(ValueError, match='left-aligned.*row 1'):
-        k3.crf_log_partition(np.zeros((2, 3, 2)), np.array([[1, 1, 0], [0, 1, 1]]), np.zeros((2, 2)))
+        k3.crf_log_partition(np.zeros((2, 3, 2)), np.array([[1, 1, 0], [0, 1, 1]]),
+                             np.zeros((2, 2)))
     with pytest.raises(ValueError, match=r'tags\[0, 1\] = 5'):
         k3.crf_log_likelihood(np.zeros((1, 3, 2)), np.array([[0, 5, 0]]), np.ones((1, 3)),
                               np.zeros((2, 2)))
@@ -226,7 +228,8 @@ def test_arguments_are_checked():
 
 
 def test_crf_matches_tf_keras(ref):
-    crf = k3.ConditionalRandomField(lr_multiplier=float(ref['crf_multiplier']), boundary_scores=True,
+    crf = k3.ConditionalRandomField(lr_multiplier=float(ref['crf_multiplier']),
+                                    boundary_scores=True,
                                     allowed_transitions=ref['crf_allowed'],
                                     allowed_starts=ref['crf_allowed_starts'],
                                     allowed_ends=ref['crf_allowed_ends'])

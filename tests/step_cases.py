@@ -1,5 +1,6 @@
-"""A tiny BERT (no dropout) under each head of ``crf_lr.model.heads`` and batches of random sentences of
-several shapes: the cases of the training-step tests (tests/test_runs.py, tests/test_distribute.py).
+"""A tiny BERT (no dropout) under each head of ``crf_lr.model.heads`` and batches of random
+sentences of several shapes: the cases of the training-step tests (tests/test_runs.py,
+tests/test_distribute.py).
 
     >>> model, head = head_model('crf')
     >>> losses = list(train_steps(model, random_batches(head, sentences=14, batch_size=4)))
@@ -30,8 +31,8 @@ def head_model(head_name, seed=0):
 
 
 def random_batches(head, sentences, batch_size, seed=0):
-    """One epoch of ``crf_lr.training.loop.epoch_batches`` over ``sentences`` random sentences of 1-18
-    tokens with one random entity each: length-bucketed, the smaller batch first."""
+    """One epoch of ``crf_lr.training.loop.epoch_batches`` over ``sentences`` random sentences of
+    1-18 tokens with one random entity each: length-bucketed, the smaller batch first."""
     from crf_lr.training.loop import epoch_batches
     from crf_lr.data.tagging import spans_to_tags
     rng = np.random.default_rng(seed)

@@ -76,7 +76,8 @@ def test_recovery_after_a_kill_at_each_stage_of_a_folder_swap(tmp_path, state):
 # ---------------------------------------------------------------------------------------------
 # A real training run, killed inside each write
 
-# Each run resumes what the previous one left, and is stopped (CRF_LR_PAUSE_AT, crf_lr/utils/atomic.py)
+# Each run resumes what the previous one left, and is stopped (CRF_LR_PAUSE_AT,
+# crf_lr/utils/atomic.py)
 # then SIGKILLed at the K-th time it reaches NAME:STAGE; the last run finishes. Epoch 2 improves
 # the dev score, so its model replaces epoch 1's (the case where a kill used to erase the model).
 KILLS = [

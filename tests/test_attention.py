@@ -1,5 +1,5 @@
-"""crf_lr.speed.attention: bert4keras's attention as batched products computes what bert4keras's einsum
-form does (outputs, scores and gradients, with and without masks, an additive bias, rotary
+"""crf_lr.speed.attention: bert4keras's attention as batched products computes what bert4keras's
+einsum form does (outputs, scores and gradients, with and without masks, an additive bias, rotary
 position embeddings), and a model traced with it holds no Einsum."""
 import numpy as np
 import pytest

@@ -150,7 +150,8 @@ def _torch_bin(folder, state, storage=np.arange(4, dtype='<f4'), compress=False)
 def test_a_well_formed_torch_pickle_of_the_test_assembler_reads_back(tmp_path):
     """The assembler above writes what torch writes: a valid file reads (so the cases below
     fail for their fault, not for the assembler)."""
-    path = _torch_bin(tmp_path, {'w': _tensor(1, (3,), (1,), 4), 't': _tensor(0, (2, 2), (1, 2), 4)})
+    path = _torch_bin(tmp_path,
+                      {'w': _tensor(1, (3,), (1,), 4), 't': _tensor(0, (2, 2), (1, 2), 4)})
     read = read_torch_bin(path)
     np.testing.assert_array_equal(read['w'], [1, 2, 3])
     np.testing.assert_array_equal(read['t'], [[0, 2], [1, 3]])

@@ -1,5 +1,6 @@
-"""Batches: per-batch padding, masks, seeded length buckets, label formats, the overflow rule, and the
-padding-invariance of metrics (garbage predicted on padding / [CLS] / [SEP] changes no score)."""
+"""Batches: per-batch padding, masks, seeded length buckets, label formats, the overflow rule, and
+the padding-invariance of metrics (garbage predicted on padding / [CLS] / [SEP] changes no
+score)."""
 import warnings
 
 import numpy as np
@@ -27,7 +28,8 @@ def random_spans(rng, length):
 
 @pytest.fixture(scope='module')
 def corpus():
-    """40 sequences of 1-30 tokens: their spans, and Encoded items with [CLS]/[SEP] labelled 'O' (0)."""
+    """40 sequences of 1-30 tokens: their spans, and Encoded items with [CLS]/[SEP] labelled 'O'
+    (0)."""
     rng = np.random.default_rng(0)
     spans, items = [], []
     for k in range(40):
@@ -46,14 +48,16 @@ def test_each_batch_is_padded_to_its_own_longest_item(corpus):
     seen = []
     for batch in batches:
         lengths = [len(items[i].token_ids) for i in batch.indices]
-        assert batch.token_ids.shape == (len(lengths), max(lengths)) and batch.token_ids.dtype == np.int32
+        assert batch.token_ids.shape == (len(lengths),
+                                         max(lengths)) and batch.token_ids.dtype == np.int32
         for row, i in enumerate(batch.indices):
             n = len(items[i].token_ids)
             assert batch.token_ids[row, :n].tolist() == items[i].token_ids
             assert batch.labels[row, :n].tolist() == items[i].labels
             assert not batch.token_ids[row, n:].any() and not batch.labels[row, n:].any()
             assert batch.mask[row].tolist() == [1] * n + [0] * (max(lengths) - n)
-            assert batch.label_mask[row].tolist() == [0] + [1] * (n - 2) + [0] * (max(lengths) - n + 1)
+            assert batch.label_mask[row].tolist() == [0] + [1] * (n - 2) + [0] * (max(lengths) - n
+                                                                                  + 1)
         assert batch.lengths.tolist() == lengths and not batch.segment_ids.any()
         seen.extend(batch.indices.tolist())
     assert sorted(seen) == list(range(len(items)))                   # every item once per epoch
@@ -137,13 +141,14 @@ def test_buckets_cut_padding_and_the_order_is_seeded(corpus):
         return [[batch.indices.tolist() for batch in batches] for _ in range(2)]
 
     first, again = epochs(Batches(items, 4, seed=0)), epochs(Batches(items, 4, seed=0))
-    assert first == again and first[0] != first[1]                   # seeded; a new order each epoch
+    assert first == again and first[0] != first[1]  # seeded; a new order each epoch
     assert epochs(Batches(items, 4, seed=1)) != first
     bucketed, unsorted = Batches(items, 4, bucket=10, seed=0), Batches(items, 4, bucket=0, seed=0)
     assert padded_cells(bucketed) < padded_cells(unsorted)
     in_order = Batches(items, 4, shuffle=False, bucket=0)
     assert [i for batch in in_order for i in batch.indices] == list(range(len(items)))
-    by_length = [len(items[i].token_ids) for batch in Batches(items, 4, shuffle=False) for i in batch.indices]
+    by_length = [len(items[i].token_ids) for batch in Batches(items, 4, shuffle=False)
+                 for i in batch.indices]
     assert by_length == sorted(by_length)
 
 
@@ -201,7 +206,8 @@ def test_strip_padding_by_hand():
 def test_item_label_mask_keeps_first_pieces_only():
     # 'Blackburn' -> 2 pieces; only first pieces are scored.
     item = Encoded([CLS, 11, 12, 13, SEP], labels=[0, 3, 4, 4, 0], label_mask=[0, 1, 1, 0, 0])
-    batches = Batches([item, Encoded([CLS, 20, SEP], labels=[0, 1, 0])], batch_size=2, shuffle=False)
+    batches = Batches([item, Encoded([CLS, 20, SEP], labels=[0, 1, 0])], batch_size=2,
+                      shuffle=False)
     assert [r.tolist() for r in batches.collect(lambda b: b.labels)] == [[3, 4], [1]]
 
 
@@ -221,7 +227,8 @@ def test_forfit_yields_keras_tuples_forever(corpus):
 @pytest.mark.parametrize('kind', ['dense', 'sparse'])
 def test_label_fn_builds_global_pointer_targets_at_the_batch_length(corpus, kind):
     spans, items = corpus
-    span_items = [Encoded(item.token_ids, labels=s, source=item.source) for s, item in zip(spans, items)]
+    span_items = [Encoded(item.token_ids, labels=s, source=item.source) for s,
+                  item in zip(spans, items)]
     def label_fn(batch_spans, n):
         if kind == 'dense':
             return np.stack([dense_targets(s, n, ['LOC', 'PER'], 1) for s in batch_spans])
@@ -232,7 +239,8 @@ def test_label_fn_builds_global_pointer_targets_at_the_batch_length(corpus, kind
         for row, i in enumerate(batch.indices):
             if kind == 'dense':
                 assert (batch.labels[row] == dense_targets(spans[i], n, ['LOC', 'PER'], 1)).all()
-                assert not batch.labels[row][:, batch.lengths[row]:].any()  # nothing on padding rows
+                # nothing on padding rows
+                assert not batch.labels[row][:, batch.lengths[row]:].any()
             else:
                 own = sparse_targets(spans[i], n, ['LOC', 'PER'], 1)
                 assert (batch.labels[row, :, :own.shape[1]] == own).all()
@@ -241,8 +249,8 @@ def test_label_fn_builds_global_pointer_targets_at_the_batch_length(corpus, kind
 def test_overflow_is_an_error_or_a_counted_truncation(corpus):
     _, items = corpus
     longest = max(items, key=lambda item: len(item.token_ids))
-    with pytest.raises(ValueError, match=f'{longest.source}: {len(longest.token_ids)} token ids exceed '
-                                         'maxlen=20'):
+    with pytest.raises(ValueError, match=f'{longest.source}: {len(longest.token_ids)} token ids '
+                                         'exceed maxlen=20'):
         Batches([longest], maxlen=20)
     too_long = sum(len(item.token_ids) > 20 for item in items)
     with pytest.warns(UserWarning, match=f'{too_long} of 40 sequences were longer than maxlen=20'):
@@ -254,16 +262,18 @@ def test_overflow_is_an_error_or_a_counted_truncation(corpus):
     with pytest.raises(ValueError, match='span targets cannot be cut'):
         Batches(items, maxlen=20, overflow='truncate', label_fn=lambda spans, n: None)
     with warnings.catch_warnings():
-        warnings.simplefilter('error')                                # no warning when nothing is cut
+        warnings.simplefilter('error')  # no warning when nothing is cut
         Batches(items, 8, maxlen=40, overflow='truncate')
 
 
 @pytest.mark.parametrize('item, match', [
-    (Encoded([CLS, 5, SEP], labels=[0, 1], source='a.txt:3'), 'a.txt:3: labels has 2 entries for 3'),
+    (Encoded([CLS, 5, SEP], labels=[0, 1], source='a.txt:3'),
+     'a.txt:3: labels has 2 entries for 3'),
     (Encoded([CLS, 5.0, SEP], source='a.txt:4'), 'a.txt:4: token_ids must be integers'),
     (Encoded([CLS, 5, SEP], segment_ids=[0, 0], source='a.txt:5'), 'a.txt:5: segment_ids has 2'),
     (Encoded([CLS], source='a.txt:6'), r'a.txt:6: token_ids has 1 ids; expected \[CLS\]'),
-    (dict(token_ids=[CLS, 5, SEP], label_mask=[0, 1], source='a.txt:7'), 'a.txt:7: label_mask has 2'),
+    (dict(token_ids=[CLS, 5, SEP], label_mask=[0, 1], source='a.txt:7'),
+     'a.txt:7: label_mask has 2'),
 ])
 def test_bad_items_name_their_source(item, match):
     with pytest.raises(ValueError, match=match):
@@ -279,7 +289,8 @@ def test_bad_arguments():
             Batches([item], **kwargs)
     with pytest.raises(ValueError, match='at least one item'):
         Batches([])
-    mixed = Batches([item, Encoded([CLS, 6, SEP], labels=[0, 1, 0], source='b:1')], 2, shuffle=False)
+    mixed = Batches([item, Encoded([CLS, 6, SEP], labels=[0, 1, 0], source='b:1')], 2,
+                    shuffle=False)
     with pytest.raises(ValueError, match='some items of a batch have labels'):
         next(iter(mixed))
     with pytest.raises(ValueError, match=r'do not match the batch'):

@@ -72,7 +72,7 @@ def test_viterbi_check_against_brute_force_and_a_wrong_decoder():
     decoders = cases.viterbi_decoders(tf, None, transitions)
     oracle = peers.brute_force_paths(emissions, transitions, lengths)
     assert cases.check_viterbi(decoders, emissions, lengths, oracle=oracle) == 6
-    decoders['reversed'] = lambda e, l: [p[::-1] for p in decoders['crf_lr NumPy'](e, l)]
+    decoders['reversed'] = lambda e, lens: [p[::-1] for p in decoders['crf_lr NumPy'](e, lens)]
     with pytest.raises(AssertionError, match='reversed'):
         cases.check_viterbi(decoders, emissions, lengths, oracle=oracle)
 

@@ -1,5 +1,5 @@
-"""Calibration (crf_lr.evaluation.calibration) against hand-computed cases: ECE and reliability bins,
-the temperature of a logistic confidence in closed form, and a fitted temperature that lowers
+"""Calibration (crf_lr.evaluation.calibration) against hand-computed cases: ECE and reliability
+bins, the temperature of a logistic confidence in closed form, and a fitted temperature that lowers
 the NLL and ECE of a tiny model's entities."""
 import numpy as np
 import pytest

@@ -17,8 +17,8 @@ def test_environment_variables_are_set_before_tensorflow():
 
 
 def test_import_after_keras3_gives_clear_error():
-    code = ('import os; os.environ.pop("TF_USE_LEGACY_KERAS", None); os.environ.pop("TF_KERAS", None)\n'
-            'import tensorflow as tf, keras\n'
+    code = ('import os; os.environ.pop("TF_USE_LEGACY_KERAS", None); os.environ.pop("TF_KERAS", '
+            'None)\nimport tensorflow as tf, keras\n'
             'try:\n    import crf_lr\nexcept ImportError as e:\n    print("ERR", e)\n')
     env = {k: v for k, v in os.environ.items() if k not in ('TF_USE_LEGACY_KERAS', 'TF_KERAS')}
     out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, env=env,
@@ -70,7 +70,8 @@ def test_missing_no_deps_packages_are_named_with_the_install_command():
     from crf_lr.compat import check_no_deps_requirements
     check_no_deps_requirements()                      # both present here
     with pytest.raises(ImportError, match=r'needs bert4keras==0\.11\.5 and x==1, which pip cannot '
-                                          r'install.*pip install --no-deps bert4keras==0\.11\.5 x==1'):
+                                          r'install.*pip install --no-deps bert4keras==0\.11\.5 '
+                                          r'x==1'):
         check_no_deps_requirements({'bert4keras_missing_': 'bert4keras==0.11.5',
                                     'no_such_module_': 'x==1'})
 

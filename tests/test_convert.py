@@ -45,7 +45,8 @@ def converted(tmp_path_factory):
 
 @pytest.fixture(scope='module')
 def loaded(converted):
-    """Each converted model loaded by bert4keras, unchanged (with the pooler): name -> Transformer."""
+    """Each converted model loaded by bert4keras, unchanged (with the pooler): name -> Transformer.
+    """
     from bert4keras.models import build_transformer_model
     return {name: build_transformer_model(out.config_path, out.checkpoint_path, with_pool=True,
                                           model=out.model_type, return_keras_model=False)
@@ -130,7 +131,7 @@ def test_packaged_checkpoint_is_converted_once(converted):
 def test_gelu_variants_map_to_the_matching_bert4keras_activation():
     from bert4keras.backend import gelu_tanh
     from crf_lr.compat import keras
-    from crf_lr.speed.fused_kernels import gelu_erf       # bert4keras's, one kernel in training calls
+    from crf_lr.speed.fused_kernels import gelu_erf  # bert4keras's, one kernel in training calls
     base = dict(model_type='bert', vocab_size=8, hidden_size=4, num_hidden_layers=1,
                 num_attention_heads=1, intermediate_size=8)
     for hf_act, function in (('gelu', gelu_erf), ('gelu_new', gelu_tanh),
@@ -220,7 +221,8 @@ def test_read_torch_bin_strided_views_without_torch(tmp_path, monkeypatch):
     def _rebuild_tensor_v2(*args):
         raise AssertionError('never called: only pickled by reference')
 
-    _rebuild_tensor_v2.__module__, _rebuild_tensor_v2.__qualname__ = 'torch._utils', '_rebuild_tensor_v2'
+    _rebuild_tensor_v2.__module__, _rebuild_tensor_v2.__qualname__ = ('torch._utils',
+                                                                      '_rebuild_tensor_v2')
     fake_utils._rebuild_tensor_v2 = _rebuild_tensor_v2
     storage_cls = type('FloatStorage', (), {'__module__': 'torch'})
     fake_torch.FloatStorage = storage_cls
@@ -266,7 +268,8 @@ class _Malicious:
 def test_restricted_unpickler_refuses_code(tmp_path):
     marker = tmp_path / 'pwned'
     payload = pickle.dumps({'weight': _Malicious(marker)}, protocol=2)
-    with pytest.raises(pickle.UnpicklingError, match=r'refusing to load global (posix|os|nt)\.system'):
+    with pytest.raises(pickle.UnpicklingError,
+                       match=r'refusing to load global (posix|os|nt)\.system'):
         RestrictedUnpickler(io.BytesIO(payload), None, 'evil.bin').load()
     path = str(tmp_path / 'pytorch_model.bin')
     _torch_zip(path, payload, {})
@@ -315,7 +318,8 @@ def _tiny_hf_bert(folder, config=TINY, drop=(), prefix='', norm_names=('weight',
     with open(os.path.join(folder, 'config.json'), 'w') as f:
         json.dump(config, f)
     with open(os.path.join(folder, 'vocab.txt'), 'w') as f:
-        f.write('\n'.join(['[PAD]', '[UNK]', '[CLS]', '[SEP]', 'a', 'b', 'c', 'd', 'e', 'f']) + '\n')
+        f.write('\n'.join(['[PAD]', '[UNK]', '[CLS]', '[SEP]', 'a', 'b', 'c', 'd', 'e', 'f'])
+                + '\n')
     return folder
 
 
@@ -327,7 +331,8 @@ def test_cli_converts_and_the_weights_land_transposed(tmp_path, capsys):
     assert "model='bert'" in printed
     ckpt = str(tmp_path / 'out' / 'model.ckpt')
     hf = read_safetensors(os.path.join(src, 'model.safetensors'))
-    np.testing.assert_array_equal(tf.train.load_variable(ckpt, 'bert/encoder/layer_0/intermediate/dense/kernel'),
+    np.testing.assert_array_equal(tf.train.load_variable(ckpt,
+                                                         'bert/encoder/layer_0/intermediate/dense/kernel'),
                                   hf['encoder.layer.0.intermediate.dense.weight'].T)
     np.testing.assert_array_equal(tf.train.load_variable(ckpt, 'bert/embeddings/LayerNorm/gamma'),
                                   hf['embeddings.LayerNorm.weight'])
@@ -345,7 +350,8 @@ def test_prefixed_keys_and_gamma_beta_names(tmp_path):
                               'bert/encoder/layer_0/output/LayerNorm/beta'),
                              ('bert.pooler.dense.weight', 'bert/pooler/dense/kernel')):
         expected = hf[hf_name].T if tf_name.endswith('kernel') else hf[hf_name]
-        np.testing.assert_array_equal(tf.train.load_variable(out.checkpoint_path, tf_name), expected)
+        np.testing.assert_array_equal(tf.train.load_variable(out.checkpoint_path, tf_name),
+                                      expected)
     assert out.ignored == ()
     with pytest.raises(ConversionError, match='must differ from the source'):
         convert_checkpoint(src, src)

@@ -1,7 +1,7 @@
 """The CRF's forward-backward pass as one kernel (crf_lr/speed/kernels/crf_forward_backward.cc): its
-outputs equal crf_lr.model.crf's TensorFlow ops output by output, a loss through it equals brute-force
-enumeration with its gradients, and training steps use it where evaluation, XLA, saving and a
-switched-off block do not."""
+outputs equal crf_lr.model.crf's TensorFlow ops output by output, a loss through it equals
+brute-force enumeration with its gradients, and training steps use it where evaluation, XLA, saving
+and a switched-off block do not."""
 import numpy as np
 import pytest
 
@@ -46,7 +46,8 @@ CASES = [dict(batch=4, n=9, num_labels=5), dict(batch=6, n=17, num_labels=7, sof
 
 
 def _assert_the_same_outputs(fused_ops, args, **tolerance):
-    """The kernel's eight outputs on ``args`` against crf_lr.model.crf's ops' (NaN where they are)."""
+    """The kernel's eight outputs on ``args`` against crf_lr.model.crf's ops' (NaN where they are).
+    """
     objective, gradients, factors = crf_module._COMPILED[False](*args)
     got = fused_ops.crf_lr_forward_backward(*args, floor=DISALLOWED_SCORE)
     for name, ours, theirs in zip(OUTPUTS, got, [objective, *gradients, *factors]):

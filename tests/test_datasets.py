@@ -1,6 +1,6 @@
-"""Readers on tiny inline files (expected values written by hand), malformed variants (the error names
-file and line), the data-folder lookup and packaged fallback, and the real files' published counts
-(skipped without CRF_LR_DATA)."""
+"""Readers on tiny inline files (expected values written by hand), malformed variants (the error
+names file and line), the data-folder lookup and packaged fallback, and the real files' published
+counts (skipped without CRF_LR_DATA)."""
 import hashlib
 import json
 import os
@@ -44,7 +44,8 @@ def test_sighan_gold_raw_and_word_list(tmp_path):
     assert examples[0].tokens == '共同创造美好' and examples[0].spans == []
 
     raw = read_raw(write(tmp_path, 'raw.utf8', '共同创造美好\r\n\r\n 女士们， \r\n'))
-    assert [(e.text, e.tags, e.words) for e in raw] == [('共同创造美好', None, None), ('女士们，', None, None)]
+    assert [(e.text, e.tags, e.words) for e in raw] == [('共同创造美好', None, None),
+                                                        ('女士们，', None, None)]
 
     words = write(tmp_path, 'words.utf8', '共同\n创造\n\n美好\n')
     assert read_word_list(words) == {'共同', '创造', '美好'}
@@ -64,7 +65,8 @@ def test_pfr_words_entities_date_ids_and_brackets(tmp_path):
     assert first.spans == [(0, 4, 'ORG'), (8, 11, 'PER')]       # surname + given name merged
     assert first.tags == ['b', 'm', 'm', 'e', 'b', 'm', 'e', 's', 's', 'b', 'e']
     assert second.source == f'{path}:3'                        # the empty line 2 is no example
-    assert second.words == ['中央', '人民', '广播', '电台', '记者', '李', '鹏', '在', '北京']
+    assert second.words == ['中央', '人民', '广播', '电台', '记者', '李', '鹏', '在',
+                            '北京']
     assert second.spans == [(10, 12, 'PER'), (13, 15, 'LOC')]
 
 
@@ -79,9 +81,11 @@ def test_pfr_malformed_token_names_line(tmp_path, line, match):
 
 
 @pytest.mark.parametrize('line, match', [
-    ('中共/nt  [中央/n  人民/n', r"the '\[' compound opened by '\[中央/n' is never closed by '\]TAG'"),
+    ('中共/nt  [中央/n  人民/n',
+     r"the '\[' compound opened by '\[中央/n' is never closed by '\]TAG'"),
     ('中共/nt  人民/n]nt', r"'人民/n\]nt' closes no '\[' compound"),
-    ('[中共/n  [中央/n  人民/n]nt', r"'\[中央/n' opens a '\[' compound inside the one '\[中共/n' opened")])
+    ('[中共/n  [中央/n  人民/n]nt',
+     r"'\[中央/n' opens a '\[' compound inside the one '\[中共/n' opened")])
 def test_pfr_unbalanced_brackets_name_line(tmp_path, line, match):
     path = write(tmp_path, 'pfr.txt', f'江/nr  泽民/nr\n{line}\n')
     with raises_at(path, 2, match):
@@ -93,15 +97,17 @@ def test_pfr_unbalanced_brackets_name_line(tmp_path, line, match):
 
 
 def test_bio_tab_and_space_files(tmp_path):
-    tab = write(tmp_path, 'msra.txt', '中\tB-ORG\n共\tI-ORG\n在\tO\n\n\n\n京\tI-LOC\n城\tI-LOC\n人\tO\n\n')
+    tab = write(tmp_path, 'msra.txt',
+                '中\tB-ORG\n共\tI-ORG\n在\tO\n\n\n\n京\tI-LOC\n城\tI-LOC\n人\tO\n\n')
     first, second = read_bio(tab, types=['LOC', 'ORG', 'PER'])
     assert (first.text, first.tags, first.spans, first.notes) == (
         '中共在', ['B-ORG', 'I-ORG', 'O'], [(0, 2, 'ORG')], ())
-    # A chunk that opens inside an entity (MSRA's fixed-size chunks cut some): I-X read as B-X, noted.
+    # A chunk that opens inside an entity (MSRA's fixed-size chunks cut some): I-X read as B-X,
+    # noted.
     assert second.tags == ['B-LOC', 'I-LOC', 'O'] and second.spans == [(0, 2, 'LOC')]
     assert second.notes == (datasets_files._CHUNK_START_NOTE,) and second.source == f'{tab}:7'
 
-    space = write(tmp_path, 'pd.txt', '海 O\n钓 O\n\n张 B-PER\n三 I-PER\n')    # no final blank line
+    space = write(tmp_path, 'pd.txt', '海 O\n钓 O\n\n张 B-PER\n三 I-PER\n')  # no final blank line
     examples = read_bio(space)
     assert [(e.text, e.spans) for e in examples] == [('海钓', []), ('张三', [(0, 2, 'PER')])]
 
@@ -112,7 +118,8 @@ def test_bio_tab_and_space_files(tmp_path):
     ('中\tO\n共产\tO\n', 2, 'expected one character'),           # two characters
     ('中\tO\n\n共\tB-XYZ\n', 3, "unknown tag 'B-XYZ'"),
     ('中\tO\n共\tS-PER\n', 2, "unknown tag 'S-PER'"),
-    ('中\tB-PER\n共\tO\n产\tI-LOC\n', 3, r"'I-LOC' continues no entity \(it follows 'O'\) \(the readers repair"),
+    ('中\tB-PER\n共\tO\n产\tI-LOC\n', 3,
+     r"'I-LOC' continues no entity \(it follows 'O'\) \(the readers repair"),
     ('中\tB-PER\n共\tI-LOC\n', 2, r"'I-LOC' continues no entity \(it follows 'B-PER'\)"),
 ])
 def test_bio_malformed_names_line(tmp_path, lines, line, match):
@@ -145,7 +152,8 @@ def test_repair_fixes_tags_by_the_conlleval_rule_and_notes_it(tmp_path):
     """repair=True: the hand-written repaired tags and spans; one note per tag changed."""
     bio = write(tmp_path, 'bio.txt', '张 B-PER\n在 O\n京 I-LOC\n城 I-LOC\n\n中 I-ORG\n')
     first, second = read_bio(bio, repair=True, chunked=False)
-    assert (first.tags, first.spans) == (['B-PER', 'O', 'B-LOC', 'I-LOC'], [(0, 1, 'PER'), (2, 4, 'LOC')])
+    assert (first.tags, first.spans) == (['B-PER', 'O', 'B-LOC', 'I-LOC'],
+                                         [(0, 1, 'PER'), (2, 4, 'LOC')])
     assert first.notes == (datasets_files.REPAIR_NOTE,)
     assert (second.tags, second.spans, second.notes) == (['B-ORG'], [(0, 1, 'ORG')],
                                                          (datasets_files.REPAIR_NOTE,))
@@ -155,7 +163,8 @@ def test_repair_fixes_tags_by_the_conlleval_rule_and_notes_it(tmp_path):
     assert example.spans == [(0, 2, 'PER'), (3, 4, 'LOC')] and len(example.notes) == 2
     conll = write(tmp_path, 'conll.txt', 'Ann NNP B-PER\nsaw VBD O\nthe DT O\nUN NNP I-ORG\n')
     (example,) = read_conll(conll, repair=True)      # IOB1 would also read it: B-PER is the fault
-    assert example.tags == ['B-PER', 'O', 'O', 'B-ORG'] and example.notes == (datasets_files.REPAIR_NOTE,)
+    assert example.tags == ['B-PER', 'O', 'O',
+                            'B-ORG'] and example.notes == (datasets_files.REPAIR_NOTE,)
     examples = read_bio(bio, repair=True, chunked=False)
     summary = datasets_files.Dataset('bio.txt', '', examples, ('LOC', 'ORG', 'PER'), bio).summary()
     assert f'  repaired 2x: {datasets_files.REPAIR_NOTE}' in summary.splitlines()
@@ -234,11 +243,13 @@ def span_lines(text, written):
     return {
         'label': (cluener_line(text, {'LOC': {mention: [[start, end]]}}),
                   f'{json.dumps([start, end])} of "LOC" "{mention}"'),
-        'spans': (json.dumps({'text': text, 'spans': [[start, end, 'LOC']]}), json.dumps([start, end, 'LOC'])),
+        'spans': (json.dumps({'text': text, 'spans': [[start, end, 'LOC']]}),
+                  json.dumps([start, end, 'LOC'])),
         'entities': (json.dumps({'text': text, 'entities': [{'start_idx': start, 'end_idx': end,
                                                              'type': 'LOC', 'entity': mention}]},
                                 ensure_ascii=False),
-                     f'"start_idx": {json.dumps(start)}, "end_idx": {json.dumps(end)} of "LOC" "{mention}"'),
+                     f'"start_idx": {json.dumps(start)}, "end_idx": {json.dumps(end)} of "LOC" '
+                     f'"{mention}"'),
     }
 
 
@@ -301,7 +312,7 @@ def test_duplicate_crossing_and_two_typed_spans_are_noted_where_they_stand(tmp_p
     twice, crossing, two_types, nested = read_cluener(path)
     assert twice.spans == [(2, 4, 'LOC')] and twice.notes == (datasets_files._DUPLICATE_NOTE,)
     assert crossing.spans == [(2, 5, 'ORG'), (3, 6, 'ORG')]                   # both kept as spans
-    assert tags_to_spans(crossing.tags) == [(2, 5, 'ORG')]                   # the earlier in the tags
+    assert tags_to_spans(crossing.tags) == [(2, 5, 'ORG')]  # the earlier in the tags
     assert crossing.notes == (datasets_files._CROSSING_NOTE,)
     assert two_types.spans == [(0, 2, 'GPE'), (0, 2, 'LOC')]
     assert two_types.notes == (datasets_files._TWO_TYPES_NOTE,)
@@ -338,7 +349,8 @@ def test_cmeee_malformed_names_record_line(tmp_path):
     records = json.loads(json.dumps(CMEEE))
     records[2]['entities'][0]['end_idx'] = 0                          # 肺 != 肺炎
     path = write(tmp_path, 'bad.json', json.dumps(records, ensure_ascii=False, indent=2))
-    with raises_at(path, 29, '"start_idx": 0, "end_idx": 0 of "dis" "肺炎" covers \'肺\', not its mention'):
+    with raises_at(path, 29,
+                   '"start_idx": 0, "end_idx": 0 of "dis" "肺炎" covers \'肺\', not its mention'):
         read_cmeee(path)
     del records[2]['entities'][0]['type']
     path = write(tmp_path, 'bad2.json', json.dumps(records, ensure_ascii=False, indent=2))
@@ -372,10 +384,11 @@ Jones NNP I-NP B-PER
 def test_conll_iob1_to_iob2_and_docstart(tmp_path):
     path = write(tmp_path, 'train.txt', CONLL)
     first, second = read_conll(path, types=['LOC', 'MISC', 'ORG', 'PER'])
-    assert first.words == ['EU', 'rejects', 'German', 'call'] and first.text == 'EU rejects German call'
+    assert first.words == ['EU', 'rejects', 'German',
+                           'call'] and first.text == 'EU rejects German call'
     assert first.tags == ['B-ORG', 'O', 'B-MISC', 'O'] and first.source == f'{path}:3'
     assert first.spans == [(0, 1, 'ORG'), (2, 3, 'MISC')]             # word indices
-    assert second.tags == ['B-PER', 'I-PER', 'B-PER']                # IOB1 B- = a new adjacent entity
+    assert second.tags == ['B-PER', 'I-PER', 'B-PER']  # IOB1 B- = a new adjacent entity
     assert second.spans == [(0, 2, 'PER'), (2, 3, 'PER')]
 
 
@@ -394,7 +407,8 @@ def test_conll_malformed_names_line(tmp_path, bad, line, match):
 def test_split_examples_is_seeded_disjoint_and_ordered():
     train, test = split_examples(list(range(100)), 20, seed=0)
     assert (len(train), len(test)) == (80, 20)
-    assert sorted(train + test) == list(range(100)) and train == sorted(train) and test == sorted(test)
+    assert sorted(train
+                  + test) == list(range(100)) and train == sorted(train) and test == sorted(test)
     assert split_examples(list(range(100)), 20, seed=0) == (train, test)
     assert split_examples(list(range(100)), 20, seed=1)[1] != test
     with pytest.raises(ValueError, match='n_test'):
@@ -414,9 +428,11 @@ def test_resolve_data_dir(tmp_path, monkeypatch):
 def test_registry_reads_a_data_folder_and_names_missing_files(tmp_path, monkeypatch):
     monkeypatch.delenv('CRF_LR_DATA', raising=False)
     (tmp_path / 'people_daily_ner').mkdir()
-    (tmp_path / 'people_daily_ner' / 'example.dev').write_text('张 B-PER\n三 I-PER\n\n', encoding='utf-8')
+    (tmp_path / 'people_daily_ner' / 'example.dev').write_text('张 B-PER\n三 I-PER\n\n',
+                                                               encoding='utf-8')
     dev = load_dataset('people_daily_ner', 'dev', str(tmp_path))
-    assert (dev.name, dev.split, len(dev), dev.types) == ('people_daily', 'dev', 1, ('LOC', 'ORG', 'PER'))
+    assert (dev.name, dev.split, len(dev), dev.types) == ('people_daily', 'dev', 1,
+                                                          ('LOC', 'ORG', 'PER'))
     assert dev.entity_counts() == Counter(PER=1) and 'entities 1: PER 1' in dev.summary()
     with pytest.raises(FileNotFoundError, match='example.test does not exist'):
         load_dataset('people_daily', 'test', str(tmp_path))
@@ -464,7 +480,7 @@ def real(data_dir):
 def test_real_pku(real, data_dir):
     gold, raw = real('pku', 'test'), real('pku', 'raw_test')
     assert len(gold) == 1944 and sum(len(e.words) for e in gold) == 104372
-    assert [e.text for e in raw] == [e.text for e in gold]            # raw text = gold without spaces
+    assert [e.text for e in raw] == [e.text for e in gold]  # raw text = gold without spaces
     assert len(read_word_list(os.path.join(data_dir, 'icwb2', 'pku_training_words.utf8'))) == 55303
 
 
@@ -486,13 +502,15 @@ def test_msra_split_by_position(tmp_path, monkeypatch):
     (tmp_path / 'msra_ner').mkdir()
     (tmp_path / 'msra_ner' / 'msra_bio.txt').write_text('甲\tO\n\n乙\tO\n\n丙\tO\n', encoding='utf-8')
     monkeypatch.setattr(benchmarks, 'MSRA_TRAIN_CHUNKS', 2)
-    split = {s: [e.text for e in load_dataset('msra', s, str(tmp_path))] for s in ('train', 'test', 'all')}
+    split = {s: [e.text for e in load_dataset('msra', s, str(tmp_path))]
+             for s in ('train', 'test', 'all')}
     assert split == {'train': ['甲', '乙'], 'test': ['丙'], 'all': ['甲', '乙', '丙']}
 
 
 def test_real_msra_official_split(real):
-    everything = real('msra', 'all')                                   # read once, split as load_dataset does
-    train, test = everything[:benchmarks.MSRA_TRAIN_CHUNKS], everything[benchmarks.MSRA_TRAIN_CHUNKS:]
+    everything = real('msra', 'all')  # read once, split as load_dataset does
+    train, test = (everything[:benchmarks.MSRA_TRAIN_CHUNKS],
+                   everything[benchmarks.MSRA_TRAIN_CHUNKS:])
     train, test = (datasets_files.Dataset('msra', split, part, everything.types, everything.path)
                    for split, part in (('train', train), ('test', test)))
     assert (len(train), len(test)) == (50658, 4631)
@@ -517,7 +535,8 @@ def test_real_cluener(real):
     train, dev, test = real('cluener', 'train'), real('cluener', 'dev'), real('cluener', 'test')
     assert (len(train), len(dev), len(test)) == (10748, 1343, 1345)
     # Distinct mentions per record and type: the official CLUENER2020 README table.
-    distinct = Counter(label for e in train for label, _ in {(l, e.text[s:t]) for s, t, l in e.spans})
+    distinct = Counter(label for e in train for label,
+                       _ in {(kind, e.text[s:t]) for s, t, kind in e.spans})
     assert distinct == Counter(address=2829, book=1131, company=2897, game=2325, government=1797,
                                movie=1109, name=3661, organization=3075, position=3052, scene=1462)
     assert sum(dev.entity_counts().values()) == 3072

@@ -1,4 +1,5 @@
-"""crf_lr.evaluation.diagnostics and crf_lr.evaluation.plots against hand-made matrices whose answers are counted by hand."""
+"""crf_lr.evaluation.diagnostics and crf_lr.evaluation.plots against hand-made matrices whose
+answers are counted by hand."""
 import numpy as np
 import pytest
 

@@ -1,5 +1,5 @@
-"""Training on several replicas (``crf_lr.training.distribute``, ``--strategy``) gives the losses of one
-device for the same global batches, and the training step is traced once.
+"""Training on several replicas (``crf_lr.training.distribute``, ``--strategy``) gives the losses of
+one device for the same global batches, and the training step is traced once.
 
 Oracles: one device. ``mirrored`` runs on two logical CPU devices, which must be configured before
 TensorFlow starts its devices, so in a process of its own (this file run as a script);
@@ -40,7 +40,8 @@ def mirrored_losses():
     results = dict(replicas=strategy.num_replicas_in_sync)
     for name in SEQUENCE_HEADS:
         one, head = head_model(name)
-        epochs = [random_batches(head, sentences, 4, seed) for seed, sentences in ((0, 16), (1, 14))]
+        epochs = [random_batches(head, sentences, 4, seed) for seed,
+                  sentences in ((0, 16), (1, 14))]
         with strategy.scope():
             mirrored, _ = head_model(name)
         results[name] = dict(
@@ -53,7 +54,8 @@ def mirrored_losses():
 
 @pytest.fixture(scope='module')
 def mirrored():
-    done = subprocess.run([sys.executable, os.path.abspath(__file__), 'mirrored'], env=_environment(),
+    done = subprocess.run([sys.executable, os.path.abspath(__file__), 'mirrored'],
+                          env=_environment(),
                           capture_output=True, text=True, timeout=TIMEOUT)
     assert done.returncode == 0, done.stderr[-3000:]
     assert 'strategy: mirrored, 2 replicas' in done.stdout

@@ -1,11 +1,12 @@
-"""The task scripts end to end on tiny data (a hidden-16 random encoder, a dozen sentences written in
-the shared data layout), run in-process through their ``main(argv)``.
+"""The task scripts end to end on tiny data (a hidden-16 random encoder, a dozen sentences written
+in the shared data layout), run in-process through their ``main(argv)``.
 
 Oracles: the test F1 a script reports equals the score recomputed from its saved model with
-``crf_lr.evaluation.metrics``, and equals the test score logged at the epoch the development split selected; a
-run resumed after epoch 2 gives the same epoch-3 loss as an uninterrupted run; a CRF subclass that
-halves the loss logs exactly half the stock CRF's first loss; head parameter counts equal the closed
-forms of the GlobalPointer designs; the unit encoder's ids are the vocabulary's line numbers.
+``crf_lr.evaluation.metrics``, and equals the test score logged at the epoch the development split
+selected; a run resumed after epoch 2 gives the same epoch-3 loss as an uninterrupted run; a CRF
+subclass that halves the loss logs exactly half the stock CRF's first loss; head parameter counts
+equal the closed forms of the GlobalPointer designs; the unit encoder's ids are the vocabulary's
+line numbers.
 """
 import importlib.util
 import json
@@ -17,14 +18,18 @@ import pytest
 import crf_lr  # noqa: F401  (environment before TensorFlow)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-WORDS = ['我们', '喜欢', '北京', '的', '天气', '。', '张三', '去', '上海', '工作', '，', '今天', '很', '好']
+WORDS = ['我们', '喜欢', '北京', '的', '天气', '。', '张三', '去', '上海', '工作',
+         '，',
+         '今天',
+         '很', '好']
 ENGLISH = ['eu', 'rejects', 'german', 'call', 'to', 'boycott', 'british', 'lamb', '.', 'peter',
            'run', '##s', 'in', 'london']
 
 
 def load_script(name):
     """An examples/ script as a module (so its ``main(argv)`` runs in this process)."""
-    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, 'examples', f'{name}.py'))
+    spec = importlib.util.spec_from_file_location(name,
+                                                  os.path.join(ROOT, 'examples', f'{name}.py'))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -98,9 +103,10 @@ def tiny(tmp_path_factory):
                 if start >= 0:
                     labels.setdefault(kind, {})[name] = [[start, start + len(name) - 1]]
             lines.append(json.dumps({'text': text, 'label': labels}, ensure_ascii=False))
-        (data / 'cluener2020' / f'{split}.json').write_text('\n'.join(lines) + '\n', encoding='utf-8')
-    conll = ('-DOCSTART- -X- -X- O\n\nEU NNP B-NP I-ORG\nrejects VBZ B-VP O\nGerman JJ B-NP I-MISC\n'
-             'call NN I-NP O\nto TO B-VP O\nboycott VB I-VP O\nBritish JJ B-NP I-MISC\n'
+        (data / 'cluener2020' / f'{split}.json').write_text('\n'.join(lines) + '\n',
+                                                            encoding='utf-8')
+    conll = ('-DOCSTART- -X- -X- O\n\nEU NNP B-NP I-ORG\nrejects VBZ B-VP O\nGerman JJ B-NP '
+             'I-MISC\ncall NN I-NP O\nto TO B-VP O\nboycott VB I-VP O\nBritish JJ B-NP I-MISC\n'
              'lamb NN I-NP O\n. . O O\n\nPeter NNP B-NP I-PER\nruns VBZ B-VP O\nin IN B-PP O\n'
              'London NNP B-NP I-LOC\n. . O O\n')
     for split in ('train', 'valid', 'test'):
@@ -162,7 +168,8 @@ def test_cws_script_writes_scores_tables_and_model_and_the_loss_falls(cws_run, t
     assert records[1]['loss'] < records[0]['loss']
     assert all(len(r['step_losses']) == r['steps'] > 0 for r in records)
     for name in ('results.json', 'run.json', 'transitions_epoch1.txt', 'transitions_epoch2.txt',
-                 'transitions_epoch2.png', 'model/model.h5', 'model/labels.json', 'model/vocab.txt'):
+                 'transitions_epoch2.png', 'model/model.h5', 'model/labels.json',
+                 'model/vocab.txt'):
         assert os.path.isfile(output / name), name
     assert 'from\\to' in (output / 'transitions_epoch2.txt').read_text()
     assert np.shape(records[-1]['transitions']) == (4, 4)
@@ -264,7 +271,8 @@ def test_ner_crf_on_first_pieces_only_trains_and_scores_like_its_saved_model(tin
     from crf_lr.serving.tagger import Tagger
     ner = load_script('task_ner')
     output = tiny['root'] / 'conll-first'
-    results = ner.main(_common(tiny, output) + ['--dataset', 'conll2003', '--label-pieces', 'first'])
+    results = ner.main(_common(tiny, output)
+                       + ['--dataset', 'conll2003', '--label-pieces', 'first'])
     records = _records(output)
     assert records[1]['loss'] < records[0]['loss']
     with open(output / 'model' / 'labels.json', encoding='utf-8') as f:
@@ -369,7 +377,8 @@ def test_unit_encoder_ids_are_vocabulary_lines(tiny):
     assert starts == [0, 1, 3]
     assert spread_labels(['B-PER', 'B-ORG'], np.diff(starts)) == ['B-PER', 'B-ORG', 'I-ORG']
     assert unit_spans_to_piece_spans([(1, 2, 'X')], starts) == [(1, 3, 'X')]
-    assert piece_spans_to_unit_spans([(1, 3, 'X'), (1, 2, 'Y'), (2, 3, 'Z')], starts) == [(1, 2, 'X')]
+    assert piece_spans_to_unit_spans([(1, 3, 'X'), (1, 2, 'Y'), (2, 3, 'Z')],
+                                     starts) == [(1, 2, 'X')]
 
 
 def test_bad_arguments_are_reported(tiny, tmp_path, capsys):
@@ -478,7 +487,8 @@ def test_every_sample_format_trains_one_epoch_through_its_script(sample_vocab, t
 def test_plain_ner_example_learns_in_one_epoch(tmp_path):
     """examples/plain_ner.py, the flat bert4keras-style script, as a user runs it (packaged
     ALBERT-tiny, data/char-bio): one epoch lowers the loss below its first batch's and lifts the
-    test F1 above 0.1, which the untrained model (F1 0.0 with --lr 1e-12, measured) never reaches."""
+    test F1 above 0.1, which the untrained model (F1 0.0 with --lr 1e-12, measured) never
+    reaches."""
     import re
     import subprocess
     import sys

@@ -204,7 +204,8 @@ def test_exp2_report_speed_ratios(tmp_path):
                        predict_sentences_per_second=predict_speed)]
         return dict(name=f'{dataset}/{head}/seed{seed}', epochs=epochs, head_parameters=1000,
                     config=dict(seed=seed))
-    runs = [summary('msra', 'crf', 0, 0.80, 10.0, 100.0), summary('msra', 'crf', 1, 0.70, 30.0, 100.0),
+    runs = [summary('msra', 'crf', 0, 0.80, 10.0, 100.0),
+            summary('msra', 'crf', 1, 0.70, 30.0, 100.0),
             summary('msra', 'global_pointer', 0, 0.90, 30.0, 50.0)]
     lines = report.report_exp2(runs, str(tmp_path), str(tmp_path))
     assert '| msra | crf | 75.00 ± 7.07 | 85.00 ± 7.07 | 1,000 | 20.0 (1.00x) | 100.0 (1.00x) | 2 |' in lines
@@ -379,7 +380,8 @@ def test_an_export_adds_to_the_runs_it_already_keeps(exp3_summaries, tmp_path):
         f.write(json.dumps(replaced) + '\n')
     report.main(['exp3', '--runs', str(tmp_path / 'runs'), '--export', str(export),
                  '--figures', str(tmp_path / 'fig')])
-    records = {json.loads(line)['name']: json.loads(line) for line in export.read_text().splitlines()}
+    records = {json.loads(line)['name']: json.loads(line)
+               for line in export.read_text().splitlines()}
     assert len(records) == len(exp3_summaries)
     assert records[replaced['name']]['wall_seconds'] == 12345.0
 

@@ -1,6 +1,6 @@
-"""A real corpus on the first try (issue 25): messy tags repaired by default and placed, word-position
-marks read as characters, blank lines of whitespace and BOMs, the encoder chosen by the text's
-script, the unknown-piece guard, and a console free of TensorFlow's native log lines.
+"""A real corpus on the first try (issue 25): messy tags repaired by default and placed,
+word-position marks read as characters, blank lines of whitespace and BOMs, the encoder chosen by
+the text's script, the unknown-piece guard, and a console free of TensorFlow's native log lines.
 
 Oracles: hand-written files whose repairs, characters, types and blank lines are known; the shares
 of CJK and Latin letters counted by hand; a vocabulary written by the test, so the share of
@@ -55,7 +55,8 @@ def test_position_marked_characters_are_read_alone_and_the_detection_says_so(tmp
     assert data[0].spans == [(0, 2, 'PER.NAM'), (3, 5, 'GPE.NAM')]
     assert data[1].spans == [(0, 3, 'PER.NOM')]
     assert data.types == ('GPE.NAM', 'PER.NAM', 'PER.NOM')
-    assert [e.text for e in read_corpus(path, format='char-bio')] == ['李明在北京工作', '王老师说2']
+    assert [e.text for e in read_corpus(path, format='char-bio')] == ['李明在北京工作',
+                                                                      '王老师说2']
     kept = read_corpus(path, format='conll')                   # the user keeps the tokens
     assert kept[0].tokens[:2] == ['李0', '明1'] and kept.units == 'words'
 
@@ -73,10 +74,12 @@ def test_tokens_that_are_not_all_marked_characters_stay_words(tmp_path, content)
 # Blank is blank: whitespace and byte-order marks
 
 @pytest.mark.parametrize('name, content, texts', [
-    ('conll.txt', 'EU B-ORG\nrejects O\n\n\ufeff\n', ['EU rejects']),            # a BOM-only last line
+    ('conll.txt', 'EU B-ORG\nrejects O\n\n\ufeff\n', ['EU rejects']),  # a BOM-only last line
     ('conll2.txt', 'EU B-ORG\n \ufeff \t\nPeter B-PER\n', ['EU', 'Peter']),      # BOM + whitespace
-    ('chars.txt', '张\tB-PER\n\ufeff\n\ufeff李\tB-PER\n四\tI-PER\n', ['张', '李四']),  # concatenated
-    ('lines.jsonl', '{"text": "北京", "label": {}}\n\ufeff\n\ufeff{"text": "上海", "label": {}}\n',
+    # concatenated
+    ('chars.txt', '张\tB-PER\n\ufeff\n\ufeff李\tB-PER\n四\tI-PER\n', ['张', '李四']),
+    ('lines.jsonl',
+     '{"text": "北京", "label": {}}\n\ufeff\n\ufeff{"text": "上海", "label": {}}\n',
      ['北京', '上海']),
     ('seg.txt', '我们  爱  北京\n\ufeff  \n', ['我们爱北京']),
 ])
@@ -99,8 +102,8 @@ def test_messy_tags_are_repaired_by_default_counted_and_placed(tmp_path):
     places = [f'{path}:{n}' for n in (2, 4, 11)]
     assert data.repaired_at == places
     assert repair_line(places) in data.describe().splitlines()
-    assert repair_line(places) == (f'repaired 3 tags that broke their scheme ({", ".join(places)}); '
-                                   f'--strict refuses them')
+    assert repair_line(places) == ('repaired 3 tags that broke their scheme '
+                                   f'({", ".join(places)}); --strict refuses them')
     assert repair_line(places + ['x:1'], shown=3).endswith(', …); --strict refuses them')
     with pytest.raises(ValueError, match=re.escape(f'{path}:3: the entity opened by ') +
                        '.*drop --strict'):
@@ -115,7 +118,8 @@ def test_script_shares_count_letters_only():
 
 
 @pytest.mark.parametrize('sequences, name, reason', [
-    (['李明在北京工作。', '王老师说2'], 'albert-tiny-zh', '100% of the letters are CJK'),
+    (['李明在北京工作。', '王老师说2'], 'albert-tiny-zh',
+     '100% of the letters are CJK'),
     ([['EU', 'rejects', 'German', 'call']], 'minilm-en', '100% of the letters are Latin'),
     ([['李0', '明1']], 'albert-tiny-zh', '100% of the letters are CJK'),     # words of CJK text
     (['Москва'], 'minilm-en', '0% of the letters are CJK and 0% Latin'),
@@ -129,7 +133,7 @@ def test_the_encoder_is_chosen_by_the_script_of_the_text(sequences, name, reason
 
 def test_the_guard_names_the_share_three_units_and_a_way_on(tmp_path):
     latin = UnitEncoder(vocabulary(tmp_path, list('abcdefghij') + ['李']), 'chars')
-    texts = ['李明明明在在在北北京', 'abc']          # 9 of 13 units unknown: 明 x3, 在 x3, 北 x2, 京
+    texts = ['李明明明在在在北北京', 'abc']  # 9 of 13 units unknown: 明 x3, 在 x3, 北 x2, 京
     with pytest.raises(ValueError) as error:
         check_vocabulary(latin, texts, 'my-encoder')
     message = str(error.value)
@@ -201,7 +205,8 @@ def test_the_command_line_console_holds_no_tensorflow_line_and_no_progress_bar(t
     done = subprocess.run([sys.executable, os.path.join(ROOT, 'examples', 'task_ner.py'), *files,
                            '--encoder', 'random:1:16', '--vocab', vocab, '--epochs', '2',
                            '--maxlen', '16', '--output', str(tmp_path / 'run')],
-                          stdout=out, stderr=err, env=dict(os.environ, PYTHONPATH=ROOT), timeout=300)
+                          stdout=out, stderr=err, env=dict(os.environ, PYTHONPATH=ROOT),
+                          timeout=300)
     out.seek(0), err.seek(0)
     stdout, stderr = out.read(), err.read()
     assert done.returncode == 0, stderr
@@ -219,7 +224,8 @@ def test_the_command_line_console_holds_no_tensorflow_line_and_no_progress_bar(t
     assert results['config']['precision'] == 'auto' and results['precision_used'] == used
 
 
-@pytest.mark.parametrize('script', sorted(name for name in os.listdir(os.path.join(ROOT, 'examples'))
+@pytest.mark.parametrize('script',
+                         sorted(name for name in os.listdir(os.path.join(ROOT, 'examples'))
                                            if name.endswith('.py')))
 def test_every_example_answers_help_with_its_usage_only(script):
     """``--help`` answers before TensorFlow loads: the usage, with --verbose, and nothing else."""
@@ -232,8 +238,8 @@ def test_every_example_answers_help_with_its_usage_only(script):
 
 def test_the_native_log_filter_keeps_every_other_line(tmp_path):
     """Lines written to file descriptor 2 from outside Python: TensorFlow's go, the rest stays."""
-    code = ('import os, sys; from crf_lr.utils.console import filter_native_log; filter_native_log(); '
-            'print("python line", file=sys.stderr); '
+    code = ('import os, sys; from crf_lr.utils.console import filter_native_log; '
+            'filter_native_log(); print("python line", file=sys.stderr); '
             'os.write(2, b"I0000 00:00:1795619637.205835    7212 port.cc:153] oneDNN on\\n'
             'WARNING: All log messages before absl::InitializeLog() is called are written to '
             'STDERR\\nE0000 00:00:1795619643.581915    7212 util.cc:131] oneDNN DT_BOOL\\n'

@@ -1,6 +1,6 @@
-"""crf_lr.speed.fused_kernels and crf_lr.speed.native_build: the one-pass GELU and layer norm (with its scale
-and offset) with their gradients, and the softmax's gradient, against float64 closed forms and
-TensorFlow's own ops; a model's training calls use them, its other calls do not, and its
+"""crf_lr.speed.fused_kernels and crf_lr.speed.native_build: the one-pass GELU and layer norm (with
+its scale and offset) with their gradients, and the softmax's gradient, against float64 closed forms
+and TensorFlow's own ops; a model's training calls use them, its other calls do not, and its
 gradients stay TensorFlow's to float rounding; the build is cached, atomic, and says why where
 it cannot run."""
 import math
@@ -67,7 +67,8 @@ def test_gelu_matches_bert4keras_and_its_gradient_tensorflows(fused_ops):
 
 @pytest.mark.parametrize('scale', [1.0, 0.125])
 @pytest.mark.parametrize('dtype', ['float32', 'bfloat16'])
-@pytest.mark.parametrize('shape', [(2, 3, 5, 7), (4, 1), (0, 6), (3, 0), (3, 130), (2, 12, 64, 128)])
+@pytest.mark.parametrize('shape',
+                         [(2, 3, 5, 7), (4, 1), (0, 6), (3, 0), (3, 130), (2, 12, 64, 128)])
 def test_softmax_gradient_matches_tensorflows(fused_ops, dtype, shape, scale):
     """The gradient of softmax(scale x) with respect to x (a power of two: the same rounding)."""
     logits = _values(shape, seed=3)

@@ -1,5 +1,5 @@
-"""crf_lr.speed.graph_optimisation: the lighter options (one round of grappler's passes, no memory or
-layout optimiser, explicit settings kept), set for this thread within the block and restored
+"""crf_lr.speed.graph_optimisation: the lighter options (one round of grappler's passes, no memory
+or layout optimiser, explicit settings kept), set for this thread within the block and restored
 after it (an exception, the executor type and tf.config changes within it included), off with a
 GPU or light_graph_optimisation(False), where runs.fit's loop calls its step (and not where it
 traces it), and honoured by TensorFlow itself (grappler's own log, in a fresh process). That the

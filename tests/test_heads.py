@@ -92,7 +92,8 @@ def test_span_head_targets_are_piece_pairs_padded_with_minus_one():
     assert target == [(1, 3, 'B')]
     batch = head.batch_targets([target, []], n=6)
     assert batch.shape == (2, 2, 1, 2)
-    assert batch[0, 1, 0].tolist() == [1, 2] and (batch[0, 0] == -1).all() and (batch[1] == -1).all()
+    assert batch[0, 1, 0].tolist() == [1,
+                                       2] and (batch[0, 0] == -1).all() and (batch[1] == -1).all()
 
 
 def test_make_head_takes_only_the_options_a_head_accepts():
@@ -188,7 +189,8 @@ def test_first_piece_crf_decodes_words_from_their_first_pieces_by_brute_force():
         counts = rng.integers(1, 4, rng.integers(1, 5))
         starts = np.concatenate([[0], np.cumsum(counts)])
         scores = 3 * rng.normal(size=(starts[-1], 5))
-        window = Window(0, ['w'] * len(counts), list(starts), head.window_output(scores, starts[-1]))
+        window = Window(0, ['w'] * len(counts), list(starts),
+                        head.window_output(scores, starts[-1]))
         decoded = head.decode([window])[0]
         paths, totals = _path_scores(scores[starts[:-1]], trans)
         legal = allowed_starts[paths[:, 0]] & np.all(allowed[paths[:, :-1], paths[:, 1:]], axis=1)

@@ -33,7 +33,8 @@ def _crf_reference(rng):
     batch, n, num_labels, multiplier = 6, 7, 4, 10.0
     case = random_case(rng, batch, n, num_labels, boundary=True, constrained=True)
     mask = np.arange(n) < case['lengths'][:, None]
-    stored = [case['transitions'] / multiplier, case['start'] / multiplier, case['end'] / multiplier]
+    stored = [case['transitions'] / multiplier, case['start'] / multiplier,
+              case['end'] / multiplier]
     crf = ConditionalRandomField(lr_multiplier=multiplier, boundary_scores=True,
                                  allowed_transitions=case['allowed_transitions'],
                                  allowed_starts=case['allowed_starts'],
@@ -109,10 +110,12 @@ def _mcce_reference(rng):
     labels = (rng.random((4, 9)) < 0.3).astype('float32')
     indices = np.array([[0, 3, -1], [2, -1, -1], [0, 5, 8], [-1, -1, -1]])
     out = {'mcce_logits': logits, 'mcce_labels': labels, 'mcce_indices': indices}
-    for name, function in (('dense', lambda x: losses.multilabel_categorical_crossentropy(labels, x)),
+    for name, function in (('dense',
+                            lambda x: losses.multilabel_categorical_crossentropy(labels, x)),
                            ('sparse', lambda x: losses.sparse_multilabel_categorical_crossentropy(
                                indices, x)),
-                           ('sparse_zero', lambda x: losses.sparse_multilabel_categorical_crossentropy(
+                           ('sparse_zero',
+                            lambda x: losses.sparse_multilabel_categorical_crossentropy(
                                indices, x, mask_zero=True))):
         x = tf.Variable(logits)
         with tf.GradientTape() as tape:

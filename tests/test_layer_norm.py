@@ -1,5 +1,5 @@
-"""crf_lr.speed.layer_norm: bert4keras's layer norm with the gradient in closed form computes the same
-outputs (to the last bit) and gradients (to float rounding) as bert4keras's own ops, in float32
+"""crf_lr.speed.layer_norm: bert4keras's layer norm with the gradient in closed form computes the
+same outputs (to the last bit) and gradients (to float rounding) as bert4keras's own ops, in float32
 and bf16, with a short graph; the layers it does not handle keep bert4keras's code."""
 import numpy as np
 import pytest

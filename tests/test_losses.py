@@ -161,7 +161,8 @@ def test_global_pointer_losses_dense_sparse_closed_form_and_bert4keras(seed):
     np.testing.assert_allclose(got_sparse, expected.sum(1), rtol=1e-4)
     # bert4keras's example loss: the mean over batch and heads of the same MCCE
     reference = b4k.multilabel_categorical_crossentropy(
-        tf.constant(dense.reshape(batch * heads, -1)), tf.constant(scores.reshape(batch * heads, -1)))
+        tf.constant(dense.reshape(batch * heads, -1)),
+        tf.constant(scores.reshape(batch * heads, -1)))
     np.testing.assert_allclose(got_dense.sum() / (batch * heads), np.mean(reference), rtol=1e-5)
     _, grad_dense = gradient(global_pointer_crossentropy, dense, scores)
     _, grad_sparse = gradient(sparse_global_pointer_crossentropy, sparse, scores)

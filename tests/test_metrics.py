@@ -1,4 +1,5 @@
-"""Metrics: seqeval as the oracle for entity scores, hand counts for relaxed, confusion and SIGHAN scores."""
+"""Metrics: seqeval as the oracle for entity scores, hand counts for relaxed, confusion and SIGHAN
+scores."""
 import random
 import warnings
 
@@ -50,7 +51,9 @@ def seqeval_report(gold, pred, scheme, strict):
             report = classification_report(gold, pred, output_dict=True, **options)
         except ValueError:  # seqeval cannot report when no entity exists at all
             report = {}
-    per_type = {k: {m: v[m if m != 'f1' else 'f1-score'] for m in ('precision', 'recall', 'f1', 'support')}
+    per_type = {k:
+                {m: v[m if m != 'f1' else 'f1-score']
+                 for m in ('precision', 'recall', 'f1', 'support')}
                 for k, v in report.items() if not k.endswith(' avg')}
     return micro, per_type
 
@@ -71,7 +74,8 @@ def test_entity_scores_match_seqeval(scheme, strict, valid):
     rng = random.Random(len(scheme) * 10 + 2 * strict + valid)
     for _ in range(150):
         gold, pred = random_corpus(rng, scheme, valid)
-        assert_same(entity_scores(gold, pred, scheme, strict), *seqeval_report(gold, pred, scheme, strict))
+        assert_same(entity_scores(gold, pred, scheme, strict),
+                    *seqeval_report(gold, pred, scheme, strict))
 
 
 def test_iob1_scores_match_conlleval():
@@ -108,7 +112,8 @@ def test_span_scores_equal_entity_scores_on_flat_cases():
 
 def test_span_scores_nested_hand_case():
     gold = [{(0, 4, 'ORG'), (0, 2, 'LOC'), (5, 6, 'PER')}, set()]
-    pred = [[(0, 4, 'ORG'), (0, 2, 'LOC'), (0, 2, 'LOC')], [(1, 2, 'PER')]]  # duplicate counted once
+    # duplicate counted once
+    pred = [[(0, 4, 'ORG'), (0, 2, 'LOC'), (0, 2, 'LOC')], [(1, 2, 'PER')]]
     scores = span_scores(gold, pred)
     assert (scores['precision'], scores['recall'], scores['support']) == (2 / 3, 2 / 3, 3)
     assert scores['per_type']['PER'] == {'precision': 0.0, 'recall': 0.0, 'f1': 0.0, 'support': 1}
@@ -121,7 +126,8 @@ def test_relaxed_scores_hand_counts():
     pred = [['B-LOC', 'I-LOC', 'O', 'B-LOC', 'B-LOC', 'B-ORG']]
     scores = relaxed_scores(gold, pred)
     # LOC: gold 4 tokens, 3 right; predicted LOC 4 tokens, 3 with gold LOC (one on a gold O).
-    assert scores['per_type']['LOC'] == {'precision': 0.75, 'recall': 0.75, 'f1': 0.75, 'support': 4}
+    assert scores['per_type']['LOC'] == {'precision': 0.75, 'recall': 0.75, 'f1': 0.75,
+                                         'support': 4}
     assert scores['per_type']['PER'] == {'precision': 0.0, 'recall': 0.0, 'f1': 0.0, 'support': 1}
     assert scores['per_type']['ORG'] == {'precision': 0.0, 'recall': 0.0, 'f1': 0.0, 'support': 0}
     # micro: 3 right of 5 gold entity tokens and of 5 predicted entity tokens.
@@ -178,10 +184,12 @@ def test_segmentation_scores_brute_force():
         text = ''.join(rng.choice('甲乙丙丁') for _ in range(rng.randint(1, 12)))
 
         def segment():
-            cuts = [0] + sorted(rng.sample(range(1, len(text)), rng.randint(0, len(text) - 1))) + [len(text)]
+            cuts = ([0] + sorted(rng.sample(range(1, len(text)), rng.randint(0, len(text) - 1)))
+                    + [len(text)])
             return [text[a:b] for a, b in zip(cuts, cuts[1:])]
         gold, pred = segment(), segment()
-        bounds = lambda ws: {(sum(map(len, ws[:k])), sum(map(len, ws[:k + 1]))) for k in range(len(ws))}
+        def bounds(ws):
+            return {(sum(map(len, ws[:k])), sum(map(len, ws[:k + 1]))) for k in range(len(ws))}
         correct = len(bounds(gold) & bounds(pred))
         scores = segmentation_scores([gold], [pred])
         assert (scores['correct_words'], scores['gold_words'], scores['pred_words']) == \

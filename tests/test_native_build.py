@@ -1,5 +1,5 @@
-"""crf_lr.speed.native_build's flags and cache: the kernels' sources compile with TensorFlow's headers
-at every x86-64 ISA level (``-fsyntax-only``, whatever this machine is); a native build that
+"""crf_lr.speed.native_build's flags and cache: the kernels' sources compile with TensorFlow's
+headers at every x86-64 ISA level (``-fsyntax-only``, whatever this machine is); a native build that
 fails is built at a baseline and says so; a damaged cached library is built again rather than
 loaded; a cache that cannot be written is one line, for the kernels and the packaged encoders;
 a failure found after waiting on the build lock is taken, not compiled again; and the kernel
@@ -28,8 +28,8 @@ MARCHES = ('x86-64-v2', 'haswell', 'skylake-avx512', 'icelake-server', 'sapphire
 @pytest.fixture(scope='module')
 def syntax_checks():
     """``{march: (known, first error line or None)}``: the kernels' sources checked with
-    :func:`crf_lr.speed.native_build.compile_flags` at each of :data:`MARCHES` the compiler knows, two
-    at a time, as one translation unit (TensorFlow's headers parsed once: about 6 s of CPU)."""
+    :func:`crf_lr.speed.native_build.compile_flags` at each of :data:`MARCHES` the compiler knows,
+    two at a time, as one translation unit (TensorFlow's headers parsed once: about 6 s of CPU)."""
     cxx = native_build.compiler()
     if cxx is None or '__x86_64__' not in native_build.predefined_macros(cxx):
         pytest.skip('the -march matrix needs a C++ compiler for x86-64')

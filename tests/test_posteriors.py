@@ -1,5 +1,6 @@
-"""NumPy posteriors (crf_lr.decoding.posteriors) against brute-force enumeration of every label path:
-marginals, path probabilities and the probability of an entity span under each tagging scheme."""
+"""NumPy posteriors (crf_lr.decoding.posteriors) against brute-force enumeration of every label
+path: marginals, path probabilities and the probability of an entity span under each tagging
+scheme."""
 import numpy as np
 import pytest
 

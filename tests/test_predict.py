@@ -463,7 +463,9 @@ def test_a_fitted_temperature_that_would_raise_the_dev_ece_is_not_kept(saved):
     from crf_lr.evaluation.calibration import calibrate, entity_outcomes, expected_calibration_error
     from crf_lr.serving.tagger import Tagger
     tagger = Tagger.load(saved['ner_crf'])
-    texts = ['张三上海', '上海张三去', '张三去上海工作', '今天很好', '北京张三', '去上海了']
+    texts = ['张三上海', '上海张三去', '张三去上海工作', '今天很好',
+             '北京张三',
+             '去上海了']
     predicted = tagger.decode(tagger.run(texts))
     gold = [p.spans[:3] if k % 2 else p.spans[3:] for k, p in enumerate(predicted)]
     report = calibrate(tagger, (texts, gold))
@@ -536,12 +538,14 @@ def test_english_lines_split_punctuation_off_as_conll_writes_it(line, words):
      ['visit', 'bit.ly/2xYz?a=1', ',', 'or', '"', 'http://x.com/a', '"', '!']),
     ('Seoul- and Busan-based fans -- wow!!! ...',
      ['Seoul-', 'and', 'Busan-based', 'fans', '--', 'wow', '!!!', '...']),
-    ('@人民日报 #北京 AT&T#1 &#39; a@b', ['@人民日报', '#北京', 'AT&T', '#', '1', '&', '#', '39', ';',
+    ('@人民日报 #北京 AT&T#1 &#39; a@b',
+     ['@人民日报', '#北京', 'AT&T', '#', '1', '&', '#', '39', ';',
                                       'a', '@', 'b']),
-    ('see https://a.com/x。Then, https://b.com/y，ok',                    # CJK punctuation ends it
+    ('see https://a.com/x。Then, https://b.com/y，ok',  # CJK punctuation ends it
      ['see', 'https://a.com/x', '。', 'Then', ',', 'https://b.com/y', '，', 'ok']),
     ('https://t.co/AbC12… 「https://a.com/x」と https://a.com/y点击',
-     ['https://t.co/AbC12', '…', '「', 'https://a.com/x', '」', 'と', 'https://a.com/y', '点击']),
+     ['https://t.co/AbC12', '…', '「', 'https://a.com/x', '」', 'と', 'https://a.com/y',
+      '点击']),
     ('see https://a.com/x] https://a.com/x* ok <http://a.com/x> «http://a.com/x»',
      ['see', 'https://a.com/x', ']', 'https://a.com/x', '*', 'ok', '<', 'http://a.com/x', '>', '«',
       'http://a.com/x', '»']),

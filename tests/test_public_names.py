@@ -12,7 +12,8 @@ def test_every_public_name_resolves():
 
 
 def test_data_and_metric_modules_do_not_import_tensorflow():
-    code = ('import sys, crf_lr, crf_lr.tagging, crf_lr.evaluation.metrics, crf_lr.datasets, crf_lr.data.batching, '
-            'crf_lr.decoding.spans, crf_lr.model.checks, crf_lr.training.task_model\nprint("tensorflow" in sys.modules)')
+    code = ('import sys, crf_lr, crf_lr.tagging, crf_lr.evaluation.metrics, crf_lr.datasets, '
+            'crf_lr.data.batching, crf_lr.decoding.spans, crf_lr.model.checks, '
+            'crf_lr.training.task_model\nprint("tensorflow" in sys.modules)')
     out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == 'False', out.stderr

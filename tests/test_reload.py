@@ -182,7 +182,8 @@ def test_a_loaded_layer_method_finds_its_layer_through_casts_or_says_what_is_wro
 
 @pytest.mark.parametrize('name', ['multilabel_categorical_crossentropy',
                                   'sparse_multilabel_categorical_crossentropy',
-                                  'global_pointer_crossentropy', 'sparse_global_pointer_crossentropy',
+                                  'global_pointer_crossentropy',
+                                  'sparse_global_pointer_crossentropy',
                                   'global_pointer_f1', 'sparse_global_pointer_f1'])
 def test_losses_are_found_under_their_registered_and_their_old_names(name):
     function = getattr(losses, name)

@@ -74,8 +74,8 @@ def _one_line_error(response, status):
 
 
 def test_entities_are_those_of_predict_records(ner):
-    """Entities with their confidences, and each text's path probability, as ``crf_lr.serving.predict``
-    gives them."""
+    """Entities with their confidences, and each text's path probability, as
+    ``crf_lr.serving.predict`` gives them."""
     from crf_lr.serving.predict import predict_records
     tagger, client, _ = ner
     texts = ['张三去北京工作', '我们喜欢上海的天气。', '', '今天很好']

@@ -1,11 +1,12 @@
 """The page of ``python -m crf_lr.serve`` in a real browser: headless Chromium (Debian's
 ``chromium`` and ``chromium-driver``, driven by Selenium) against a real server on 127.0.0.1.
 
-Oracles: the entities the trained tiny model finds through ``predict_lines`` (张三 PER, 北京 LOC)
-appear highlighted with their types and colours, the same characters after emoji (astral code
+Oracles: the entities the trained tiny model finds through ``predict_lines`` (张三 PER, 北京
+LOC) appear highlighted with their types and colours, the same characters after emoji (astral code
 points: two UTF-16 units each), with the confidences and the path probability of
 ``predict_records``; each type chip lies beside its entity's last character at every width; a
-segmentation model's words concatenate back to the typed text. Skips, saying why, where no browser can be had (``.ci/run`` installs one).
+segmentation model's words concatenate back to the typed text. Skips, saying why, where no browser
+can be had (``.ci/run`` installs one).
 """
 import importlib.util
 import os

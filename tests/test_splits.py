@@ -23,7 +23,8 @@ def _char_bio(path, sentences):
     return str(path)
 
 
-SENTENCES = [[('张三', 'PER'), ('去', None), ('北京', 'LOC')], [('李四', 'PER'), ('好', None)],
+SENTENCES = [[('张三', 'PER'), ('去', None), ('北京', 'LOC')],
+             [('李四', 'PER'), ('好', None)],
              [('上海', 'LOC'), ('很', None), ('大', None)]] * 10          # 30 sentences
 
 
@@ -103,8 +104,8 @@ def test_a_dev_file_in_another_kind_of_format_or_for_another_task_is_named(tmp_p
         load_splits(train_file=train, task='segmentation')
     raw = tmp_path / 'raw.txt'                                  # unsegmented text as a test file
     raw.write_text('张三去北京\n李四好\n', encoding='utf-8')
-    with pytest.raises(datasets_files.DataFormatError, match=f'^{raw}: cannot detect the format: no '
-                                                       'line ends with a tag and none holds '
+    with pytest.raises(datasets_files.DataFormatError, match=f'^{raw}: cannot detect the format: '
+                                                       'no line ends with a tag and none holds '
                                                        r'several words \(raw text\?\)'):
         load_splits(train_file=str(segmented), test_file=str(raw), task='segmentation')
     records = tmp_path / 'records.jsonl'
@@ -119,21 +120,23 @@ def test_a_dev_file_in_another_kind_of_format_or_for_another_task_is_named(tmp_p
 def test_repairs_and_notes_count_the_sentences_the_run_uses(tmp_path):
     train = _char_bio(tmp_path / 'train.txt', SENTENCES)
     dev = tmp_path / 'dev.txt'
-    dev.write_text('张 B-PER\n三 I-PER\n\n去 O\n京 I-LOC\n', encoding='utf-8')    # a stray I-LOC
+    dev.write_text('张 B-PER\n三 I-PER\n\n去 O\n京 I-LOC\n', encoding='utf-8')  # a stray I-LOC
     assert load_splits(train_file=train, dev_file=str(dev)).repaired_at == [f'{dev}:5']
     assert load_splits(train_file=train, dev_file=str(dev), eval_limit=1).repaired_at == []
     nested = tmp_path / 'nested.jsonl'
     nested.write_text('{"text": "北京大学", "spans": [[0, 4, "ORG"], [0, 2, "LOC"]]}\n' * 20,
                       encoding='utf-8')
-    assert re.search(f'^noted 20x \\(({nested}:[0-9]+, ){{3}}…\\): a nested span is left out of the '
-                     'flat tags', load_splits(train_file=str(nested), holdout=2).describe(), re.M)
+    assert re.search(f'^noted 20x \\(({nested}:[0-9]+, ){{3}}…\\): a nested span is left out of '
+                     'the flat tags', load_splits(train_file=str(nested), holdout=2).describe(),
+                     re.M)
 
 
 def test_segmentation_files_in_either_layout_go_together(tmp_path):
     segmented = tmp_path / 'seg.txt'
     segmented.write_text('张三  去  北京\n李四  好\n' * 5, encoding='utf-8')
     char_seg = tmp_path / 'char_seg.txt'
-    char_seg.write_text('张 B\n三 E\n去 S\n北 B\n京 E\n\n李 B\n四 E\n好 S\n\n' * 5, encoding='utf-8')
+    char_seg.write_text('张 B\n三 E\n去 S\n北 B\n京 E\n\n李 B\n四 E\n好 S\n\n' * 5,
+                        encoding='utf-8')
     data = load_splits(train_file=str(char_seg), dev_file=str(segmented),
                        test_file=str(segmented), task='segmentation')
     assert data.dev[0].words == data.train[0].words == ['张三', '去', '北京']
@@ -151,8 +154,9 @@ def test_a_dev_file_in_another_scheme_of_the_same_kind_reads_in_its_own(tmp_path
 
 def test_raw_text_with_a_spaced_line_is_not_taken_for_segmented_text(tmp_path):
     raw = tmp_path / 'raw.txt'
-    raw.write_text('张三昨天去北京大学看望李四。\n苹果公司发布了 iPhone 15 新手机\n王五在上海市工作\n',
+    raw.write_text('张三昨天去北京大学看望李四。\n苹果公司发布了 iPhone 15 '
+                   '新手机\n王五在上海市工作\n',
                    encoding='utf-8')
-    with pytest.raises(datasets_files.DataFormatError, match=f'^{raw}:1: raw text\\? no line ends with '
-                                                       'a tag, and most lines hold one word'):
+    with pytest.raises(datasets_files.DataFormatError, match=f'^{raw}:1: raw text\\? no line ends '
+                                                       'with a tag, and most lines hold one word'):
         datasets_formats.read_corpus(str(raw))

@@ -1,5 +1,5 @@
-"""Tagging: round trips for every scheme, seqeval's chunkers as oracles, brute-force transition checks,
-hand-written WordPiece/rematch alignments and random window round trips."""
+"""Tagging: round trips for every scheme, seqeval's chunkers as oracles, brute-force transition
+checks, hand-written WordPiece/rematch alignments and random window round trips."""
 import itertools
 import random
 import re
@@ -127,7 +127,8 @@ def canonical(tags, scheme):
 
 
 @pytest.mark.parametrize('scheme, types, length', [
-    ('BIO', TYPES, 4), ('IOB1', TYPES, 4), ('BIOES', TYPES, 3), ('BMES', ['X'], 4), ('SEG', None, 5)])
+    ('BIO', TYPES, 4), ('IOB1', TYPES, 4), ('BIOES', TYPES, 3), ('BMES', ['X'], 4),
+    ('SEG', None, 5)])
 def test_allowed_transitions_brute_force(scheme, types, length):
     labels = label_list(types, scheme)
     allowed, starts, ends = allowed_transitions(labels, scheme)
@@ -146,7 +147,8 @@ def test_allowed_transitions_named_cases():
                  ('e', 'm'), ('e', 'e')}
     for (i, a), (j, b) in itertools.product(enumerate(labels), repeat=2):
         assert allowed[i, j] == ((a, b) not in forbidden)
-    assert starts.tolist() == [True, True, False, False] and ends.tolist() == [True, False, False, True]
+    assert starts.tolist() == [True, True, False, False] and ends.tolist() == [True, False, False,
+                                                                               True]
     labels = label_list(['X', 'Y'], 'BIO')  # O B-X I-X B-Y I-Y
     allowed, starts, ends = allowed_transitions(labels, 'BIO')
     assert not allowed[0, 2] and not allowed[1, 4] and allowed[1, 2] and allowed[2, 3]
@@ -155,7 +157,8 @@ def test_allowed_transitions_named_cases():
 
 def test_words_tags_round_trip():
     assert words_to_tags(['我们', '爱', '北京市']) == ['b', 'e', 's', 'b', 'm', 'e']
-    assert tags_to_words('我们爱北京', ['b', 'e', 's', 'b', 'e']) == ['我们', '爱', '北京']
+    assert tags_to_words('我们爱北京', ['b', 'e', 's', 'b', 'e']) == ['我们', '爱',
+                                                                 '北京']
     assert tags_to_words('abcd', ['m', 'e', 'e', 'b']) == ['ab', 'c', 'd']  # invalid yet lossless
     rng = random.Random(3)
     for _ in range(200):
@@ -170,9 +173,11 @@ def test_words_tags_round_trip():
 
 def test_validate_spans_and_offsets():
     text = '我爱北京天安门'
-    assert validate_spans(text, [[4, 7, 'LOC'], (2, 4, 'LOC')], mentions=['天安门', '北京']) == \
+    assert validate_spans(text, [[4, 7, 'LOC'], (2, 4, 'LOC')],
+                          mentions=['天安门', '北京']) == \
         [(2, 4, 'LOC'), (4, 7, 'LOC')]
-    with pytest.raises(ValueError, match=r"train\.json:7: span \(2, 4, 'LOC'\) covers '北京' but"):
+    with pytest.raises(ValueError,
+                       match=r"train\.json:7: span \(2, 4, 'LOC'\) covers '北京' but"):
         validate_spans(text, [(2, 4, 'LOC')], source='train.json:7', mentions=['天安'])
     with pytest.raises(ValueError, match=r'dev\.txt:3: span .* outside'):
         validate_spans(text, [(5, 9, 'LOC')], source='dev.txt:3')
@@ -186,7 +191,9 @@ def test_validate_spans_and_offsets():
 
 
 # ---------------------------------------------------------------- bert4keras Tokenizer alignment
-VOCAB = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]', '我', '在', '北', '京', '用', '年', '。', '，',
+VOCAB = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]', '我', '在', '北', '京', '用', '年',
+         '。',
+         '，',
          'un', '##aff', '##able', 'york', 'new', '##s']
 
 
@@ -203,7 +210,9 @@ def test_rematch_spans_with_spaces_digits_and_english(tokenizer):
     spans = [(3, 5, 'LOC'), (6, 14, 'PROD'), (15, 20, 'DATE')]
     tokens = tokenizer.tokenize(text)
     # The space is dropped; 'iPhone12' and '2010' are one token each (unknown to the vocab).
-    assert tokens == ['[CLS]', '我', '在', '北', '京', '用', 'iphone12', '，', '2010', '年', '。', '[SEP]']
+    assert tokens == ['[CLS]', '我', '在', '北', '京', '用', 'iphone12', '，', '2010', '年',
+                      '。',
+                      '[SEP]']
     mapping = tokenizer.rematch(text, tokens)
     token_spans = char_spans_to_token_spans(mapping, spans)
     assert token_spans == [(3, 5, 'LOC'), (6, 7, 'PROD'), (8, 10, 'DATE')]
@@ -213,9 +222,11 @@ def test_rematch_spans_with_spaces_digits_and_english(tokenizer):
     # A span starting on the dropped space keeps its tokens and comes back trimmed.
     assert char_spans_to_token_spans(mapping, [(1, 5, 'LOC')]) == [(2, 5, 'LOC')]
     # 'iPhone' alone cuts the merged token 'iphone12'.
-    with pytest.raises(ValueError, match=r"a\.json:4: span \(6, 12, 'PROD'\) does not fall on token"):
+    with pytest.raises(ValueError,
+                       match=r"a\.json:4: span \(6, 12, 'PROD'\) does not fall on token"):
         offsets_to_tags(text, [(6, 12, 'PROD')], mapping=mapping, source='a.json:4')
-    assert char_spans_to_token_spans(mapping, [(6, 12, 'PROD')], misaligned='expand') == [(6, 7, 'PROD')]
+    assert char_spans_to_token_spans(mapping, [(6, 12, 'PROD')],
+                                     misaligned='expand') == [(6, 7, 'PROD')]
     assert char_spans_to_token_spans(mapping, [(6, 12, 'PROD')], misaligned='drop') == []
     with pytest.raises(ValueError, match='covers no token'):
         char_spans_to_token_spans(mapping, [(1, 2, 'X')])
@@ -249,7 +260,8 @@ def test_align_word_labels_round_trip(tokenizer, scheme, strategy):
         n = rng.randint(1, 8)
         words = [rng.choice(vocabulary) for _ in range(n)]
         labels = spans_to_tags(random_flat_spans(rng, n), n, scheme)
-        ids, piece_labels, word_index = align_word_labels(words, labels, tokenizer, strategy, scheme)
+        ids, piece_labels, word_index = align_word_labels(words, labels, tokenizer, strategy,
+                                                          scheme)
         assert len(ids) == len(piece_labels) == len(word_index)
         if strategy == 'propagate':  # the pieces spell the same entities, in piece positions
             starts = {w: word_index.index(w) for w in range(n)}
@@ -293,9 +305,12 @@ def test_spread_labels_errors():
 # ---------------------------------------------------------------- windows
 def test_windows_prefer_sentence_ends():
     text = '今天很好。明天下雨！后天晴'
-    assert split_into_windows(text, 6) == [(0, '今天很好。'), (5, '明天下雨！'), (10, '后天晴')]
-    assert split_into_windows(text, 11) == [(0, '今天很好。明天下雨！'), (10, '后天晴')]
-    assert split_into_windows('他说：“好。”我走', 7) == [(0, '他说：“好。”'), (7, '我走')]
+    assert split_into_windows(text, 6) == [(0, '今天很好。'), (5, '明天下雨！'),
+                                           (10, '后天晴')]
+    assert split_into_windows(text, 11) == [(0, '今天很好。明天下雨！'),
+                                            (10, '后天晴')]
+    assert split_into_windows('他说：“好。”我走', 7) == [(0, '他说：“好。”'),
+                                                  (7, '我走')]
     assert split_into_windows('一二三四五六七', 3, spans=[(2, 4, 'X')]) == \
         [(0, '一二'), (2, '三四五'), (5, '六七')]
     with pytest.raises(ValueError, match='does not fit'):
@@ -315,10 +330,13 @@ def test_prediction_cuts_a_sentence_too_long_for_a_window_at_a_pause():
     from crf_lr.data.windows import PAUSES
     text = '我们在北京，明天去上海开会'
     assert split_into_windows(text, 8) == [(0, '我们在北京，明天'), (8, '去上海开会')]
-    assert split_into_windows(text, 8, pauses=PAUSES) == [(0, '我们在北京，'), (6, '明天去上海开会')]
-    assert split_into_windows('好，很好。明天见', 6, pauses=PAUSES) == [(0, '好，很好。'),
+    assert split_into_windows(text, 8, pauses=PAUSES) == [(0, '我们在北京，'),
+                                                          (6, '明天去上海开会')]
+    assert split_into_windows('好，很好。明天见', 6,
+                              pauses=PAUSES) == [(0, '好，很好。'),
                                                                  (5, '明天见')]
-    assert split_into_windows('我们在北京明天去', 5, pauses=PAUSES) == [(0, '我们在北京'),
+    assert split_into_windows('我们在北京明天去', 5,
+                              pauses=PAUSES) == [(0, '我们在北京'),
                                                                 (5, '明天去')]
     assert split_into_windows('a b,c d', 4, pauses=PAUSES) == [(0, 'a b,'), (4, 'c d')]
 
@@ -357,7 +375,8 @@ def test_a_span_longer_than_a_window_is_named_with_the_maxlen_that_fits(tmp_path
     path = tmp_path / 'vocab.txt'
     path.write_text('[PAD]\n[UNK]\n[CLS]\n[SEP]\n', encoding='utf-8')
     chars = UnitEncoder(str(path))
-    examples = [('一二三四', None, [(0, 4, 'X')]), ('一二三四五六七', None, [(0, 5, 'X')]),
+    examples = [('一二三四', None, [(0, 4, 'X')]),
+                ('一二三四五六七', None, [(0, 5, 'X')]),
                 ('一二三四五六七', None, [(0, 3, 'X'), (1, 7, 'Y')])]
     check_spans_fit(examples[:1], ['t.txt:1'], 6, chars)
     with pytest.raises(ValueError) as error:
@@ -430,8 +449,10 @@ def test_get_scheme_names_aliases_and_table():
     assert get_scheme('iobes') is SCHEMES['BIOES'] and get_scheme('IOB2') is SCHEMES['BIO']
     assert get_scheme('seg') is SCHEMES['SEG'] and get_scheme(SCHEMES['BMES']) is SCHEMES['BMES']
     assert [name for name, scheme in SCHEMES.items() if scheme.segmentation] == ['SEG']
-    assert all(isinstance(scheme, Scheme) and scheme.name == name for name, scheme in SCHEMES.items())
-    with pytest.raises(ValueError, match=r"unknown tag scheme 'IOE2': expected one of .*'BMES'.*'IOBES'"):
+    assert all(isinstance(scheme, Scheme) and scheme.name == name for name,
+               scheme in SCHEMES.items())
+    with pytest.raises(ValueError,
+                       match=r"unknown tag scheme 'IOE2': expected one of .*'BMES'.*'IOBES'"):
         get_scheme('IOE2')
 
 
@@ -449,11 +470,12 @@ def test_seg_scheme_encodes_and_decodes_word_spans():
 
 
 @pytest.mark.parametrize('scheme, types, length', [
-    ('BIO', TYPES, 4), ('IOB1', TYPES, 4), ('BIOES', TYPES, 3), ('BMES', ['X'], 4), ('SEG', None, 5)])
+    ('BIO', TYPES, 4), ('IOB1', TYPES, 4), ('BIOES', TYPES, 3), ('BMES', ['X'], 4),
+    ('SEG', None, 5)])
 def test_check_and_repair_brute_force(scheme, types, length):
-    """check fails exactly on the sequences that are not canonical; repair gives a canonical sequence
-    spelling the entities of conlleval's reading (seqeval's default chunker, M read as I, SEG's tags
-    as IOBES tags of one type)."""
+    """check fails exactly on the sequences that are not canonical; repair gives a canonical
+    sequence spelling the entities of conlleval's reading (seqeval's default chunker, M read as I,
+    SEG's tags as IOBES tags of one type)."""
     scheme = get_scheme(scheme)
     labels = scheme.labels(types)
     as_iobes = {'s': 'S-w', 'b': 'B-w', 'm': 'I-w', 'e': 'E-w'}
@@ -516,8 +538,9 @@ def test_stray_and_unclosed_tags_named_and_repaired(scheme, tags, position, faul
 
 def test_check_names_lines_and_an_unclosed_end():
     bioes = get_scheme('BIOES')
-    with pytest.raises(TagError, match=r"^line 13: the entity opened by 'B-X' at line 12 is never closed "
-                                       r"\(expected 'E-X' at the end of the sentence, got 'I-X'\)"):
+    with pytest.raises(TagError, match=r"^line 13: the entity opened by 'B-X' at line 12 is never "
+                                       r"closed \(expected 'E-X' at the end of the sentence, got "
+                                       r"'I-X'\)"):
         bioes.check(['O', 'B-X', 'I-X'], lines=[11, 12, 13])
     assert bioes.repair(['O', 'B-X', 'I-X']) == (['O', 'B-X', 'E-X'], 1)
     assert bioes.repair(['B-X']) == (['S-X'], 1)

@@ -72,7 +72,8 @@ def test_samples_read_with_hand_counted_entities(format):
     assert train.format == format and f'format {format} detected' in train.note
     assert train.types == tuple(sorted(ENTITIES[format]['train']))
     for split in SPLITS:
-        data = read_corpus(sample(format, split), format, train.types) if split != 'train' else train
+        data = (read_corpus(sample(format, split), format, train.types) if split != 'train'
+                else train)
         assert len(data) == (30 if split == 'train' else 10)
         assert dict(data.entity_counts()) == ENTITIES[format][split]
         assert data.units == ('words' if format == 'conll' else 'chars')
@@ -115,7 +116,8 @@ def test_jsonl_nested_sample_keeps_both_spans_and_tags_the_outer_one():
 
 
 def test_jsonl_spans_layout(tmp_path):
-    path = write(tmp_path, 'spans.jsonl', json.dumps({'text': '张三在北京', 'spans': [[0, 2, 'PER'],
+    path = write(tmp_path, 'spans.jsonl',
+                 json.dumps({'text': '张三在北京', 'spans': [[0, 2, 'PER'],
                                                                                 [3, 5, 'LOC']]},
                                                        ensure_ascii=False) + '\n')
     (example,) = read_corpus(path)
@@ -127,11 +129,11 @@ def test_jsonl_spans_layout(tmp_path):
 # Detection where it is unclear
 
 @pytest.mark.parametrize('content, format, reason', [
-    ('张 B-PER\n在 O\n京 B-LOC\n', 'char-bio', 'BIOES would read each B- as S-'),      # O and B- only
+    ('张 B-PER\n在 O\n京 B-LOC\n', 'char-bio', 'BIOES would read each B- as S-'),  # O and B- only
     ('张 B-PER\n三 E-PER\n京 S-LOC\n', 'char-bioes', 'BMES reads them alike'),         # no I-, no M-
     ('在 O\n京 O\n', 'char-bio', "only 'O' tags"),
     ('EU\tNNP\tB-ORG\nrejects\tVBZ\tO\n', 'conll', '3 columns'),
-    ('Peter B-PER\nrejects O\n', 'conll', '2 columns'),                        # a word is no character
+    ('Peter B-PER\nrejects O\n', 'conll', '2 columns'),  # a word is no character
     ('我们  爱  北京\n', 'segmented', 'no tags'),
 ])
 def test_detection_says_which_rule_decided(tmp_path, content, format, reason):
@@ -173,7 +175,8 @@ def test_unknown_format_lists_the_formats():
     ('jsonl', '{"text": "北京", "label": {"address": {"北京": [[0, 1]]}}}\n'
               '{"text": "小说《三体》", "label": {"game": {"《三体》": [[2, 5]]}}}\n', 2, 'game'),
 ])
-def test_a_type_found_only_in_dev_names_line_type_and_training_types(tmp_path, format, content, line,
+def test_a_type_found_only_in_dev_names_line_type_and_training_types(tmp_path, format, content,
+                                                                     line,
                                                                       kind):
     train = read_corpus(sample(format, 'train'))
     dev = write(tmp_path, 'dev.txt', content)
@@ -201,7 +204,8 @@ def test_messy_tags_repaired_and_placed_by_default_or_rejected_with_the_fault(
     assert data.format == format
     assert [e.tags for e in data] == tags and [e.spans for e in data] == spans
     assert 'repaired 2x: a tag breaking its entity' in data.summary()
-    assert [place for e in data for place in e.repaired_at] == [f'{path}:{n}' for n in repaired_lines]
+    assert [place for e in data for place in e.repaired_at] == [f'{path}:{n}'
+                                                                for n in repaired_lines]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -279,11 +283,11 @@ CHAR_BIO = '张 B-PER\n三 I-PER\n去 O\n北 B-LOC\n京 I-LOC\n\n李 B-PER\n四 
     (CHAR_BIO.replace('\n', ' \n'), 'char-bio'),                         # trailing spaces
     (CHAR_BIO.replace(' ', '  '), 'char-bio'),                           # two spaces
     (CHAR_BIO.replace(' ', ' \t'), 'char-bio'),                          # a space and a tab
-    (CHAR_BIO.replace('\n\n', '\n \t\n'), 'char-bio'),                   # a blank line of whitespace
+    (CHAR_BIO.replace('\n\n', '\n \t\n'), 'char-bio'),  # a blank line of whitespace
     ('-DOCSTART- O\n\n' + CHAR_BIO, 'char-bio'),                         # CoNLL's document line
     (CHAR_BIO.lower(), 'char-bio'),                                      # b-per, o
     (CHAR_BIO.replace('I-PER', 'L-PER').replace('B-LOC\n京 I-LOC', 'B-LOC\n京 L-LOC'), 'char-bioes'),
-    ('\ufeff' + CHAR_BIO.replace('\n\n', '\n\ufeff \n'), 'char-bio'),    # BOMs of concatenated files
+    ('\ufeff' + CHAR_BIO.replace('\n\n', '\n\ufeff \n'), 'char-bio'),  # BOMs of concatenated files
 ])
 def test_char_files_with_loose_layouts_read_like_the_plain_one(tmp_path, content, format):
     plain = read_corpus(write(tmp_path, 'plain.txt', CHAR_BIO))
@@ -305,7 +309,8 @@ def test_a_space_character_and_its_tag(tmp_path):
                                     r"or B-, I-, M-, E-, S- \(BILOU's L-, U-\) and an entity type$"),
     ('张 B-PER\n三 B_PER\n', 2, "'B_PER' is not a tag"),
     ('张 B-PER\n去 0\n', 2, "'0' is not a tag"),
-    ('B-PER 张\nI-PER 三\nO 去\n', 1, "the tag stands first \\('B-PER 张'\\): put each line's tag last"),
+    ('B-PER 张\nI-PER 三\nO 去\n', 1,
+     "the tag stands first \\('B-PER 张'\\): put each line's tag last"),
     ('B 中\nE 国\nS 人\n', 1, "the tag stands first \\('B 中'\\): put each line's tag last"),
     ('张 B-PER\n' * 12 + 'iPhone O\n', 13, "expected one character, spaces or tabs and a tag like "
                                          "92% of the lines, got 'iPhone O': give one character a "
@@ -338,7 +343,8 @@ def test_a_character_format_given_to_a_file_of_words_says_what_reads_words(tmp_p
 def test_conll_documents_tabs_and_no_break_spaces(tmp_path):
     data = read_corpus(write(tmp_path, 'docs.txt', 'EU B-ORG\n-DOCSTART- O\nPeter B-PER\n'))
     assert [e.tokens for e in data] == [['EU'], ['Peter']]               # two sentences
-    data = read_corpus(write(tmp_path, 'tabs.txt', 'New York\tNNP\tB-LOC\nis\tVBZ\tO\nbig\tJJ\tO\n'))
+    data = read_corpus(write(tmp_path, 'tabs.txt',
+                             'New York\tNNP\tB-LOC\nis\tVBZ\tO\nbig\tJJ\tO\n'))
     assert data[0].tokens == ['New York', 'is', 'big'] and data[0].spans == [(0, 1, 'LOC')]
     data = read_corpus(write(tmp_path, 'nbsp.txt', 'New\u00a0York B-LOC\nis O\n'))
     assert data[0].tokens == ['New\u00a0York', 'is']
@@ -374,8 +380,8 @@ def test_char_seg_words_and_pos_tagged_segmented_text(tmp_path):
 
 
 def test_an_iob1_file_says_it_was_read_as_bio(tmp_path):
-    path = write(tmp_path, 'iob1.txt', 'EU I-ORG\nrejects O\nGerman I-MISC\n\nPeter I-PER\nBlack I-PER\n\n'
-                                       'OK O\n')
+    path = write(tmp_path, 'iob1.txt', 'EU I-ORG\nrejects O\nGerman I-MISC\n\nPeter I-PER\nBlack '
+                                       'I-PER\n\nOK O\n')
     data = read_corpus(path)
     assert [e.spans for e in data] == [[(0, 1, 'ORG'), (2, 3, 'MISC')], [(0, 2, 'PER')], []]
     assert (f'noted 2x ({path}:1, {path}:5): IOB1 tags (an entity opening with I-X) read as BIO'
@@ -406,7 +412,8 @@ def test_a_few_odd_lines_among_a_layout_are_named(tmp_path, content, line, match
 @pytest.mark.parametrize('content, format, spans', [
     ('张\u3000B-PER\n三\u3000I-PER\n去\u00a0O\n', 'char-bio', [[(0, 2, 'PER')]]),     # U+3000, NBSP
     ('张 B-PER\n去 O\u00a0\n', 'char-bio', [[(0, 1, 'PER')]]),                        # NBSP after
-    ('New York\tB-LOC\nLos Angeles\tB-LOC\nthe city\tO\n', 'conll', [[(0, 1, 'LOC'), (1, 2, 'LOC')]]),
+    ('New York\tB-LOC\nLos Angeles\tB-LOC\nthe city\tO\n', 'conll',
+     [[(0, 1, 'LOC'), (1, 2, 'LOC')]]),
     ('{\n  "text": "张三",\n  "spans": [[0, 2, "name"]]\n}\n{\n  "text": "李四",\n  "spans": []\n}\n',
      'jsonl', [[(0, 2, 'name')], []]),                                  # pretty-printed records
     ('张 B-PER\n三 I-PER\n'.encode('utf-32'), 'char-bio', [[(0, 2, 'PER')]]),
