@@ -5,14 +5,14 @@ the feed-forward's 1,248, the CRF head's 7), in interleaved rounds; and how far 
 float64 sum of the same bfloat16 values (normal, standard deviation 3). Prints one JSON line per
 shape.
 
-    $ python benchmarks/bias_gradient.py --rounds 30    # writes benchmarks/results/bias_gradient.json
+    $ python benchmarks/bias_gradient.py --rounds 30    # writes
+    benchmarks/results/bias_gradient.json
 """
 import argparse
 import json
 import os
 import sys
 
-import numpy as np
 
 import crf_lr  # noqa: F401  (environment before TensorFlow)
 
@@ -35,7 +35,9 @@ def largest_errors(tf, ops, dy):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--rounds', type=int, default=30)
-    parser.add_argument('--out', default=os.path.join(os.path.dirname(os.path.abspath(__file__)), 'results', 'bias_gradient.json'),
+    parser.add_argument('--out',
+                        default=os.path.join(os.path.dirname(os.path.abspath(__file__)), 'results',
+                                             'bias_gradient.json'),
                         help='JSON lines (default: benchmarks/results/bias_gradient.json)')
     args = parser.parse_args()
     from crf_lr.speed import fused_kernels

@@ -207,7 +207,7 @@ def crf_lr_viterbi_decoders(tf, transitions):
     """crf_lr's NumPy ``viterbi_decode`` and in-graph ``viterbi_decode_tf`` (in a tf.function)."""
     from crf_lr.decoding.viterbi import viterbi_decode, viterbi_decode_tf
     trans = tf.constant(transitions)
-    graph = tf.function(lambda e, l: viterbi_decode_tf(e, trans, lengths=l))
+    graph = tf.function(lambda e, lens: viterbi_decode_tf(e, trans, lengths=lens))
 
     def numpy_decode(emissions, lengths):
         return viterbi_decode(emissions, transitions, lengths=lengths)

@@ -1,8 +1,8 @@
 """What ``crf_lr.set_check_numerics(True)`` costs in a training step: the task scripts' step
-(``crf_lr.training.loop.train_steps``: bert4keras ALBERT-tiny-shaped random encoder, a ``crf_lr.model.heads``
-head, ``LayerwiseAdam``) on one synthetic batch, traced once with the checks and once without,
-timed in interleaved rounds (benchmarks/timing.py). Prints one JSON line per case: the step's
-median [min-max] ms each way, the per-round ratio on / off, and the number of check ops
+(``crf_lr.training.loop.train_steps``: bert4keras ALBERT-tiny-shaped random encoder, a
+``crf_lr.model.heads`` head, ``LayerwiseAdam``) on one synthetic batch, traced once with the checks
+and once without, timed in interleaved rounds (benchmarks/timing.py). Prints one JSON line per case:
+the step's median [min-max] ms each way, the per-round ratio on / off, and the number of check ops
 (``Assert``) in each traced step (0 when off: the graph is the one without checks).
 
     $ nice -n 19 python benchmarks/check_numerics.py --heads crf efficient_global_pointer \

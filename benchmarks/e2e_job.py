@@ -7,10 +7,11 @@ same head weights, predict on the same batches, and are scored by the same code.
     >>> job['epochs'][0][0]    # ([token_ids, segment_ids] int32 (32, n), labels int32 (32, n - 1))
     >>> f1 = test_f1(job, paths) # paths: one label-id list per test window, batch by batch
 
-Word-piece labelling is crf_lr's (``crf_lr.training.loop.make_samples``: a word's tag goes to all its pieces;
-the first piece's prediction is the word's), the order ``crf_lr.training.loop.epoch_batches``'s, the
-prediction batches those ``crf_lr.serving.tagger.Tagger.run`` makes. Targets and scores are per piece:
-``[CLS]`` dropped, ``[SEP]`` and padding masked (``crf_lr.model.heads.PieceStates``).
+Word-piece labelling is crf_lr's (``crf_lr.training.loop.make_samples``: a word's tag goes to all
+its pieces; the first piece's prediction is the word's), the order
+``crf_lr.training.loop.epoch_batches``'s, the prediction batches those
+``crf_lr.serving.tagger.Tagger.run`` makes. Targets and scores are per piece: ``[CLS]`` dropped,
+``[SEP]`` and padding masked (``crf_lr.model.heads.PieceStates``).
 """
 import os
 

@@ -1,8 +1,8 @@
 """crf_lr's side of the end-to-end benchmark: ``examples/task_ner.py``'s model (bert4keras encoder,
-``crf_lr.model.heads`` head: Dense + CRF with its transitions at 100x, or Dense + softmax), compiled with
-``LayerwiseAdam`` as the script compiles it, trained through ``crf_lr.training.loop.train_steps`` (the
-scripts' loop) or Keras's ``model.train_on_batch`` (what bert4keras users write), plain or after
-``crf_lr.training.loop.trace_once`` (``step='trace_once'``).
+``crf_lr.model.heads`` head: Dense + CRF with its transitions at 100x, or Dense + softmax), compiled
+with ``LayerwiseAdam`` as the script compiles it, trained through
+``crf_lr.training.loop.train_steps`` (the scripts' loop) or Keras's ``model.train_on_batch`` (what
+bert4keras users write), plain or after ``crf_lr.training.loop.trace_once`` (``step='trace_once'``).
 
     >>> side = KerasSide(job, 'crf', 'float32', threads=2, step='train_steps')
     >>> losses = list(side.train(job['epochs'][0]))

@@ -5,11 +5,11 @@ train on a job's epochs, predict its test batches, time a fixed step; one JSON l
           "precision": "float32", "threads": 2, "step_calls": 5, "predict_passes": 3}'
 
 Sides: ``crf_lr`` (``e2e_keras.KerasSide``: ``examples/task_ner.py``'s model, trained through
-``crf_lr.training.loop.train_steps`` or, with ``"step": "train_on_batch"``, Keras's ``train_on_batch``) and
-``torch`` (``e2e_torch.TorchSide``: ``transformers`` + ``pytorch-crf``). A side has
-``train(batches)`` (yields each step's loss), ``predict(inputs)`` (label-id paths of a batch, one
-per window) and ``loss(inputs, labels)`` / ``seen(inputs, labels)`` (step-0 loss without dropout,
-and the piece mask and labels the model sees: for the parity test).
+``crf_lr.training.loop.train_steps`` or, with ``"step": "train_on_batch"``, Keras's
+``train_on_batch``) and ``torch`` (``e2e_torch.TorchSide``: ``transformers`` + ``pytorch-crf``). A
+side has ``train(batches)`` (yields each step's loss), ``predict(inputs)`` (label-id paths of a
+batch, one per window) and ``loss(inputs, labels)`` / ``seen(inputs, labels)`` (step-0 loss without
+dropout, and the piece mask and labels the model sees: for the parity test).
 """
 import json
 import os

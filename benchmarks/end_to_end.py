@@ -13,8 +13,9 @@ train_on_batch`` (the same after one ``crf_lr.training.loop.trace_once`` call) a
 (``e2e_torch.py``). Corpora: CoNLL-2003 with the packaged MiniLM (``minilm-en``; transformers'
 ``BertModel``) and MSRA with the packaged ALBERT-tiny (``albert-tiny-zh``; ``AlbertModel``), a
 fixed seeded training subset each (``crf_lr.data.splits.load_splits``), the first test sentences.
-Precisions: float32, and bf16 where the CPU has native bf16 (``crf_lr.model.precision.native_bf16``):
-``--precision mixed_bfloat16`` against ``torch.autocast('cpu', dtype=torch.bfloat16)``.
+Precisions: float32, and bf16 where the CPU has native bf16
+(``crf_lr.model.precision.native_bf16``): ``--precision mixed_bfloat16`` against
+``torch.autocast('cpu', dtype=torch.bfloat16)``.
 
 Every (stack, head, precision, seed) runs in a fresh process (``e2e_worker.py``, so peak RSS is its
 own), the stacks interleaved in rounds (one round per seed, the order rotated each round). Threads:
@@ -183,7 +184,8 @@ def ratio_table(ok):
         return []
     return ['', 'crf_lr over PyTorch in the same round, median [min–max] of the per-round ratios '
             '(time: < 1 is faster; prediction: throughput, > 1 is faster):', '',
-            '| corpus | head | precision | stack | ' + ' | '.join(name for name, _ in RATIOS) + ' |',
+            '| corpus | head | precision | stack | ' + ' | '.join(name for name, _ in RATIOS)
+            + ' |',
             '|---' * (4 + len(RATIOS)) + '|'] + lines
 
 

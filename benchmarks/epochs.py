@@ -1,8 +1,8 @@
 """First epoch against a steady one: a ~1,000-sentence synthetic set trained batch by batch on the
 scripts' model (bert4keras ALBERT-tiny-shaped random encoder, ``crf_lr.model.heads`` head,
-``LayerwiseAdam``), with ``crf_lr.training.loop.train_steps`` (what ``crf_lr.training.loop.fit`` runs: Keras's train
-function traced once for batches of every shape, fed from ``tf.data``) or with plain
-``model.train_on_batch`` (traced for the first batch's exact shape, twice: once creating the
+``LayerwiseAdam``), with ``crf_lr.training.loop.train_steps`` (what ``crf_lr.training.loop.fit``
+runs: Keras's train function traced once for batches of every shape, fed from ``tf.data``) or with
+plain ``model.train_on_batch`` (traced for the first batch's exact shape, twice: once creating the
 optimiser's variables, then once more with generalised shapes: 3 traces).
 
 Epoch 1 pays for tracing Keras's train function and, with ``--crf-xla`` where the CRF's CPU
@@ -98,7 +98,7 @@ def epoch_times(tf, keras, head_name, length_multiple, epochs=2, layers=4, sente
     from crf_lr.model.precision import set_precision
     from crf_lr.training.loop import train_steps
     import crf_lr.model.crf
-    crf_lr.model.crf.USE_XLA = crf_xla                          # train_on_batch's; train_steps takes it
+    crf_lr.model.crf.USE_XLA = crf_xla  # train_on_batch's; train_steps takes it
     if unused_generator:
         iter(tf.data.Dataset.from_generator(lambda: iter(()), output_signature=tf.TensorSpec([])))
     set_precision(precision)
@@ -140,12 +140,13 @@ def main():
                                                     'crf_lr.training.loop.fit runs)')
     parser.add_argument('--crf-xla', action='store_true',
                         help="compile the CRF's forward-backward with XLA where its CPU kernel "
-                             "does not run (crf_lr.model.crf.use_xla; with the kernel, as by default, "
-                             "training steps run the kernel either way)")
+                             "does not run (crf_lr.model.crf.use_xla; with the kernel, as by "
+                             "default, training steps run the kernel either way)")
     parser.add_argument('--unused-generator', action='store_true',
                         help='first create and drop an iterator over a Dataset.from_generator')
     parser.add_argument('--precision', default='float32',
-                        help="float32, mixed_bfloat16 or auto (crf_lr.model.precision.set_precision)")
+                        help="float32, mixed_bfloat16 or auto "
+                             "(crf_lr.model.precision.set_precision)")
     parser.add_argument('--jit-compile', action='store_true',
                         help='the whole step XLA-compiled (one program per batch shape)')
     for name, default in (('epochs', 2), ('layers', 4), ('sentences', 1000), ('batch', 16),

@@ -1,11 +1,11 @@
-"""Where step 1 of ``crf_lr.training.loop.train_steps`` spends its time: the scripts' model (bert4keras
-ALBERT-tiny-shaped random encoder, ``crf_lr.model.heads`` head, ``LayerwiseAdam``) on one synthetic batch
-of 16, profiled with cProfile in a fresh process. Prints one JSON line: the whole first step, the
-trace (``get_concrete_function``) and inside it the forward pass, the gradients and the optimiser's
-update, the first call of the traced graph (graph optimisation and the first run), a second step
-for comparison, and how many ops the traced graph holds (and how many under layer-norm scopes).
-``TF_CPP_VMODULE=meta_optimizer=1`` in the environment adds grappler's own per-pass times to
-stderr.
+"""Where step 1 of ``crf_lr.training.loop.train_steps`` spends its time: the scripts' model
+(bert4keras ALBERT-tiny-shaped random encoder, ``crf_lr.model.heads`` head, ``LayerwiseAdam``) on
+one synthetic batch of 16, profiled with cProfile in a fresh process. Prints one JSON line: the
+whole first step, the trace (``get_concrete_function``) and inside it the forward pass, the
+gradients and the optimiser's update, the first call of the traced graph (graph optimisation and the
+first run), a second step for comparison, and how many ops the traced graph holds (and how many
+under layer-norm scopes). ``TF_CPP_VMODULE=meta_optimizer=1`` in the environment adds grappler's own
+per-pass times to stderr.
 
     $ python benchmarks/first_step.py --head crf --layers 4
     $ python benchmarks/first_step.py --head crf --layers 4 --bert4keras-layer-norm

@@ -9,9 +9,9 @@ rounds, each precision in its own rounds. ``--change``:
 * ``closed_form_layer_norm``: bert4keras's layer norm with TensorFlow's gradient of each op
   against :func:`crf_lr.speed.layer_norm.closed_form_layer_norm` (the same forward ops, the gradient
   in closed form);
-* ``fused_adam`` (``--part step`` or ``update``): :class:`crf_lr.training.optimizers.Adam`'s update as
-  separate ops against :func:`crf_lr.training.optimizers.fused_adam` (one ``ResourceApplyAdam`` kernel
-  per variable);
+* ``fused_adam`` (``--part step`` or ``update``): :class:`crf_lr.training.optimizers.Adam`'s update
+  as separate ops against :func:`crf_lr.training.optimizers.fused_adam` (one ``ResourceApplyAdam``
+  kernel per variable);
 * ``light_graph_optimisation``: grappler's default optimisation of the function at its first
   call against :func:`crf_lr.speed.graph_optimisation.optimised_lightly` (one round, no memory or
   layout optimiser);
@@ -20,8 +20,8 @@ rounds, each precision in its own rounds. ``--change``:
 * ``fused_bias_gradient`` (``--part step``): TensorFlow's ``BiasAddGrad`` for every bias against
   :func:`crf_lr.speed.fused_kernels.bias_gradient` (one kernel, float32 sums);
 * ``inference_only`` (``--part predict``): the model saved and reloaded by
-  :func:`crf_lr.model.precision.load_model` against the same with ``inference_only=True`` (bf16 encoder
-  weights under mixed_bfloat16, as :meth:`crf_lr.serving.tagger.Tagger.load` loads).
+  :func:`crf_lr.model.precision.load_model` against the same with ``inference_only=True`` (bf16
+  encoder weights under mixed_bfloat16, as :meth:`crf_lr.serving.tagger.Tagger.load` loads).
 
 Everything else as the library runs it (prediction under ``flat_dense``, batched attention on).
 ``--part``:
@@ -35,13 +35,13 @@ Everything else as the library runs it (prediction under ``flat_dense``, batched
   weights (22.7 M) on fixed gradients, the word embedding's sparse as in training (the rows of
   32 x 128 looked-up ids).
 
-    $ python benchmarks/graph_probe.py --change flat_dense --part predict   # a JSON line per precision
-    $ python benchmarks/graph_probe.py --change batched_attention --part step   # benchmarks/results/graph_probe.batched_attention.step.json
-    $ python benchmarks/graph_probe.py --change batched_attention --part predict --profile 3
-    $ python benchmarks/graph_probe.py --change fused_adam --part step
-    $ python benchmarks/graph_probe.py --change closed_form_layer_norm --part step
-    $ python benchmarks/graph_probe.py --change fused_adam --part update
-    $ python benchmarks/graph_probe.py --change light_graph_optimisation --part step
+    $ python benchmarks/graph_probe.py --change flat_dense --part predict   # a JSON line per
+    precision $ python benchmarks/graph_probe.py --change batched_attention --part step   #
+    benchmarks/results/graph_probe.batched_attention.step.json $ python benchmarks/graph_probe.py
+    --change batched_attention --part predict --profile 3 $ python benchmarks/graph_probe.py
+    --change fused_adam --part step $ python benchmarks/graph_probe.py --change
+    closed_form_layer_norm --part step $ python benchmarks/graph_probe.py --change fused_adam --part
+    update $ python benchmarks/graph_probe.py --change light_graph_optimisation --part step
     $ python benchmarks/graph_probe.py --change fused_kernels --part step
     $ python benchmarks/graph_probe.py --change fused_bias_gradient --part step
 """
@@ -93,8 +93,8 @@ def within(change, on, function):
 
 
 def reloaded(model):
-    """{False: ``model`` saved and reloaded by crf_lr.model.precision.load_model, True: the same with
-    ``inference_only`` (bf16 encoder weights under mixed_bfloat16)}."""
+    """{False: ``model`` saved and reloaded by crf_lr.model.precision.load_model, True: the same
+    with ``inference_only`` (bf16 encoder weights under mixed_bfloat16)}."""
     from crf_lr.model.precision import load_model
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, 'model.h5')
@@ -207,7 +207,10 @@ def main():
                         help='also profile this many calls with the change on: op ms by kind '
                              'and the costliest op types (step_profile.py)')
     args = parser.parse_args()
-    args.out = args.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), 'results', f'graph_probe.{args.change}.{args.part}.json')
+    args.out = (args.out
+                or
+                os.path.join(os.path.dirname(os.path.abspath(__file__)), 'results',
+                             f'graph_probe.{args.change}.{args.part}.json'))
     if args.change == 'inference_only' and args.part != 'predict':
         parser.error('--change inference_only is a way of loading a model for prediction: '
                      'use it with --part predict')

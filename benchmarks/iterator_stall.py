@@ -63,7 +63,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--rounds', type=int, default=8)
     parser.add_argument('--step-s', type=float, default=1.3, help='seconds per step (default 1.3)')
-    parser.add_argument('--out', default=os.path.join(os.path.dirname(os.path.abspath(__file__)), 'results', 'iterator_stall.json'),
+    parser.add_argument('--out',
+                        default=os.path.join(os.path.dirname(os.path.abspath(__file__)), 'results',
+                                             'iterator_stall.json'),
                         help='JSON line (default: benchmarks/results/iterator_stall.json)')
     args = parser.parse_args()
     from crf_lr.compat import tf

@@ -66,7 +66,9 @@ def floor_function(tf, products, dtype):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--rounds', type=int, default=7)
-    parser.add_argument('--out', default=os.path.join(os.path.dirname(os.path.abspath(__file__)), 'results', 'matmul_floor.json'),
+    parser.add_argument('--out',
+                        default=os.path.join(os.path.dirname(os.path.abspath(__file__)), 'results',
+                                             'matmul_floor.json'),
                         help='JSON line (default: benchmarks/results/matmul_floor.json)')
     args = parser.parse_args()
     from crf_lr.compat import tf

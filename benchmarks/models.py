@@ -10,8 +10,8 @@ Heads (7 tags = BIO over 3 entity types; the pointer heads score the 3 types):
 * ``softmax``: Dense(7) + token-level softmax cross-entropy over real tokens.
 * ``CRF (crf_lr)`` / ``CRF (bert4keras)``: Dense(7) + the CRF layer (lr_multiplier 100) and its
   ``sparse_loss``.
-* ``GlobalPointer`` / ``EfficientGlobalPointer`` (crf_lr.model.global_pointer, head_size 64) with the
-  dense loss (targets (batch, 3, n, n)) or the sparse one (targets (batch, 3, 8, 2)).
+* ``GlobalPointer`` / ``EfficientGlobalPointer`` (crf_lr.model.global_pointer, head_size 64) with
+  the dense loss (targets (batch, 3, n, n)) or the sparse one (targets (batch, 3, 8, 2)).
 
 One step = forward + loss + backward + ``LayerwiseAdam`` update, in a ``tf.function`` traced for
 its input shape.
@@ -85,8 +85,9 @@ def build_head(tf, keras, head, layers):
 
 
 def build_head_in(tf, keras, head, layers, precision):
-    """:func:`build_head` (random seed 0) under ``precision`` (``crf_lr.model.precision.set_precision``:
-    'float32' or 'mixed_bfloat16'); float32 is set again afterwards.
+    """:func:`build_head` (random seed 0) under ``precision``
+    (``crf_lr.model.precision.set_precision``: 'float32' or 'mixed_bfloat16'); float32 is set again
+    afterwards.
 
         >>> head_model = build_head_in(tf, keras, 'CRF (crf_lr)', 4, 'mixed_bfloat16')
     """

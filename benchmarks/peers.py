@@ -132,7 +132,7 @@ def bert4keras_viterbi(transitions):
 def tfa_viterbi(tf, tfa, transitions):
     """TensorFlow Addons' ``crf_decode`` inside a ``tf.function`` (a graph)."""
     trans = tf.constant(transitions, tf.float32)
-    graph = tf.function(lambda e, l: tfa.text.crf_decode(e, trans, l)[0])
+    graph = tf.function(lambda e, lens: tfa.text.crf_decode(e, trans, lens)[0])
 
     def decode(emissions, lengths):
         tags = graph(tf.constant(emissions), tf.constant(lengths, tf.int32)).numpy()

@@ -4,8 +4,8 @@ GlobalPointer head; random weights: only time is measured), each in a fresh proc
 [min-max] over ``--rounds`` interleaved rounds.
 
 The first prediction is split into its phases, as the process sees them: Python and argument
-checks, ``import crf_lr.serving.tagger`` (TensorFlow, bert4keras), ``Tagger.load`` (the h5 model) and the
-first line (the traced predict function), then a second line (steady state).
+checks, ``import crf_lr.serving.tagger`` (TensorFlow, bert4keras), ``Tagger.load`` (the h5 model)
+and the first line (the traced predict function), then a second line (steady state).
 
     $ python benchmarks/predict_start.py --rounds 5        # Markdown table on stdout
 """

@@ -1,5 +1,5 @@
-"""Probe: the pointer heads' training step with ``crf_lr/model/global_pointer.py`` as it was at a git
-revision against the working tree's, in interleaved rounds, each head and precision in its own.
+"""Probe: the pointer heads' training step with ``crf_lr/model/global_pointer.py`` as it was at a
+git revision against the working tree's, in interleaved rounds, each head and precision in its own.
 
 The old module is read with ``git show REV:crf_lr/model/global_pointer.py`` (a revision since the
 wings, 540f0d8: an older module imports modules by their old paths) and loaded beside the
@@ -31,8 +31,8 @@ HEADS = ('GlobalPointer sparse', 'EfficientGlobalPointer sparse')
 
 
 def module_at(revision):
-    """``crf_lr.model.global_pointer`` as it was at ``revision`` (a new module object, its layers not
-    registered with Keras).
+    """``crf_lr.model.global_pointer`` as it was at ``revision`` (a new module object, its layers
+    not registered with Keras).
 
         >>> old = module_at('e406173^'); old.GlobalPointer(heads=3, head_size=64)
     """

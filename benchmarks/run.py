@@ -543,7 +543,8 @@ def precision_report(results):
                             'mixed_bfloat16', 'mixed_bfloat16, XLA (whole step)'], rows), '']
     if not results['first_epoch']:
         return '\n'.join(out)
-    # step 'train_steps' ('fit' in earlier runs): crf_lr.training.loop.train_steps; older: train_on_batch
+    # step 'train_steps' ('fit' in earlier runs): crf_lr.training.loop.train_steps; older:
+    # train_on_batch
     out += ['### First epoch against a steady one', '',
             markdown_table(['head', 'step', 'layers', 'sentences', 'batch', 'maxlen',
                             'length_multiple', 'batch shapes', 'traces', 'epoch seconds',
@@ -624,8 +625,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--quick', action='store_true', help='a subset, under 2 minutes')
     parser.add_argument('--out', default=None, help='results JSON (default '
-                        'benchmarks/results/run.json, or benchmarks/results/<part>.json with --part; '
-                        '.quick.json with --quick)')
+                        'benchmarks/results/run.json, or benchmarks/results/<part>.json with '
+                        '--part; .quick.json with --quick)')
     parser.add_argument('--plots', default=None, help='folder for the PNG plots (default docs/ for '
                         'a full run, none with --quick)')
     parser.add_argument('--report', metavar='JSON', help='print the tables of a saved run and exit')

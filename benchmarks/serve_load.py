@@ -1,5 +1,6 @@
 """Loopback load test of ``python -m crf_lr.serve``: throughput and latency with micro-batching and
-with one window per batch, against ``crf_lr.serving.predict``'s batch throughput on the same sentences.
+with one window per batch, against ``crf_lr.serving.predict``'s batch throughput on the same
+sentences.
 
 Two servers of the same model run side by side on free ports of 127.0.0.1: the default one
 (micro-batching) and one started with ``--max-batch 1``. A fixed number of single-sentence
@@ -7,14 +8,14 @@ requests is sent by 1, 8, 32 and 64 concurrent keep-alive clients (aiohttp on as
 process, the JSON bodies encoded beforehand: about 0.2 ms of CPU a request, where httpx took 2
 ms on the same cores the servers use), to each server in turn, for two sets of sentences: short
 (10-21 characters) and realistic (MSRA test sentences of 40-50 characters, from ``--data-dir``,
-when there); it stops by itself. Right before each measurement, ``crf_lr.serving.predict.predict_lines``
-runs on the same sentences in batches of 32 in this process (no load running meanwhile): the
-batch throughput a server can at best approach; a row's "of batch" divides each measurement's
-requests per second by the batch throughput measured just before it. Rounds are interleaved (each round runs
-every row, the two servers' order swapped every other round), so a burst of load from other
-processes hits all alike. Prints a Markdown table: median [min-max] over rounds of requests per
-second, p50 / p99 latency, the share of the batch throughput, and the CPU time the server
-process (all its threads) and this client spent per request.
+when there); it stops by itself. Right before each measurement,
+``crf_lr.serving.predict.predict_lines`` runs on the same sentences in batches of 32 in this process
+(no load running meanwhile): the batch throughput a server can at best approach; a row's "of batch"
+divides each measurement's requests per second by the batch throughput measured just before it.
+Rounds are interleaved (each round runs every row, the two servers' order swapped every other
+round), so a burst of load from other processes hits all alike. Prints a Markdown table: median
+[min-max] over rounds of requests per second, p50 / p99 latency, the share of the batch throughput,
+and the CPU time the server process (all its threads) and this client spent per request.
 
     $ python benchmarks/serve_load.py runs/ner/model --data-dir /work/shared/data
 """
@@ -35,9 +36,12 @@ spec = importlib.util.spec_from_file_location(
 serve_page = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(serve_page)
 
-SHORT = ['中共中央总书记、国家主席江泽民发表新年讲话。', '张三去北京大学看望李四老师。',
-         '香港特别行政区政府今天在九龙举行记者会。', '上海浦东新区的企业正在扩大出口。',
-         '今天天气很好，我们去公园散步。', '联合国秘书长安南在纽约发表讲话。',
+SHORT = ['中共中央总书记、国家主席江泽民发表新年讲话。',
+         '张三去北京大学看望李四老师。',
+         '香港特别行政区政府今天在九龙举行记者会。',
+         '上海浦东新区的企业正在扩大出口。',
+         '今天天气很好，我们去公园散步。',
+         '联合国秘书长安南在纽约发表讲话。',
          '国务院总理朱镕基会见了日本客人。', '新华社北京一月一日电']
 MODES = {'micro-batching': (), 'one window a batch': ('--max-batch', '1')}
 
@@ -167,8 +171,8 @@ def main(argv=None):
     for (name, clients, mode), runs in rows.items():
         share = spread([100 * r['of_batch'] for r in runs]) + ' %'
         print(f'| {name} | {clients} | {mode} | {spread([r["per_second"] for r in runs])} | '
-              f'{spread([r["batch_per_second"] for r in runs])} | {share} | {spread([r["p50_ms"] for r in runs])} | '
-              f'{spread([r["p99_ms"] for r in runs])} | '
+              f'{spread([r["batch_per_second"] for r in runs])} | {share} | '
+              f'{spread([r["p50_ms"] for r in runs])} | {spread([r["p99_ms"] for r in runs])} | '
               f'{spread([r["server_cpu_ms"] for r in runs], 1)} | '
               f'{spread([r["client_cpu_ms"] for r in runs], 1)} |')
     if args.json:

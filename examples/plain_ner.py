@@ -1,10 +1,10 @@
 #! -*- coding: utf-8 -*-
 """Named-entity recognition written out, bert4keras style: ALBERT-tiny + Dense + CRF, top to bottom.
 
-The packaged Chinese ALBERT-tiny (crf_lr.model.pretrained), a Dense layer giving one score per BIO label
-and a ConditionalRandomField whose transitions learn lr_multiplier times faster; with --head egp,
-an EfficientGlobalPointer trained with sparse_global_pointer_crossentropy instead. The Evaluator
-scores dev after every epoch and keeps the best weights, which are scored once on test.
+The packaged Chinese ALBERT-tiny (crf_lr.model.pretrained), a Dense layer giving one score per BIO
+label and a ConditionalRandomField whose transitions learn lr_multiplier times faster; with --head
+egp, an EfficientGlobalPointer trained with sparse_global_pointer_crossentropy instead. The
+Evaluator scores dev after every epoch and keeps the best weights, which are scored once on test.
 
     python examples/plain_ner.py                     # the data/char-bio sample, about a minute
     python examples/plain_ner.py --head egp --epochs 10

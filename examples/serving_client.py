@@ -4,12 +4,13 @@ Text -> token ids (the exported ``vocab.txt``) -> the SavedModel, loaded here or
 TensorFlow Serving -> entities with character offsets (the exported ``labels.json``), or words
 for a segmentation model. For character models (Chinese): one character, one token, in plain
 Python. A word model (English) is split into words and WordPieces by crf_lr, as
-``crf_lr.serving.predict`` splits them. A text longer than ``maxlen - 2`` pieces (labels.json) must be cut
-first; crf_lr cuts at sentence ends.
+``crf_lr.serving.predict`` splits them. A text longer than ``maxlen - 2`` pieces (labels.json) must
+be cut first; crf_lr cuts at sentence ends.
 
-    python examples/serving_client.py exported/ner/1 '中共中央总书记江泽民发表新年讲话'
-    python examples/serving_client.py exported/conll/1 'Angela Merkel met Emmanuel Macron.'
-    python examples/serving_client.py exported/ner/1 '江泽民发表讲话' \
+    python examples/serving_client.py exported/ner/1
+    '中共中央总书记江泽民发表新年讲话' python examples/serving_client.py
+    exported/conll/1 'Angela Merkel met Emmanuel Macron.' python examples/serving_client.py
+    exported/ner/1 '江泽民发表讲话' \
         --url http://127.0.0.1:8501/v1/models/ner:predict         # TensorFlow Serving's REST API
 """
 import argparse
@@ -24,8 +25,8 @@ class Client:
     client imports neither crf_lr nor bert4keras).
 
         >>> client = Client('exported/ner/1')
-        >>> client.predict(['中共中央总书记江泽民发表新年讲话'])   # SavedModel in this process
-        [[{'start': 0, 'end': 4, 'type': 'ORG', 'text': '中共中央'}, ...]]
+        >>> client.predict(['中共中央总书记江泽民发表新年讲话'])   # SavedModel in
+        this process [[{'start': 0, 'end': 4, 'type': 'ORG', 'text': '中共中央'}, ...]]
     """
 
     def __init__(self, folder, url=None):
@@ -116,7 +117,8 @@ class Client:
 
 class Words:
     """A word model's units: words and WordPieces as crf_lr splits and encodes them
-    (``crf_lr.serving.predict``, ``crf_lr.data.pieces.UnitEncoder``), tags read back per word by the scheme."""
+    (``crf_lr.serving.predict``, ``crf_lr.data.pieces.UnitEncoder``), tags read back per word by the
+    scheme."""
 
     def __init__(self, folder, meta):
         from crf_lr.data.pieces import UnitEncoder

@@ -25,7 +25,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def load(path):
     """Finished-run summaries from a ``summary.jsonl``, the last one per run name, each with its
-    ``step_losses`` (read from the run's ``log.jsonl`` beside the summary when not in the record)."""
+    ``step_losses`` (read from the run's ``log.jsonl`` beside the summary when not in the
+    record)."""
     if not os.path.isfile(path):
         raise SystemExit(f'no finished runs yet: {path} does not exist')
     runs = {}
@@ -38,7 +39,8 @@ def load(path):
             log = os.path.join(os.path.dirname(path), record['name'], 'log.jsonl')
             if os.path.isfile(log):
                 with open(log, encoding='utf-8') as f:
-                    record['step_losses'] = [x for line in f for x in json.loads(line)['step_losses']]
+                    record['step_losses'] = [x for line in f
+                                             for x in json.loads(line)['step_losses']]
     return list(runs.values())
 
 
@@ -115,7 +117,8 @@ def scale_line(runs):
     finished = max((r['epochs'][-1].get('time', '') for r in runs), default='')
     begun = sorted(r['begun_from'] for r in runs if r.get('begun_from'))
     return (f'Machine: {runs[0]["machine"]}. {len(runs)} finished runs, {wall / 60:.0f} min of run '
-            f'time summed over the runs' + (f', the last one finished {finished}' if finished else '')
+            f'time summed over the runs'
+            + (f', the last one finished {finished}' if finished else '')
             + '. Code: ' + ', '.join(sorted({r.get('code', 'not recorded') for r in runs})) + '.'
             + (f' Begun from the finished runs {", ".join(begun)} (`run.py --begin-from`): '
                f'their epochs up to where those stopped, and their code, are those runs\'; their '
@@ -349,8 +352,8 @@ def report_parity(runs, figures, folder):
     """bf16 accuracy parity: per setting, the test F1 of each seed in float32 and in
     mixed_bfloat16 (median [min–max] over seeds), the bf16 − fp32 difference per seed, whether the
     bf16 median lies within the float32 seeds' range, and the steady training speed ratio."""
-    lines = ['| task / setting | seeds | float32 test F1 | mixed_bfloat16 test F1 | bf16 − fp32 per '
-             'seed (points) | bf16 median within the fp32 range | training speed bf16 / fp32 |',
+    lines = ['| task / setting | seeds | float32 test F1 | mixed_bfloat16 test F1 | bf16 − fp32 '
+             'per seed (points) | bf16 median within the fp32 range | training speed bf16 / fp32 |',
              '|' + '---|' * 7]
     by_setting = defaultdict(dict)
     for name, members in grouped(runs).items():
@@ -441,10 +444,10 @@ def report_exp3(runs, figures, folder):
     curves = {key: {correction: _mean_curve(members) for correction, members in sides.items()
                     if all('step_losses' in r for r in members)}
               for key, sides in pairs.items()}
-    lines = ["Test F1 is the last epoch's (never chosen on the test set). 'Paired' is the mean ± std "
-             'over seeds of F1 without minus F1 with bias correction, and how many seeds favour '
-             'no correction. \'Steps\' is when the 10-step mean of the seed-averaged training loss '
-             'first reaches the lowest level both settings of the pair reach.', '',
+    lines = ["Test F1 is the last epoch's (never chosen on the test set). 'Paired' is the mean ± "
+             'std over seeds of F1 without minus F1 with bias correction, and how many seeds '
+             'favour no correction. \'Steps\' is when the 10-step mean of the seed-averaged '
+             'training loss first reaches the lowest level both settings of the pair reach.', '',
              '| dataset | lr | warmup | re-init top | F1, bias correction | F1, no bias correction '
              '| paired (no bc − bc) | F1 after epoch 1 (bc / no bc) | steps (bc / no bc) | seeds |',
              '|' + '---|' * 10]

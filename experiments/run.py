@@ -236,9 +236,9 @@ def begin_from(source, output):
     """Begin the run in ``output`` from the finished run in ``source``: its record, epochs,
     checkpoint and best model, not its results (so the run is not finished yet). The task script
     then resumes it, and refuses if the two runs' arguments differ in more than a resumed run may
-    change (``crf_lr.training.run_folder.RESUMABLE_CHANGES``: the epochs, the stop rule); ``BEGUN_FROM`` names
-    ``source``. False, copying nothing, where ``source`` has no checkpoint or ``output`` has begun
-    already.
+    change (``crf_lr.training.run_folder.RESUMABLE_CHANGES``: the epochs, the stop rule);
+    ``BEGUN_FROM`` names ``source``. False, copying nothing, where ``source`` has no checkpoint or
+    ``output`` has begun already.
 
         >>> begin_from('runs/exp2c/cmeee/crf/seed1', 'runs/exp2c-stop3/cmeee/crf/seed1')
     """

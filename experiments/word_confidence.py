@@ -2,8 +2,8 @@
 how many entities cover a word of several pieces, how many get a confidence below their
 sentence's decoded-path probability (impossible for the probability of what the model reads:
 that path is one of the paths that hold the entity), and the calibration a temperature fitted
-on dev gives (``crf_lr.evaluation.calibration.calibrate``, timed: the encoder's passes included). Run it
-with another checkout first on the path to compare revisions (docs/results.md, "Words of
+on dev gives (``crf_lr.evaluation.calibration.calibrate``, timed: the encoder's passes included).
+Run it with another checkout first on the path to compare revisions (docs/results.md, "Words of
 several pieces").
 
     python examples/task_ner.py --dataset conll2003 --train-limit 300 --output runs/en300

@@ -5,7 +5,8 @@ Run once, in a separate environment that has torch and transformers (never the p
 
     python3 -m venv /tmp/refenv && /tmp/refenv/bin/pip install torch transformers numpy
     /tmp/refenv/bin/python tools/make_reference_outputs.py \
-        --site-packages .venv/lib/python3.11/site-packages --out tests/fixtures/reference_outputs.npz
+        --site-packages .venv/lib/python3.11/site-packages --out
+        tests/fixtures/reference_outputs.npz
 
 For each model it stores, under the keys ``<model>/...``:
   sentences   the input sentences (unicode array)
@@ -41,7 +42,8 @@ DIM_STRIDE = 8
 
 
 def reference_outputs(model_dir, model_class, sentences):
-    """Token ids, hidden states and pooler output of one model on some sentences (see module doc)."""
+    """Token ids, hidden states and pooler output of one model on some sentences (see module doc).
+    """
     tokenizer = transformers.BertTokenizerFast.from_pretrained(model_dir)
     model = model_class.from_pretrained(model_dir).eval()
     batch = tokenizer(sentences, padding=True, return_tensors='pt')
@@ -65,7 +67,8 @@ def main():
     args = parser.parse_args()
     arrays = {}
     for name, (subdir, model_class, sentences) in MODELS.items():
-        outputs = reference_outputs(os.path.join(args.site_packages, subdir), model_class, sentences)
+        outputs = reference_outputs(os.path.join(args.site_packages, subdir), model_class,
+                                    sentences)
         arrays.update({f'{name}/{key}': value for key, value in outputs.items()})
         print(name, {k: v.shape for k, v in outputs.items()})
     arrays['versions'] = np.array([f'torch {torch.__version__}',
