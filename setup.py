@@ -19,7 +19,7 @@ setup(
     install_requires=['tensorflow-cpu==2.21.0', 'numpy', 'tqdm', 'regex'],
     extras_require={
         # aiohttp: the client of benchmarks/serve_load.py (cheaper per request than httpx)
-        'test': ['pytest', 'pytest-xdist', 'seqeval', 'httpx', 'selenium', 'aiohttp>=3.9'],
+        'test': ['pytest', 'pytest-xdist', 'seqeval', 'httpx', 'selenium', 'aiohttp>=3.9', 'ruff'],
         'plots': ['matplotlib'],
         # peers only, never runtime dependencies; torch: install its CPU build first (make bench
         # does; PyPI's Linux torch pulls GBs of CUDA packages): docs/performance.md, "End to end"
