@@ -33,7 +33,7 @@ setup(
     package_data={'crf_lr': ['serving/static/*', 'speed/kernels/*.cc']},
     entry_points={'console_scripts': [
         'crf-lr-convert=crf_lr.model.convert:main',
-        'crf-lr-predict=crf_lr.serving.predict:main',
+        'crf-lr-predict=crf_lr.serving.predict:command',
         'crf-lr-export=crf_lr.serving.export:main',
         'crf-lr-serve=crf_lr.serve:main',
     ]},

@@ -609,6 +609,19 @@ def test_predict_piped_into_a_reader_that_stops_ends_quietly(saved, tmp_path):
     assert shell.stdout and 'Traceback' not in shell.stderr and 'BrokenPipe' not in shell.stderr
 
 
+def test_python_m_crf_lr_predict_exits_0_and_says_only_its_precision_on_stderr(saved, tmp_path):
+    """The README's command as a user types it: exit status 0, the spans on stdout, one line on
+    stderr (what --precision auto became). The module's main returns its records (for tests),
+    which an entry point taking them for an exit status would print and turn into status 1."""
+    import subprocess
+    import sys
+    text = tmp_path / 'text.txt'
+    text.write_text('张三去北京工作\n', encoding='utf-8')
+    done = subprocess.run([sys.executable, '-m', 'crf_lr.predict', saved['ner'], str(text)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.startswith('precision: auto -> ') and done.stderr.count('\n') == 1
+
 def test_a_word_longer_than_a_window_is_read_as_unk_and_every_line_is_answered(tmp_path, capsys):
     """A line holding a word of more WordPieces than a window holds (here 16 of 10), or a long
     CJK run given to a word model, stopped the whole run with a usage error and no output; it is
