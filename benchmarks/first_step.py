@@ -76,7 +76,8 @@ def main():
     parser.add_argument('--head', default='crf')
     parser.add_argument('--layers', type=int, default=4)
     parser.add_argument('--bert4keras-layer-norm', action='store_true',
-                        help="trace bert4keras's layer-norm gradient, not crf_lr.speed.layer_norm's")
+                        help="trace bert4keras's layer-norm gradient, not "
+                             "crf_lr.speed.layer_norm's")
     parser.add_argument('--tensorflow-graph-optimisation', action='store_true',
                         help="first call the step with grappler's default options, not "
                              "crf_lr.speed.graph_optimisation's lighter ones")

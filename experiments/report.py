@@ -233,7 +233,8 @@ def _later_epochs(run):
 
 def report_exp2(runs, figures, folder):
     lines = ['| dataset | head | strict F1 (last epoch) | relaxed F1 | head parameters | '
-             'training speed (windows/s, vs CRF) | prediction speed (sentences/s, vs CRF) | seeds |',
+             'training speed (windows/s, vs CRF) | '
+             'prediction speed (sentences/s, vs CRF) | seeds |',
              '|' + '---|' * 8]
     groups = grouped(runs)
 

@@ -145,6 +145,6 @@ def _fast_tests_stay_without_tensorflow(request):
     yield
     if (_fast_only(request.config) and request.node.get_closest_marker('fast')
             and 'tensorflow' in sys.modules):
-        pytest.fail(f'TensorFlow is loaded after this test of the fast tier: this test (or one '
-                    f'before it in its process) imported it; take its file out of FAST_FILES in '
-                    f'tests/conftest.py or keep TensorFlow out of it', pytrace=False)
+        pytest.fail('TensorFlow is loaded after this test of the fast tier: this test (or one '
+                    'before it in its process) imported it; take its file out of FAST_FILES in '
+                    'tests/conftest.py or keep TensorFlow out of it', pytrace=False)

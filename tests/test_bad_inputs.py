@@ -220,7 +220,7 @@ def test_cli_refuses_a_malicious_checkpoint_in_one_line(tmp_path):
     assert run.stderr.count('\n') == 1 and 'Traceback' not in run.stderr, run.stderr
 
 
-# ----------------------------------------------------------------------------- config, vocab, weights
+# ------------------------------------------------------------------------- config, vocab, weights
 
 BASE_CONFIG = dict(model_type='bert', vocab_size=8, hidden_size=4, num_hidden_layers=1,
                    num_attention_heads=1, intermediate_size=8)

@@ -257,7 +257,8 @@ def test_overflow_is_an_error_or_a_counted_truncation(corpus):
         batches = Batches(items, 8, maxlen=20, overflow='truncate')
     assert len(batches.truncated) == too_long and max(batches.lengths) == 20
     cut = batches.items[items.index(longest)]
-    assert cut.token_ids == longest.token_ids[:19] + [SEP] and cut.labels == longest.labels[:19] + [0]
+    assert cut.token_ids == longest.token_ids[:19] + [SEP]
+    assert cut.labels == longest.labels[:19] + [0]
     assert cut.label_mask == [0] + [1] * 18 + [0]
     with pytest.raises(ValueError, match='span targets cannot be cut'):
         Batches(items, maxlen=20, overflow='truncate', label_fn=lambda spans, n: None)

@@ -135,10 +135,11 @@ def test_bmes_file_and_its_broken_entities(tmp_path):
     assert example.tags == ['B-PER', 'M-PER', 'E-PER', 'O', 'S-LOC']
     for lines, line, fault in [
             ('在 O\n张 B-PER\n三 O\n', 3,                          # B- never closed by E-
-             r"the entity opened by 'B-PER' at line 2 is never closed \(expected 'E-PER' before 'O'"),
+             r"the entity opened by 'B-PER' at line 2 is never closed "
+             r"\(expected 'E-PER' before 'O'"),
             ('在 O\n张 B-PER\n三 E-LOC\n', 3,                      # closed by another type
              r"opened by 'B-PER' at line 2 is never closed \(expected 'E-PER' before 'E-LOC'"),
-            ('在 O\n三 E-PER\n', 2, r"'E-PER' ends no entity \(it follows 'O'\)")]:   # E- without B-
+            ('在 O\n三 E-PER\n', 2, r"'E-PER' ends no entity \(it follows 'O'\)")]:   # E- without B-  # noqa: E501 (CJK: ruff counts 2 columns each)
         bad = write(tmp_path, 'bad_bmes.txt', lines)
         with raises_at(bad, line, fault + r'.*drop --strict, or pass repair=True'):
             read_bio(bad, scheme='BMES')
@@ -208,12 +209,12 @@ def test_cluener_inclusive_ends_repeated_mentions_and_nesting(tmp_path):
     assert nested.spans == [(1, 8, 'book'), (2, 6, 'company')]       # both kept as spans
     assert tags_to_spans(nested.tags) == [(1, 8, 'book')]             # the tags keep the outer one
     assert nested.notes == (datasets_files._NESTED_NOTE,) and nested.source == f'{path}:3'
-    assert (unlabeled.text, unlabeled.spans, unlabeled.tags) == ('无标签', [], None)   # no gold at all
+    assert (unlabeled.text, unlabeled.spans, unlabeled.tags) == ('无标签', [], None)   # no gold at all  # noqa: E501 (CJK: ruff counts 2 columns each)
 
 
 @pytest.mark.parametrize('record, match', [
     (cluener_line('北京', {'address': {'北京': [[0, 2]]}}), 'outside a text of 2 characters'),
-    (cluener_line('北京', {'address': {'南京': [[0, 1]]}}), "\"南京\" covers '北京', not its mention"),
+    (cluener_line('北京', {'address': {'南京': [[0, 1]]}}), "\"南京\" covers '北京', not its mention"),  # noqa: E501 (CJK: ruff counts 2 columns each)
     (cluener_line('北京', {'address': {'北京': [[0]]}}), 'integer pairs'),
     (cluener_line('北京', {'address': {'北京': [0, 1]}}), r'a list of pairs: \[\[0, 1\]\]'),
     (cluener_line('北京', {'address': ['北京']}), 'expected "label"'),
@@ -274,7 +275,7 @@ def test_bad_span_is_quoted_as_the_file_writes_it(tmp_path, layout, written, fau
 def test_outside_the_text_says_which_ends_the_format_counts(tmp_path):
     lines = span_lines('我爱北京天安门。', (3, 9))
     path = write(tmp_path, 'F.jsonl', lines['label'][0] + '\n')
-    with raises_at(path, 1, r'span \[3, 9\] of "LOC" "京天安门。" is outside a text of 8 characters '
+    with raises_at(path, 1, r'span \[3, 9\] of "LOC" "京天安门。" is outside a text of 8 characters '  # noqa: E501 (CJK: ruff counts 2 columns each)
                             r'\(positions 0 to 7, the end inclusive\)$'):
         read_cluener(path)
     path = write(tmp_path, 'G.jsonl', lines['spans'][0] + '\n')
@@ -304,10 +305,10 @@ def test_mention_mismatch_quotes_the_span_as_written(tmp_path):
 
 def test_duplicate_crossing_and_two_typed_spans_are_noted_where_they_stand(tmp_path):
     path = write(tmp_path, 'F.jsonl', '\n'.join([
-        cluener_line('我爱北京', {'LOC': {'北京': [[2, 3], [2, 3]]}}),                 # written twice
+        cluener_line('我爱北京', {'LOC': {'北京': [[2, 3], [2, 3]]}}),                 # written twice  # noqa: E501 (CJK: ruff counts 2 columns each)
         cluener_line('我在北京大学', {'ORG': {'北京大': [[2, 4]], '京大学': [[3, 5]]}}),  # crossing
-        cluener_line('北京', {'LOC': {'北京': [[0, 1]]}, 'GPE': {'北京': [[0, 1]]}}),     # two types
-        cluener_line('北京大学', {'ORG': {'北京大学': [[0, 3]]}, 'LOC': {'北京': [[0, 1]]}}),  # nested
+        cluener_line('北京', {'LOC': {'北京': [[0, 1]]}, 'GPE': {'北京': [[0, 1]]}}),     # two types  # noqa: E501 (CJK: ruff counts 2 columns each)
+        cluener_line('北京大学', {'ORG': {'北京大学': [[0, 3]]}, 'LOC': {'北京': [[0, 1]]}}),  # nested  # noqa: E501 (CJK: ruff counts 2 columns each)
     ]) + '\n')
     twice, crossing, two_types, nested = read_cluener(path)
     assert twice.spans == [(2, 4, 'LOC')] and twice.notes == (datasets_files._DUPLICATE_NOTE,)
@@ -321,7 +322,8 @@ def test_duplicate_crossing_and_two_typed_spans_are_noted_where_they_stand(tmp_p
     for number, note in [(1, datasets_files._DUPLICATE_NOTE), (2, datasets_files._CROSSING_NOTE),
                          (3, datasets_files._TWO_TYPES_NOTE), (4, datasets_files._NESTED_NOTE)]:
         assert f'  noted 1x ({path}:{number}): {note}' in summary
-    assert 'crossing' in datasets_files._CROSSING_NOTE and 'nested' not in datasets_files._CROSSING_NOTE
+    assert 'crossing' in datasets_files._CROSSING_NOTE
+    assert 'nested' not in datasets_files._CROSSING_NOTE
 
 
 CMEEE = [
@@ -500,7 +502,7 @@ def fragments(dataset):
 
 def test_msra_split_by_position(tmp_path, monkeypatch):
     (tmp_path / 'msra_ner').mkdir()
-    (tmp_path / 'msra_ner' / 'msra_bio.txt').write_text('甲\tO\n\n乙\tO\n\n丙\tO\n', encoding='utf-8')
+    (tmp_path / 'msra_ner' / 'msra_bio.txt').write_text('甲\tO\n\n乙\tO\n\n丙\tO\n', encoding='utf-8')  # noqa: E501 (CJK: ruff counts 2 columns each)
     monkeypatch.setattr(benchmarks, 'MSRA_TRAIN_CHUNKS', 2)
     split = {s: [e.text for e in load_dataset('msra', s, str(tmp_path))]
              for s in ('train', 'test', 'all')}

@@ -245,7 +245,8 @@ def test_ner_softmax_on_word_pieces_scores_like_its_saved_model(tiny):
     results = ner.main(_common(tiny, output) + ['--dataset', 'conll2003', '--head', 'softmax'])
     records = _records(output)
     assert records[1]['loss'] < records[0]['loss']
-    assert 'dev_f1_unconstrained' in records[-1] and records[-1]['dev_predict_sentences_per_second'] > 0
+    assert 'dev_f1_unconstrained' in records[-1]
+    assert records[-1]['dev_predict_sentences_per_second'] > 0
     calibration = results['calibration']               # fitted on dev, saved with the model
     assert set(calibration) == {'temperature', 'fitted', 'choice', 'bound', 'dev_right', 'dev',
                                 'test'}

@@ -217,15 +217,19 @@ SEPARATION = r'''
 import sys
 side = sys.argv[1]
 if side == 'tf-keras':
-    import crf_lr.model.crf, crf_lr.model.global_pointer, crf_lr.model.losses, crf_lr.training.optimizers, crf_lr.layers
+    import crf_lr.layers
+    import crf_lr.model.crf
+    import crf_lr.model.global_pointer
+    import crf_lr.model.losses
+    import crf_lr.training.optimizers
     forbidden = ('crf_lr.keras3', 'keras.src')     # jax itself: TensorFlow 2.21 may import it
     assert sys.modules['keras'].__name__.startswith('tf_keras') or \
         getattr(sys.modules['keras'], '__version__', '3')[0] == '2', sys.modules['keras']
 else:
     import crf_lr.keras3, crf_lr.keras3.encoder, crf_lr.keras3.tokenizer, keras
     assert keras.__version__.startswith('3.'), keras.__version__
-    forbidden = ('tf_keras', 'bert4keras', 'crf_lr.compat', 'crf_lr.model.crf', 'crf_lr.model.losses',
-                 'crf_lr.training.optimizers', 'crf_lr.model.global_pointer')
+    forbidden = ('tf_keras', 'bert4keras', 'crf_lr.compat', 'crf_lr.model.crf',
+                 'crf_lr.model.losses', 'crf_lr.training.optimizers', 'crf_lr.model.global_pointer')
     if side == 'jax':
         forbidden += ('tensorflow',)
 loaded = sorted(m for m in sys.modules if m.split('.')[0] in {f.split('.')[0] for f in forbidden}

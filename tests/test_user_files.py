@@ -130,7 +130,7 @@ def test_jsonl_spans_layout(tmp_path):
 
 @pytest.mark.parametrize('content, format, reason', [
     ('张 B-PER\n在 O\n京 B-LOC\n', 'char-bio', 'BIOES would read each B- as S-'),  # O and B- only
-    ('张 B-PER\n三 E-PER\n京 S-LOC\n', 'char-bioes', 'BMES reads them alike'),         # no I-, no M-
+    ('张 B-PER\n三 E-PER\n京 S-LOC\n', 'char-bioes', 'BMES reads them alike'),         # no I-, no M-  # noqa: E501 (CJK: ruff counts 2 columns each)
     ('在 O\n京 O\n', 'char-bio', "only 'O' tags"),
     ('EU\tNNP\tB-ORG\nrejects\tVBZ\tO\n', 'conll', '3 columns'),
     ('Peter B-PER\nrejects O\n', 'conll', '2 columns'),  # a word is no character
@@ -149,7 +149,7 @@ ASK = r'.*pass format= \(--format\) one of conll, char-bio'
 @pytest.mark.parametrize('content, line, match', [
     ('张 B-PER\n三 I-PER\n我们 爱 北京\n', 3, 'line 1 ends with a tag, this line does not' + ASK),
     ('我们\n北京\n', None, 'no line ends with a tag and none holds several words' + ASK),
-    ('张 B-PER\n三 I-PER\n\n李 B-PER\n四 M-PER\n五 E-PER\n', 5,      # no scheme fits: no --format helps
+    ('张 B-PER\n三 I-PER\n\n李 B-PER\n四 M-PER\n五 E-PER\n', 5,      # no scheme fits: no --format helps  # noqa: E501 (CJK: ruff counts 2 columns each)
      r'the tags mix I- \(first at line 2\) and M- \(first at line 5\): BIO and BIOES continue an '
      r'entity with I-, BMES with M-$'),
 ])
@@ -286,7 +286,7 @@ CHAR_BIO = '张 B-PER\n三 I-PER\n去 O\n北 B-LOC\n京 I-LOC\n\n李 B-PER\n四 
     (CHAR_BIO.replace('\n\n', '\n \t\n'), 'char-bio'),  # a blank line of whitespace
     ('-DOCSTART- O\n\n' + CHAR_BIO, 'char-bio'),                         # CoNLL's document line
     (CHAR_BIO.lower(), 'char-bio'),                                      # b-per, o
-    (CHAR_BIO.replace('I-PER', 'L-PER').replace('B-LOC\n京 I-LOC', 'B-LOC\n京 L-LOC'), 'char-bioes'),
+    (CHAR_BIO.replace('I-PER', 'L-PER').replace('B-LOC\n京 I-LOC', 'B-LOC\n京 L-LOC'), 'char-bioes'),  # noqa: E501 (CJK: ruff counts 2 columns each)
     ('\ufeff' + CHAR_BIO.replace('\n\n', '\n\ufeff \n'), 'char-bio'),  # BOMs of concatenated files
 ])
 def test_char_files_with_loose_layouts_read_like_the_plain_one(tmp_path, content, format):
@@ -306,7 +306,8 @@ def test_a_space_character_and_its_tag(tmp_path):
 
 @pytest.mark.parametrize('content, line, match', [
     ('张 B-PER\n三 I-PER\n去 X\n', 3, r"'X' is not a tag \(line 1 ends with 'B-PER'\): tags are O, "
-                                    r"or B-, I-, M-, E-, S- \(BILOU's L-, U-\) and an entity type$"),
+                                    r"or B-, I-, M-, E-, S- \(BILOU's L-, U-\) "
+                                    r"and an entity type$"),
     ('张 B-PER\n三 B_PER\n', 2, "'B_PER' is not a tag"),
     ('张 B-PER\n去 0\n', 2, "'0' is not a tag"),
     ('B-PER 张\nI-PER 三\nO 去\n', 1,
@@ -353,7 +354,7 @@ def test_conll_documents_tabs_and_no_break_spaces(tmp_path):
     assert "BILOU's L-/U- read as E-/S-" in data.note
 
 
-RECORDS = [{'text': '张三在北京', 'label': {'name': {'张三': [[0, 1]]}, 'address': {'北京': [[3, 4]]}}},
+RECORDS = [{'text': '张三在北京', 'label': {'name': {'张三': [[0, 1]]}, 'address': {'北京': [[3, 4]]}}},  # noqa: E501 (CJK: ruff counts 2 columns each)
            {'text': '李四', 'spans': [[0, 2, 'name']]},
            {'text': '头痛', 'entities': [{'start_idx': 0, 'end_idx': 1, 'type': 'sym',
                                        'entity': '头痛'}]}]
@@ -375,7 +376,7 @@ def test_char_seg_words_and_pos_tagged_segmented_text(tmp_path):
     assert data.format == 'char-seg' and [e.words for e in data] == [['中国', '人'], ['北京市']]
     assert data[0].tags == ['b', 'e', 's']
     data = read_corpus(write(tmp_path, 'pfr.txt', '迈向/v  充满/v  希望/n  的/u  新/a  世纪/n\n'))
-    assert data.format == 'segmented' and data[0].words == ['迈向', '充满', '希望', '的', '新', '世纪']
+    assert data.format == 'segmented' and data[0].words == ['迈向', '充满', '希望', '的', '新', '世纪']  # noqa: E501 (CJK: ruff counts 2 columns each)
     assert 'part-of-speech tags dropped' in data.note
 
 
@@ -389,12 +390,12 @@ def test_an_iob1_file_says_it_was_read_as_bio(tmp_path):
 
 
 @pytest.mark.parametrize('content, line, match', [
-    ('中 B\n国 E\n人 S\n\n北 B\n京 E\n天天 S\n', 7, 'expected one character, spaces or tabs and its '
+    ('中 B\n国 E\n人 S\n\n北 B\n京 E\n天天 S\n', 7, 'expected one character, spaces or tabs and its '  # noqa: E501 (CJK: ruff counts 2 columns each)
                                               r"word-position tag \(B, M, I, E or S\) like 83% of "
                                               "the lines, got '天天 S'"),
     ('[{"text": "张三", "spans": [[0, 2, "name"]]}]\n[{"text": "李四", "spans": []}]\n', 2,
      "more after the JSON array's closing ']': give one array, or one record a line"),
-    ('\n'.join(f'{c}{k % 3} O' for k, c in enumerate('中国人民共和国是一个美丽的国家')) + '\n国 O\n', 16,
+    ('\n'.join(f'{c}{k % 3} O' for k, c in enumerate('中国人民共和国是一个美丽的国家')) + '\n国 O\n', 16,  # noqa: E501 (CJK: ruff counts 2 columns each)
      'expected one character with its word-position number, spaces or tabs and a tag like 93% of '
      "the lines, got '国 O': give one character with its word-position number a line, as the "
      'other lines do$'),
@@ -414,7 +415,7 @@ def test_a_few_odd_lines_among_a_layout_are_named(tmp_path, content, line, match
     ('张 B-PER\n去 O\u00a0\n', 'char-bio', [[(0, 1, 'PER')]]),                        # NBSP after
     ('New York\tB-LOC\nLos Angeles\tB-LOC\nthe city\tO\n', 'conll',
      [[(0, 1, 'LOC'), (1, 2, 'LOC')]]),
-    ('{\n  "text": "张三",\n  "spans": [[0, 2, "name"]]\n}\n{\n  "text": "李四",\n  "spans": []\n}\n',
+    ('{\n  "text": "张三",\n  "spans": [[0, 2, "name"]]\n}\n{\n  "text": "李四",\n  "spans": []\n}\n',  # noqa: E501 (CJK: ruff counts 2 columns each)
      'jsonl', [[(0, 2, 'name')], []]),                                  # pretty-printed records
     ('张 B-PER\n三 I-PER\n'.encode('utf-32'), 'char-bio', [[(0, 2, 'PER')]]),
 ])
@@ -424,7 +425,7 @@ def test_more_layouts_read(tmp_path, content, format, spans):
 
 
 def test_raw_text_opening_with_a_bracket_is_not_json(tmp_path):
-    path = write(tmp_path, 'raw.txt', '[图]李明昨天从北京飞到上海。\n华为公司在深圳发布了新手机。\n')
+    path = write(tmp_path, 'raw.txt', '[图]李明昨天从北京飞到上海。\n华为公司在深圳发布了新手机。\n')  # noqa: E501 (CJK: ruff counts 2 columns each)
     with raises_at(path, None, r'no line ends with a tag and none holds several words \(raw text'):
         detect_format(path)
     pfr = write(tmp_path, 'pfr.txt', '[中央/n  人民/n  广播/vn  电台/n]nt  记者/n\n迈向/v  新/a\n')

@@ -140,8 +140,9 @@ def read_text(path):
         return text.encode('utf-16-le', 'surrogatepass').decode('utf-16-le', 'replace')
     except UnicodeDecodeError as error:
         line = data.count(b'\n', 0, error.start) + 1
-        raise DataFormatError(path, line, f'not UTF-8: {data[error.start:error.start + 2]!r} '
-                                          f'cannot be decoded{_encoding_hint(path, data)}') from None
+        bad = data[error.start:error.start + 2]
+        raise DataFormatError(path, line, f'not UTF-8: {bad!r} cannot be decoded'
+                                          f'{_encoding_hint(path, data)}') from None
 
 
 # byte-order marks of the wide encodings, UTF-32's first (UTF-16 LE's mark begins UTF-32 LE's)

@@ -116,8 +116,8 @@ def _tag_scheme(first_lines, path, counts):
         return (BIOES,
                 'E-/S- tags: BIOES' + ('' if 'I' in first_lines else ' (BMES reads them alike)'))
     if 'B' in first_lines or 'I' in first_lines:
-        return BIO, 'B-/I- tags only: BIO' + ('' if 'I' in first_lines else
-                                              ' (BIOES would read each B- as S-, the same entities)')
+        return BIO, 'B-/I- tags only: BIO' + (
+            '' if 'I' in first_lines else ' (BIOES would read each B- as S-, the same entities)')
     return BIO, "only 'O' tags: BIO (every scheme reads them alike)"
 
 

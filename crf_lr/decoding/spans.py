@@ -73,8 +73,9 @@ def decode_spans(scores, threshold=0.0, lengths=None, labels=None, offset=0):
         if (lengths.shape != (size,) or not np.issubdtype(lengths.dtype, np.integer)
                 or not ((0 <= lengths) & (lengths <= n)).all()):
             expected = 'an int' if single else f'{size} ints'
+            got = np.array2string(lengths, threshold=8)
             raise ValueError(f'decode_spans: lengths must be {expected} in [0, {n}] for scores '
-                             f'of shape {scores.shape}; got {np.array2string(lengths, threshold=8)}')
+                             f'of shape {scores.shape}; got {got}')
     _check_count(offset, 'offset')
     position = np.arange(n)
     inside = position[None, :] < lengths[:, None]                          # (batch, n)
