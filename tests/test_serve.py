@@ -679,16 +679,20 @@ def test_a_client_that_leaves_has_its_work_dropped_and_short_requests_go_on(serv
         answer = httpx.post(f'{served}/v1/predict', json={'texts': [SENTENCE]}, timeout=30)
         assert answer.status_code == 200
         return time.time() - began
+    latencies = []
+    sender = threading.Timer(0.5, lambda: latencies.append(short()))
     with httpx.Client(timeout=1) as leaving:
-        threading.Timer(0.5, lambda: latencies.append(short())).start()
-        latencies = []
+        sender.start()
         with pytest.raises(httpx.ReadTimeout):
             leaving.post(f'{served}/v1/predict', json={'texts': [text]})
-    time.sleep(0.5)
+    sender.join()                  # the short request answered: its window is counted by now
+    time.sleep(1)
     ran = _metric(served, 'crf_lr_batch_windows_sum') - before
     time.sleep(1)
     assert _metric(served, 'crf_lr_batch_windows_sum') - before == ran < 6000
-    assert latencies and latencies[0] < 1.0, latencies
+    # within a few batches, not after the long text's ~6,700 windows (tens of seconds); the
+    # bound leaves room for a loaded machine (the suite's other worker trains beside it)
+    assert latencies and latencies[0] < 5.0, latencies
     assert _metric(served, 'crf_lr_queue_texts') == 0
 
 
