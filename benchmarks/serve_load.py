@@ -127,7 +127,7 @@ def main(argv=None):
     if long_ones:
         sets['realistic'] = long_ones
     from crf_lr.utils.cli import quiet_tensorflow
-    quiet_tensorflow()
+    quiet_tensorflow(native=argv is None)     # the command line's, not a test's process
     from crf_lr.serving.predict import predict_lines
     from crf_lr.serving.tagger import Tagger
     tagger = Tagger.load(args.model_dir, batch_size=32)

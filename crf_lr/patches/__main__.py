@@ -29,8 +29,6 @@ def markdown():
 
 def table():
     """Each row's name, kind, state, switch, verified versions and targets, in columns."""
-    from crf_lr.utils.cli import quiet_tensorflow
-    quiet_tensorflow()                     # the sites load TensorFlow: no C++ log lines
     for site in dict.fromkeys(row.site for row in ROWS.values()):
         importlib.import_module(site)
     rows = [('patch', 'kind', 'state', 'switch', _VERIFIED_HEADER, 'target')]
@@ -47,7 +45,10 @@ def table():
 def main(argv=None):
     parser = argparse.ArgumentParser(prog='python -m crf_lr.patches', description=__doc__)
     parser.add_argument('--markdown', action='store_true', help="the README's box, no states")
-    print(markdown() if parser.parse_args(argv).markdown else table())
+    args = parser.parse_args(argv)
+    from crf_lr.utils.cli import quiet_tensorflow
+    quiet_tensorflow(native=argv is None)     # the table's sites load TensorFlow: no C++ lines
+    print(markdown() if args.markdown else table())
 
 
 if __name__ == '__main__':

@@ -55,7 +55,10 @@ def filter_native_log():
 def _drain(real_stderr):
     """At exit: close the pipe (fd 2 back to the real stderr) and let the filter pass on what it
     still holds before the shell prompt returns."""
-    os.dup2(real_stderr, 2)
+    try:
+        os.dup2(real_stderr, 2)
+    except OSError:     # its file (sys.stderr) was closed, as a test runner's capture can do
+        return
     try:
         _filter.wait(timeout=5)
     except subprocess.TimeoutExpired:     # a child process of ours still holds the pipe
