@@ -7,6 +7,7 @@ import sys
 import pytest
 
 import crf_lr  # noqa: F401  (environment before TensorFlow)
+from helpers.tiny_models import TINY_BERT_CONFIG
 
 
 @pytest.fixture(autouse=True)
@@ -35,11 +36,6 @@ def data_dir():
     return path
 
 
-TINY_BERT_CONFIG = dict(vocab_size=64, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=32, hidden_act='gelu', max_position_embeddings=64,
-                        type_vocab_size=2)
-
-
 @pytest.fixture(scope='session')
 def tiny_bert_config_path(tmp_path_factory):
     """Path of a ``bert_config.json`` for a 2-layer, hidden-16 BERT (random init)."""
@@ -61,7 +57,7 @@ def trained_ner_dir(tmp_path_factory):
     from crf_lr.training.loop import epoch_batches, make_samples
     from crf_lr.serving.tagger import Tagger
     from crf_lr.data.tagging import spans_to_tags
-    from test_examples import WORDS, write_tiny_encoder
+    from helpers.tiny_models import WORDS, write_tiny_encoder
     root = tmp_path_factory.mktemp('trained_ner')
     kinds = {'张三': 'PER', '北京': 'LOC', '上海': 'LOC'}
     rng = np.random.default_rng(0)

@@ -1,5 +1,5 @@
 """Reference outputs of the packaged pretrained encoders, computed with the ORIGINAL implementation
-(Hugging Face transformers + PyTorch), for tests/test_convert.py.
+(Hugging Face transformers + PyTorch), for tests/model/test_convert.py.
 
 Run once, in a separate environment that has torch and transformers (never the project's venv):
 

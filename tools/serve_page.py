@@ -1,8 +1,8 @@
 """Drive the page of ``python -m crf_lr.serve`` in headless Chromium (Selenium) and screenshot it.
 
 Starts the server on a free port of 127.0.0.1, opens ``/``, types a text, presses the button and
-reads back the highlighted entities (or the separated words); tests/test_serve_browser.py uses
-the same functions. Needs Debian's ``chromium`` and ``chromium-driver`` and ``selenium``.
+reads back the highlighted entities (or the separated words); tests/serving/test_serve_browser.py
+uses the same functions. Needs Debian's ``chromium`` and ``chromium-driver`` and ``selenium``.
 
     python tools/serve_page.py runs/ner/model docs/figures/serve-page.png \\
         --text '中共中央总书记江泽民在北京人民大会堂发表新年讲话。'

@@ -10,8 +10,9 @@ and ``log p(y) = s(y) - log Z``, ``log Z`` = logsumexp of ``s`` over all ``L**l`
 ``crf_lr.model.crf`` (the tf-keras layer). Here ``log Z`` is the forward algorithm in log space
 (``keras.ops.scan``, one ``logsumexp`` over an (L, L) table per step) and the backend's autodiff
 gives the gradients; the tf-keras layer's hand-written float64 forward-backward pass agrees to
-float32 rounding (tests/test_keras3.py states the tolerances). An empty sequence has log-likelihood
-0. Disallowed transitions / starts / ends score ``DISALLOWED_SCORE`` (-1e4), never ``-inf``.
+float32 rounding (tests/keras3/test_keras3.py states the tolerances). An empty sequence has
+log-likelihood 0. Disallowed transitions / starts / ends score ``DISALLOWED_SCORE`` (-1e4), never
+``-inf``.
 
 Masks must be left-aligned (``mask[b] = [1] * l + [0] * (n - l)``): the public functions check
 this when their inputs are concrete; inside a compiled train step nothing can be checked.

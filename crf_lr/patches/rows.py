@@ -6,7 +6,7 @@ switch it off.
 """
 import dataclasses
 
-# The versions every row was checked on (tests/test_patches.py; the suite passes on them).
+# The versions every row was checked on (tests/patches/test_patches.py; the suite passes on them).
 VERIFIED = {'tensorflow': ('2.21.0',), 'tf-keras': ('2.21.0',), 'bert4keras': ('0.11.5',)}
 KINDS = {'fix': 'bert4keras or tf-keras needs it on TensorFlow >= 2.11',
          'speed': 'the same values, faster; off with CRF_LR_SPEED_PATCHES=0'}

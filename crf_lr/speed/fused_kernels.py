@@ -12,7 +12,7 @@ does it), cached per machine (:mod:`crf_lr.speed.native_build`), and used only i
 (``training=True``) of float32 and bfloat16 tensors and in losses whose gradient is being
 recorded, outside XLA; prediction, export, saving, XLA-compiled steps, a visible GPU and a
 machine without a C++ compiler keep TensorFlow's own ops. The same values to float rounding
-(``tests/test_fused_kernels.py``); the step's speed is in docs/performance.md ("Fused
+(``tests/speed/test_fused_kernels.py``); the step's speed is in docs/performance.md ("Fused
 element-wise kernels").
 
 :mod:`crf_lr.compat` installs the GELU and the bias gradient (``BiasAdd``'s in bfloat16, summed

@@ -18,7 +18,7 @@ called, and optimises it again at a call with other options: call a step within 
 time, as crf_lr's loop does (a ``model.fit`` after :func:`crf_lr.training.loop.train_steps`
 optimises the step once more, with TensorFlow's options). Trace outside the block: a graph traced
 within it keeps these options for the functions it calls. No public call sets them for one function:
-:func:`available` says whether this TensorFlow has them (``tests/test_graph_optimisation.py``
+:func:`available` says whether this TensorFlow has them (``tests/speed/test_graph_optimisation.py``
 asserts it for the pinned version, and reads grappler's log to check that they are honoured);
 where it does not, the block changes nothing. :func:`light_graph_optimisation` switches it off.
 

@@ -11,7 +11,7 @@ float32 under mixed precision. That step loses 441 ops; with its dense layers fl
 (:mod:`crf_lr.runs`) it has 2,449, step 1 of a run is 0.4 s shorter on 2 CPU cores, and the
 step itself 1.02-1.03x faster (docs/performance.md, "A shorter trace"). Gradients equal
 TensorFlow's to float rounding, and under bf16 come nearer float32's than bert4keras's bf16 ops
-(``tests/test_layer_norm.py``).
+(``tests/speed/test_layer_norm.py``).
 
 In a training call where :mod:`crf_lr.speed.fused_kernels` apply, the norm and bert4keras's scale
 and offset after it are instead one kernel each way (:func:`crf_lr.speed.fused_kernels.layer_norm`:

@@ -1,0 +1,163 @@
+"""Which sentences train, select and test a run: user files and benchmark specs, the seeded sample
+and hold-out, and the errors raised before any training starts."""
+import os
+import re
+
+import pytest
+
+from crf_lr.data import files as datasets_files
+from crf_lr.data import benchmarks
+from crf_lr.data import formats as datasets_formats
+from crf_lr.data.splits import load_splits
+from helpers.paths import SAMPLES
+
+
+def _char_bio(path, sentences):
+    """A char-bio file: each sentence a list of (characters, type or None)."""
+    lines = []
+    for sentence in sentences:
+        for chars, kind in sentence:
+            lines += [f'{c} {"O" if kind is None else ("B-" if i == 0 else "I-") + kind}'
+                      for i, c in enumerate(chars)]
+        lines.append('')
+    path.write_text('\n'.join(lines) + '\n', encoding='utf-8')
+    return str(path)
+
+
+SENTENCES = [[('张三', 'PER'), ('去', None), ('北京', 'LOC')],
+             [('李四', 'PER'), ('好', None)],
+             [('上海', 'LOC'), ('很', None), ('大', None)]] * 10          # 30 sentences
+
+
+def test_user_files_take_types_from_training_and_hold_out_the_end_of_one_permutation(tmp_path):
+    train = _char_bio(tmp_path / 'train.txt', SENTENCES)
+    test = _char_bio(tmp_path / 'test.txt', SENTENCES[:4])
+    full = load_splits(train_file=train, test_file=test, sample_seed=3)
+    assert full.types == ('LOC', 'PER') and full.units == 'chars' and not full.nested
+    assert (len(full.train), len(full.dev), len(full.test)) == (27, 3, 4)   # 10% held out
+    assert 'hold-out of' in full.names['dev'] and full.names['test'] == f'{test} (format char-bio)'
+    # the hold-out comes from the end of the seeded permutation whose start is the sample:
+    # asking for fewer training sentences keeps the same dev and a prefix of the same order
+    small = load_splits(train_file=train, test_file=test, sample_seed=3, train_limit=5)
+    assert [e.source for e in small.dev] == [e.source for e in full.dev]
+    assert set(e.source for e in small.train) <= set(e.source for e in full.train)
+    assert not set(e.source for e in small.train) & set(e.source for e in small.dev)
+    limited = load_splits(train_file=train, dev_file=test, eval_limit=2)
+    assert len(limited.dev) == 2 and limited.test is None and len(limited.train) == 30
+    assert 'the dev score of the selected epoch is the final figure' in limited.describe()
+
+
+def test_a_type_seen_only_in_dev_is_an_error_naming_the_file(tmp_path):
+    train = _char_bio(tmp_path / 'train.txt', SENTENCES)
+    dev = _char_bio(tmp_path / 'dev.txt', [[('华为', 'ORG')]])
+    with pytest.raises(ValueError, match=r'dev\.txt:\d+:.*ORG'):
+        load_splits(train_file=train, dev_file=dev)
+
+
+def test_empty_or_too_small_splits_are_errors_before_training(tmp_path, monkeypatch):
+    train = _char_bio(tmp_path / 'train.txt', SENTENCES[:1])
+    with pytest.raises(ValueError, match='cannot hold out 1 of 1 training sentences'):
+        load_splits(train_file=train)
+    (tmp_path / 'msra_ner').mkdir()
+    (tmp_path / 'msra_ner' / 'msra_bio.txt').write_text('甲\tO\n\n乙\tO\n\n丙\tO\n',
+                                                      encoding='utf-8')
+    with pytest.raises(ValueError, match=r'msra/test: no examples in .*msra_bio\.txt \(official '
+                                         r'test part: the chunks from #50658\)'):
+        load_splits('msra', data_dir=str(tmp_path))
+    monkeypatch.setattr(benchmarks, 'MSRA_TRAIN_CHUNKS', 2)
+    data = load_splits('msra', data_dir=str(tmp_path))
+    assert [e.text for e in data.test] == ['丙'] and (len(data.train), len(data.dev)) == (1, 1)
+    with pytest.raises(ValueError, match='cannot hold out 2 of 2'):
+        load_splits('msra', data_dir=str(tmp_path), holdout=2)
+
+
+def test_benchmark_roles_come_from_the_spec(tmp_path):
+    (tmp_path / 'cluener2020').mkdir()
+    record = '{"text": "张三在北京", "label": {"name": {"张三": [[0, 1]]}}}\n'
+    for split in ('train', 'dev'):
+        (tmp_path / 'cluener2020' / f'{split}.json').write_text(record * 3, encoding='utf-8')
+    data = load_splits('cluener', data_dir=str(tmp_path))
+    assert (len(data.train), len(data.dev), data.test) == (3, 3, None)
+    assert data.names == {'train': 'cluener/train', 'dev': 'cluener/dev',
+                          'test': 'cluener has no labelled test split'}
+    assert data.types == benchmarks.dataset_spec('cluener').types
+    with pytest.raises(ValueError, match='needs a dataset name or a train_file'):
+        load_splits()
+
+
+def test_a_dev_file_in_another_kind_of_format_or_for_another_task_is_named(tmp_path):
+    """The dev file's own format must be the training file's kind; the training file must be in
+    one of the task's formats; every record of a JSON file needs its entities."""
+    train = _char_bio(tmp_path / 'train.txt', SENTENCES)
+    segmented = tmp_path / 'seg.txt'
+    segmented.write_text('张三  去  北京\n李四  好\n', encoding='utf-8')
+    with pytest.raises(datasets_files.DataFormatError, match=(
+            f'^{segmented}: format segmented detected, but the training file {train} is '
+            'char-bio: give the training, dev and test files in one format$')):
+        load_splits(train_file=train, dev_file=str(segmented))
+    with pytest.raises(datasets_files.DataFormatError, match=(
+            f'^{segmented}: format segmented detected: word segmentation, no entity tags; train '
+            'it with examples/task_cws_crf.py')):
+        load_splits(train_file=str(segmented), task='ner')
+    with pytest.raises(datasets_files.DataFormatError, match=(
+            f'^{train}: format char-bio detected: entity tags; train NER with '
+            'examples/task_ner.py')):
+        load_splits(train_file=train, task='segmentation')
+    raw = tmp_path / 'raw.txt'                                  # unsegmented text as a test file
+    raw.write_text('张三去北京\n李四好\n', encoding='utf-8')
+    with pytest.raises(datasets_files.DataFormatError, match=f'^{raw}: cannot detect the format: '
+                                                       'no line ends with a tag and none holds '
+                                                       r'several words \(raw text\?\)'):
+        load_splits(train_file=str(segmented), test_file=str(raw), task='segmentation')
+    records = tmp_path / 'records.jsonl'
+    records.write_text('{"text": "张三", "label": {"name": {"张三": [[0, 1]]}}}\n'
+                       '{"text": "李四"}\n', encoding='utf-8')
+    with pytest.raises(datasets_files.DataFormatError, match=(
+            f'^{records}:2: a record without "label", "spans" or "entities": training, dev and '
+            'test files need the entities of every record')):
+        load_splits(train_file=str(records), dev_file=str(records))
+
+
+def test_repairs_and_notes_count_the_sentences_the_run_uses(tmp_path):
+    train = _char_bio(tmp_path / 'train.txt', SENTENCES)
+    dev = tmp_path / 'dev.txt'
+    dev.write_text('张 B-PER\n三 I-PER\n\n去 O\n京 I-LOC\n', encoding='utf-8')  # a stray I-LOC
+    assert load_splits(train_file=train, dev_file=str(dev)).repaired_at == [f'{dev}:5']
+    assert load_splits(train_file=train, dev_file=str(dev), eval_limit=1).repaired_at == []
+    nested = tmp_path / 'nested.jsonl'
+    nested.write_text('{"text": "北京大学", "spans": [[0, 4, "ORG"], [0, 2, "LOC"]]}\n' * 20,
+                      encoding='utf-8')
+    assert re.search(f'^noted 20x \\(({nested}:[0-9]+, ){{3}}…\\): a nested span is left out of '
+                     'the flat tags', load_splits(train_file=str(nested), holdout=2).describe(),
+                     re.M)
+
+
+def test_segmentation_files_in_either_layout_go_together(tmp_path):
+    segmented = tmp_path / 'seg.txt'
+    segmented.write_text('张三  去  北京\n李四  好\n' * 5, encoding='utf-8')
+    char_seg = tmp_path / 'char_seg.txt'
+    char_seg.write_text('张 B\n三 E\n去 S\n北 B\n京 E\n\n李 B\n四 E\n好 S\n\n' * 5,
+                        encoding='utf-8')
+    data = load_splits(train_file=str(char_seg), dev_file=str(segmented),
+                       test_file=str(segmented), task='segmentation')
+    assert data.dev[0].words == data.train[0].words == ['张三', '去', '北京']
+
+
+def test_a_dev_file_in_another_scheme_of_the_same_kind_reads_in_its_own(tmp_path):
+    """char-bio training and char-bioes / char-bmes dev files: the same entities."""
+    root = str(SAMPLES)
+    data = {dev: load_splits(train_file=os.path.join(root, 'char-bio', 'train.txt'),
+                             dev_file=os.path.join(root, dev, 'dev.txt')).dev
+            for dev in ('char-bio', 'char-bioes', 'char-bmes')}
+    spans = [[e.spans for e in examples] for examples in data.values()]
+    assert spans[0] == spans[1] == spans[2] and any(spans[0])
+
+
+def test_raw_text_with_a_spaced_line_is_not_taken_for_segmented_text(tmp_path):
+    raw = tmp_path / 'raw.txt'
+    raw.write_text('张三昨天去北京大学看望李四。\n苹果公司发布了 iPhone 15 '
+                   '新手机\n王五在上海市工作\n',
+                   encoding='utf-8')
+    with pytest.raises(datasets_files.DataFormatError, match=f'^{raw}:1: raw text\\? no line ends '
+                                                       'with a tag, and most lines hold one word'):
+        datasets_formats.read_corpus(str(raw))
