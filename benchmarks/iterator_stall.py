@@ -6,7 +6,7 @@ dataset feeds a ``tf.function`` of matrix products sized to run ``--step-s`` sec
     $ python benchmarks/iterator_stall.py --rounds 8      # one JSON line, then a summary line
 
 A stall shows as a deletion of tenths of a second or more where it should take a millisecond
-(TF 2.21, 2 CPU cores: benchmarks/results/iterator_stall.json, docs/performance.md).
+(TF 2.21, 2 CPU cores: benchmarks/results/iterator_stall.json).
 """
 import argparse
 import json

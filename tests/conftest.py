@@ -102,7 +102,8 @@ def fused_ops():
 # keep it honest: a name that matches no file stops the run, and under `-m fast` a test after
 # which TensorFlow is in the process fails.
 FAST_FILES = frozenset({
-    'test_datasets.py', 'test_diagnostics.py', 'test_experiments.py', 'test_house.py',
+    'test_datasets.py', 'test_diagnostics.py', 'test_doc_references.py', 'test_experiments.py',
+    'test_house.py',
     'test_metrics.py', 'test_posteriors.py', 'test_spans.py', 'test_splits.py',
     'test_user_files.py',
 })

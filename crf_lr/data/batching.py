@@ -169,7 +169,8 @@ class Batches:
             for a model compiled with ``jit_compile=True`` (XLA compiles the whole step once per
             shape). 1 (default): pad to the longest item only; Keras's own train function
             generalises its shapes after two traces, and extra padding is extra compute there
-            (docs/performance.md, *First epoch*). The masks keep the padding out of every loss.
+            (docs/performance.md, "The first epoch against a steady one"). The masks keep the
+            padding out of every loss.
 
         >>> batches = Batches(items, batch_size=16, maxlen=128, seed=0)
         >>> for batch in batches: loss = model.train_on_batch(batch.inputs, batch.labels)

@@ -14,11 +14,13 @@ underflows), compiled with XLA (``use_xla``) and exposed as a custom-gradient op
 (``_forward_backward``). A training step's loss on a CPU (a gradient being recorded, outside an
 XLA-compiled step) runs the same pass as one kernel instead
 (``crf_lr.speed.fused_kernels.crf_forward_backward``, where it can be built; the same outputs to
-float64 rounding); ``use_xla(False)`` gives TensorFlow's ops elsewhere.
-Measured on 2 CPU cores (batch 32, n = 256, 7 labels, loss + gradient in a ``tf.function``): about
-10x faster than bert4keras's CRF and 3x the cost of a softmax cross-entropy. A parallel scan (tree
-of batched L x L products) and chunked GEMMs were slower here: they do L times more work, and
-tiny batched matmuls are slow on CPU, while XLA makes one step of the plain loop cost microseconds.
+float64 rounding); ``use_xla(False)`` gives TensorFlow's ops elsewhere. As the kernel or XLA's
+program the loop over positions runs as one piece of compiled code, where bert4keras's and TF
+Addons' CRFs dispatch a few small ops at every position (their speed against this one, and this
+one's against a softmax cross-entropy: docs/performance.md, "The CRF loss alone, against
+peers"). A parallel scan (tree of batched L x L products) and chunked GEMMs were slower here:
+they do L times more work, and tiny batched matmuls are slow on CPU, while XLA makes one step of
+the plain loop cost microseconds.
 
 Masks must be left-aligned (``mask[b] = [1] * l + [0] * (n - l)``); the functions check this and
 raise ``InvalidArgumentError`` otherwise. Disallowed transitions / starts / ends score
@@ -199,14 +201,16 @@ def _safe_divisor(x):
     return tf.where(x > 0, x, tf.ones_like(x))
 
 
-# autograph=False: plain tf.while_loop code, and AutoGraph's rewrite costs ~2 s per process
+# autograph=False: plain tf.while_loop code, nothing for AutoGraph to convert, and its rewrite
+# would cost every process time at the first trace
 _COMPILED = {True: tf.function(_forward_backward, jit_compile=True, autograph=False),
              False: tf.function(_forward_backward, autograph=False, reduce_retracing=True)}
 
 # Compile the forward-backward pass with XLA where the CPU kernel does not run it (evaluation,
-# prediction, a GPU, no compiler): the loss + gradient alone is 3.5-4x faster on CPU than
-# TensorFlow's ops. XLA compiles one program per (batch size, padded length), about a second
-# each on 2 CPU cores, so the sequence axis is padded to a multiple of _LENGTH_BUCKET and batches
+# prediction, a GPU, no compiler): one program for the loop instead of TensorFlow's ops run one
+# by one, faster on CPU (docs/performance.md, "The CRF loss alone, against peers": its `XLA
+# pass` and `TensorFlow ops` columns). XLA compiles one program per (batch size, padded length),
+# a compiler run each, so the sequence axis is padded to a multiple of _LENGTH_BUCKET and batches
 # of varying length share a few programs. Read when a function is traced: see use_xla.
 USE_XLA = True
 _LENGTH_BUCKET = 32

@@ -54,7 +54,7 @@ def rotary_position_embedding(x, base=10000, position_axis=1):
                 for f in (tf.cos, tf.sin))
     # (x0, x1) -> (-x1, x0) for every pair, so that x*cos + rotated*sin is the rotation: the pairs
     # reversed in place and the sign put on sin. Strided slices of x (x[..., 1::2]) would copy it
-    # element by element, forwards and backwards (docs/performance.md, "Pointer heads").
+    # element by element, forwards and backwards.
     pairs = tf.reshape(x, tf.concat([tf.shape(x)[:-1], [d // 2, 2]], 0))
     swapped = tf.reshape(tf.reverse(pairs, [-1]), tf.shape(x))
     return x * cos + swapped * (sin * tf.constant(np.tile([-1, 1], d // 2), x.dtype))

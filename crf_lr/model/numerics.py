@@ -1,11 +1,13 @@
 """Checks that make NaN and inf inputs of the layers, losses and decoders raise instead of pass.
 
-In the graph (layers, losses) the checks are behind a switch, on by default: a training step with
-them costs the same as without, within 1 % at the median (docs/reliability.md, measured on a quiet
-machine). Off, every layer and loss builds exactly the graph it builds without this module. On, a
-NaN or inf where none may be raises ``tf.errors.InvalidArgumentError`` naming the layer or loss, the
-argument, the first bad index and the shape. The NumPy decoders (``decode_spans``,
-``ConditionalRandomField.decode``) always check, with ``ValueError``: there it is cheap.
+In the graph (layers, losses) the checks are behind a switch, on by default: each is one pass
+over a head's or loss's input, small next to the encoder's products, and builds its message only
+in the failing branch, so a training step costs the same with them as without, to the precision
+of a measurement (docs/reliability.md, "The check-numerics switch"). Off, every layer and loss
+builds exactly the graph it builds without this module. On, a NaN or inf where none may be
+raises ``tf.errors.InvalidArgumentError`` naming the layer or loss, the argument, the first bad
+index and the shape. The NumPy decoders (``decode_spans``, ``ConditionalRandomField.decode``)
+always check, with ``ValueError``: there it is cheap.
 
 The switch is read when a graph is traced: turn it on before a model is compiled and fitted (a
 training function traced earlier keeps the checks it was traced with).

@@ -11,7 +11,7 @@ When it pays: only on a CPU with native bf16 matrix instructions (``avx512_bf16`
 float32 ones; elsewhere bf16 is emulated and a step is slower than in float32. Even then it needs
 enough tokens per step (batch x n) for the matrix products to outweigh the casts and the float32
 parts of the step (layer norm, softmax, the optimizer). Measured figures, with their commands:
-docs/performance.md, *Mixed bfloat16*.
+docs/performance.md, "bf16: the step against float32 and its limit".
 
 A model saved with ``model.save('model.h5')`` records the policy of every layer; plain
 ``keras.models.load_model`` rebuilds it in the precision it was trained in. :func:`load_model`

@@ -79,9 +79,10 @@ def without_autotune(dataset):
     """``dataset`` with tf.data's autotuning off, for pipelines that have nothing to tune.
 
     Deleting an iterator of an autotuned dataset waits for its autotuning thread to finish its
-    current period (TF 2.21): 5 of 8 deletions after a 1.3 s step took over 0.1 s (up to 0.27 s;
-    ``python benchmarks/iterator_stall.py``), about a second after the end-to-end benchmark's
-    MiniLM steps (docs/performance.md).
+    current period (TF 2.21), so a deletion that should take a millisecond can hold the loop for
+    a sizeable part of a step; ``train_on_batch`` & co. delete one at every call, for autotuning a
+    one-batch dataset has no use for (how long, today: ``python benchmarks/iterator_stall.py``,
+    ``benchmarks/results/iterator_stall.json``).
 
         >>> iterator = iter(without_autotune(tf.data.Dataset.from_tensors(batch)))
     """
@@ -107,9 +108,9 @@ class _DistributingWithoutAutotune:
 
 def _fix_iterator_deletion_stall():
     """``train_on_batch`` / ``test_on_batch`` / ``predict_on_batch`` make one dataset iterator per
-    call (tf-keras's ``single_batch_iterator``), and deleting it stalled every second or third
-    bf16 step of the end-to-end benchmark by about a second (:func:`without_autotune`); build
-    those one-batch datasets without autotuning, which has nothing to tune in them."""
+    call (tf-keras's ``single_batch_iterator``), and deleting it can stall the step that follows
+    (:func:`without_autotune`); build those one-batch datasets without autotuning, which has
+    nothing to tune in them."""
     def single_batch_iterator(original, strategy, *args, **kwargs):
         return original(_DistributingWithoutAutotune(strategy), *args, **kwargs)
 
@@ -124,9 +125,9 @@ def flat_dense(enabled=True):
     flattened (batch x n, d) input and reshape the result back, where Keras multiplies by
     ``tensordot`` and adds the bias to the 3-D result. The same operations on the same values,
     but TensorFlow's graph optimiser then fuses the product, the bias and the activation into
-    one oneDNN kernel: prediction 1.12x faster in bf16 and 1.05x in float32 (MiniLM, 2 CPU
-    cores), and no gain in a training step, whose gradients need the unfused values
-    (``python benchmarks/graph_probe.py --change flat_dense``; docs/performance.md). Traced
+    one oneDNN kernel: faster prediction, and no gain in a training step, whose gradients need
+    the unfused values (``python benchmarks/graph_probe.py --change flat_dense``;
+    docs/performance.md, "What each speed patch buys"). Traced
     functions keep the choice they were traced with; the setting is per thread.
     :class:`crf_lr.serving.tagger.Tagger` and ``crf_lr.serving.export`` trace prediction inside this
     block.
@@ -148,7 +149,7 @@ def _fix_dense_fusion():
         width = inputs.shape[-1]
         outputs = original(self, tf.reshape(inputs, [-1, width]))
         # the input's shape with its last entry width -> units: 4 ops per Dense where slicing
-        # and joining took 13 (338 of the 2,357 ops of a traced 4-layer ALBERT step)
+        # and joining took 13, for every Dense of a traced step (fewer ops to trace and schedule)
         last = np.zeros([inputs.shape.rank], np.int32)
         last[-1] = self.units - width
         outputs = tf.reshape(outputs, tf.shape(inputs) + last)

@@ -6,14 +6,15 @@ TensorFlow runs the GELU of every feed-forward layer as five element-wise ops an
 as about nine, a layer norm as seven each way (its scale and offset two more) and a softmax's
 gradient as four, each a pass over memory. The kernels of ``crf_lr/speed/kernels/fused_ops.cc`` make
 each of them one pass, and ``crf_lr/speed/kernels/crf_forward_backward.cc`` makes the CRF loss's
-loop over positions (some 400 ops to trace, optimise and schedule) one op. They are compiled
-against the installed TensorFlow the first time they are needed (about 17 s; ``make install``
-does it), cached per machine (:mod:`crf_lr.speed.native_build`), and used only in training calls
-(``training=True``) of float32 and bfloat16 tensors and in losses whose gradient is being
-recorded, outside XLA; prediction, export, saving, XLA-compiled steps, a visible GPU and a
-machine without a C++ compiler keep TensorFlow's own ops. The same values to float rounding
-(``tests/speed/test_fused_kernels.py``); the step's speed is in docs/performance.md ("Fused
-element-wise kernels").
+loop over positions (a while loop of small ops to trace and optimise, each dispatched at every
+position) one op. They are compiled against the installed TensorFlow the first time they are
+needed (one compiler run; ``make install`` does it), cached per machine
+(:mod:`crf_lr.speed.native_build`), and used only in training calls (``training=True``) of
+float32 and bfloat16 tensors and in losses whose gradient is being recorded, outside XLA;
+prediction, export, saving, XLA-compiled steps, a visible GPU and a machine without a C++
+compiler keep TensorFlow's own ops. The same values to float rounding
+(``tests/speed/test_fused_kernels.py``); what they buy a step is in docs/performance.md ("What
+each speed patch buys").
 
 :mod:`crf_lr.compat` installs the GELU and the bias gradient (``BiasAdd``'s in bfloat16, summed
 in float32 where TensorFlow sums in bfloat16) for every model of the process,
@@ -264,7 +265,7 @@ def bias_gradient(dy):
     """The gradient of a bias added along the last axis of ``dy`` (bfloat16): ``dy`` summed over
     its other axes in float32 (float64 across chunks of rows), one kernel. TensorFlow's
     ``BiasAddGrad`` sums bfloat16 in bfloat16, so its sums of thousands of rows are far off
-    (docs/performance.md, "The bias gradient in bf16"); float32 keeps it.
+    (docs/performance.md, "What each speed patch buys"); float32 keeps it.
 
         >>> bias_gradient(tf.ones([4, 3], tf.bfloat16))         # [4., 4., 4.]
     """

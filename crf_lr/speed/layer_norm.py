@@ -2,16 +2,16 @@
 
 bert4keras normalises with ``divide_no_nan(x - mean, sqrt(variance + epsilon))`` and leaves the
 gradient to TensorFlow, which differentiates each of those ops in turn (broadcast gradients,
-tiles, sums, two ``AddN`` per norm): a quarter of the 3,072 ops of the scripts' 4-layer ALBERT
-step with the CRF head were its layer norms', each created in Python when the step is traced.
-This module gives ``bert4keras.layers.LayerNormalization.call`` the same forward ops (less
-``K.sqrt``'s clip at 0, which its argument never needs: the same values to the last bit) with
-the textbook gradient, ``(dy - mean(dy) - x̂ · mean(dy · x̂)) / std``: seven ops, computed in
-float32 under mixed precision. That step loses 441 ops; with its dense layers flattened too
-(:mod:`crf_lr.runs`) it has 2,449, step 1 of a run is 0.4 s shorter on 2 CPU cores, and the
-step itself 1.02-1.03x faster (docs/performance.md, "A shorter trace"). Gradients equal
-TensorFlow's to float rounding, and under bf16 come nearer float32's than bert4keras's bf16 ops
-(``tests/speed/test_layer_norm.py``).
+tiles, sums, two ``AddN`` per norm): a large share of a traced step's ops are its layer norms',
+each created in Python when the step is traced, optimised at its first call and scheduled at
+every call. This module gives ``bert4keras.layers.LayerNormalization.call`` the same forward ops
+(less ``K.sqrt``'s clip at 0, which its argument never needs: the same values to the last bit)
+with the textbook gradient, ``(dy - mean(dy) - x̂ · mean(dy · x̂)) / std``: seven ops, computed
+in float32 under mixed precision. Fewer ops to create, optimise and schedule: step 1 of a run
+is shorter, and every step a little faster (docs/performance.md, "What each speed patch buys",
+``closed_form_layer_norm``; ``python benchmarks/first_step.py`` counts a step's ops and its
+layer norms'). Gradients equal TensorFlow's to float rounding, and under bf16 come nearer
+float32's than bert4keras's bf16 ops (``tests/speed/test_layer_norm.py``).
 
 In a training call where :mod:`crf_lr.speed.fused_kernels` apply, the norm and bert4keras's scale
 and offset after it are instead one kernel each way (:func:`crf_lr.speed.fused_kernels.layer_norm`:

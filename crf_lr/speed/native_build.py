@@ -14,7 +14,7 @@ again. A lock file makes concurrent processes build it once. Each load marks its
 a build removes the other builds of the same library that no process loaded for
 :data:`UNUSED_DAYS` days (what an upgrade of TensorFlow, the compiler or crf_lr leaves behind).
 
-    >>> path = built_library([Path('crf_lr/speed/kernels/fused_ops.cc')])   # ~10 s the first time
+    >>> path = built_library([Path('crf_lr/speed/kernels/fused_ops.cc')])   # compiled once
     >>> ops = tf.load_op_library(str(path))
 """
 import contextlib
@@ -71,7 +71,7 @@ def source_paths(sources):
 @functools.lru_cache(maxsize=None)
 def predefined_macros(cxx, march='native'):
     """The names of the macros ``cxx -march=MARCH`` predefines (empty where it cannot say, e.g.
-    a ``-march`` it does not know): about 30 ms.
+    a ``-march`` it does not know): one run of the preprocessor, once a process and ``-march``.
 
         >>> '__AVX512FP16__' in predefined_macros('g++', 'sapphirerapids')
         True
@@ -123,7 +123,8 @@ def compile_command(sources, output, cxx, march='native'):
 
 @functools.lru_cache(maxsize=None)
 def compiler_version(cxx):
-    """The first line of ``cxx --version`` ('' where it says none): about 5 ms, once a process.
+    """The first line of ``cxx --version`` ('' where it says none): one run of ``cxx``, once a
+    process.
 
         >>> compiler_version('g++')
         'g++ (Debian 12.2.0-14) 12.2.0'
@@ -254,7 +255,8 @@ def record(path):
 def _damage(path):
     """Why the cached library at ``path`` may not be loaded (missing, no record of its build, or
     another size or checksum than its build's), or None where it matches its record: a
-    truncated library is a bus error in the process that loads it. About 1 ms for 300 KB."""
+    truncated library is a bus error in the process that loads it. One read of the file to hash
+    it, cheap next to loading it."""
     if not path.exists():
         return 'not built'
     built = record(path)

@@ -44,7 +44,7 @@ def build_task_model(args, strategy, units, make_head, examples, sources):
 
     set_check_numerics(True)  # the default, said: NaN/inf in a layer or loss stops the run
     print(set_precision(args.precision))                 # e.g. 'precision: float32 (...)'
-    print(fused_kernels_status())                        # built here the first time (~17 s)
+    print(fused_kernels_status())                        # built here the first time (once)
     keras.utils.set_random_seed(args.seed)
     encoder, why = ((args.encoder, 'as given') if args.encoder else   # else by the text's script
                     choose_encoder(units_of for units_of, _, _ in examples))

@@ -175,7 +175,8 @@ def add_precision_option(parser):
                         help='auto: bf16 products where the CPU has native bf16 (amx_bf16 or '
                              'avx512_bf16), float32 elsewhere; mixed_bfloat16: bf16 products, '
                              'float32 weights and heads; float32: the same numbers as an export '
-                             '(default: %(default)s; docs/performance.md, "bf16")')
+                             '(default: %(default)s; docs/performance.md, "bf16: the step '
+                             'against float32 and its limit")')
 
 
 def quiet_tensorflow(verbose=False, native=True):
