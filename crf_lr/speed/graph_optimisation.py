@@ -2,16 +2,15 @@
 grappler's passes, without the two that change nothing in a graph run on CPU.
 
 TensorFlow optimises a ``tf.function``'s graph when it is first called (grappler), and by
-default runs every pass twice. In the scripts' 4-layer ALBERT training step with the CRF head
-(2,449 ops) its 23 passes take 0.46 s of step 1's 2.1 s on 2 CPU cores: the second round
-removes 45 of the 1,697 nodes left after the first (1,652); the memory optimiser (swapping to
-host memory, recomputation hints) and the layout optimiser (NHWC / NCHW for GPU kernels) change
-no node. Functions called for the first time within :func:`optimised_lightly` (where crf_lr's
-training loop calls its step) get one round and neither of those two: 11 passes in 0.25 s,
-step 1 about 0.3 s shorter, the same step after it (docs/performance.md, "A lighter graph
-optimisation"). Only where TensorFlow sees no GPU: that is where it was measured, and on a GPU
-those two passes can matter. ``tf.config.optimizer.set_experimental_options(dict(
-layout_optimizer=...))`` keeps its setting.
+default runs every pass twice. In a training step the second round removes few of the nodes
+the first left, and on CPU the memory optimiser (swapping to host memory, recomputation hints)
+and the layout optimiser (NHWC / NCHW for GPU kernels) change none. Functions called for the
+first time within :func:`optimised_lightly` (where crf_lr's training loop calls its step) get
+one round and neither of those two: fewer passes at the first call, so step 1 is shorter and
+the step after it the same (docs/performance.md, "The first epoch against a steady one";
+``python benchmarks/graph_probe.py --change light_graph_optimisation``). Only where TensorFlow
+sees no GPU: that is where it was measured, and on a GPU those two passes can matter.
+``tf.config.optimizer.set_experimental_options(dict(layout_optimizer=...))`` keeps its setting.
 
 TensorFlow reads these options from its per-thread function-call options when a function is
 called, and optimises it again at a call with other options: call a step within the block every

@@ -2,8 +2,9 @@
 model allows it: what the training loop (:func:`crf_lr.training.loop.train_steps`) and prediction
 (:class:`crf_lr.serving.tagger.Tagger`) run.
 
-AutoGraph rewrites the source of every layer's ``call`` before tracing it, half of the trace of a
-4-layer ALBERT step with the CRF head (docs/performance.md); layers need it only where Python
+AutoGraph rewrites the source of every layer's ``call`` before tracing it, a large part of a
+step's trace, paid again in every process (docs/performance.md, "The first epoch against a
+steady one"); layers need it only where Python
 control flow branches on tensor values, and such a layer raises
 ``OperatorNotAllowedInGraphError`` while tracing without it.
 

@@ -199,7 +199,8 @@ def train_steps(model, batches, crf_xla=False):
     the model allows, the CRF's forward-backward one CPU kernel, or where the kernel does not
     run compiled by XLA only if ``crf_xla``) and called within
     :func:`crf_lr.speed.graph_optimisation.optimised_lightly` (on CPU, grappler's passes in one
-    round at the first call: step 1 about 0.3 s shorter, docs/performance.md).
+    round at the first call: fewer passes before the first step, so step 1 is shorter;
+    docs/performance.md, "The first epoch against a steady one").
 
     Args:
         model: a compiled keras.Model; built inside ``strategy.scope()``
@@ -232,8 +233,9 @@ def trace_once(model, batch, crf_xla=False, iterator=None):
     """Trace ``model``'s train step now, once, for batches like ``batch`` of every size and
     length: ``model.fit``, ``model.train_on_batch`` and :func:`train_steps` then run it without
     tracing again. Plain ``train_on_batch`` traces for the first batch's exact shape and again,
-    generalised, for a second shape, with AutoGraph: its first epoch on MiniLM took 2.4x as
-    long (docs/performance.md, "One trace for train_on_batch"). Call it after ``model.compile``
+    generalised, for a second shape, with AutoGraph: every trace is paid again in the first
+    epoch (docs/performance.md, "The first epoch against a steady one"). Call it after
+    ``model.compile``
     (which forgets the traced step); a second call with the same ``crf_xla`` keeps the step.
 
     Traced without AutoGraph where the model allows (:func:`_traced_without_autograph`), with
@@ -272,9 +274,9 @@ def trace_once(model, batch, crf_xla=False, iterator=None):
 def _tracing(model, crf_xla):
     """Where ``model``'s train step is traced: its strategy's scope, the CRF's forward-backward
     in XLA only if ``crf_xla`` where its kernel does not run (:func:`crf_lr.model.crf.use_xla`), and
-    dense layers on flattened inputs (:func:`crf_lr.compat.flat_dense`: 182 fewer ops to trace
-    in the scripts' 4-layer ALBERT step with the CRF head, "A shorter trace", and the same step
-    time, "Fused dense layers in prediction", in docs/performance.md). Per thread: replicas of a
+    dense layers on flattened inputs (:func:`crf_lr.compat.flat_dense`: fewer ops to trace and
+    schedule, so step 1 is shorter, and a step no slower; docs/performance.md, "What each speed
+    patch buys", ``flat_dense``). Per thread: replicas of a
     ``MirroredStrategy``, which trace in threads of their own, keep Keras's dense layers."""
     from crf_lr.compat import flat_dense
     from crf_lr.model.crf import use_xla
@@ -294,8 +296,8 @@ def _step_iterator(model, dataset):
 def _batches_dataset(batches):
     """A ``tf.data`` dataset of ``batches`` (non-empty list of ``(inputs, targets)`` of varying
     shapes), in order, with the signature :func:`crf_lr.speed.tracing.free_signature`. Built from
-    tensors: a ``Dataset.from_generator`` made every later training step of the process 1.5x
-    slower, used or not (measured on 2 CPU cores; docs/performance.md, "One trace per run").
+    tensors: a ``Dataset.from_generator`` made every later training step of the process slower,
+    used or not (its Python generator holds the interpreter's lock beside the step's threads).
 
         >>> next(iter(_batches_dataset([((ids, segments), tags)])))    # the batch, as tensors
     """
@@ -318,8 +320,8 @@ def _batches_dataset(batches):
 
 def _traced_without_autograph(function, iterator):
     """Keras's train ``function`` (a ``tf.function``) re-made without AutoGraph and traced now for
-    ``iterator``'s batches (:func:`crf_lr.speed.tracing.traced_without_autograph`: 2.4-2.8 s against
-    4.8-7.3 s for a 4-layer ALBERT step with the CRF head, 2 CPU cores), or ``function`` itself
+    ``iterator``'s batches (:func:`crf_lr.speed.tracing.traced_without_autograph`: no rewrite of
+    every layer's source before the trace, so the trace is shorter), or ``function`` itself
     where a layer needs AutoGraph. One replica only: under a mirrored strategy the function
     without AutoGraph was traced again for the next epoch's iterator (2 traces against 1)."""
     from crf_lr.compat import tf

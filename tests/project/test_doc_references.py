@@ -111,27 +111,8 @@ def test_the_scan_finds_the_references_it_checks():
     assert len(links()) >= 20
 
 
-# Stale section names in files other sessions are editing: (source, docs file, name). Each is a
-# strict expected failure until its source names a heading that exists; then its entry must go.
-PENDING = {
-    ('crf_lr/speed/graph_optimisation.py', 'performance.md', 'A lighter graph optimisation'),
-    ('crf_lr/training/loop.py', 'performance.md', 'One trace for train_on_batch'),
-    ('crf_lr/training/loop.py', 'performance.md', 'Fused dense layers in prediction'),
-    ('crf_lr/training/loop.py', 'performance.md', 'One trace per run'),
-}
-
-
-def test_every_pending_reference_is_still_there():
-    found = {(source, file, name) for source, file, _, name in references()}
-    gone = sorted(PENDING - found)
-    assert not gone, f'no longer in their source: take them out of PENDING: {gone}'
-
-
 @pytest.mark.parametrize('source, file, kind, name', [
-    pytest.param(*ref, id=f'{ref[0]}->{ref[1]}:{ref[3]}',
-                 marks=[pytest.mark.xfail(strict=True, reason='PENDING')]
-                 if (ref[0], ref[1], ref[3]) in PENDING else [])
-    for ref in references()])
+    pytest.param(*ref, id=f'{ref[0]}->{ref[1]}:{ref[3]}') for ref in references()])
 def test_a_named_section_exists(source, file, kind, name):
     path = DOCS / file
     assert path.is_file(), f'{source}: docs/{file} does not exist'
