@@ -53,8 +53,8 @@ def einsum_transposes(enabled=True):
     """Within the block, attention layers traced swap heads and positions with a one-operand
     ``tf.einsum`` instead of ``tf.transpose``: the same values, bit for bit. oneDNN's
     ``_MklTranspose``, which grappler puts in place of every ``Transpose``, pays a fixed cost
-    per call that dominates at one short text (4 per layer; ~0.1 ms each on an AMD EPYC), where
-    ``Einsum`` moves the few elements in Eigen. :class:`crf_lr.serving.tagger.Tagger` traces
+    per call (4 per layer) that outweighs moving the few elements of one short text, where
+    ``Einsum`` moves them in Eigen. :class:`crf_lr.serving.tagger.Tagger` traces
     prediction under it. Per thread; traced functions keep the form they were traced with."""
     return _EINSUM_TRANSPOSES.set(enabled)
 
