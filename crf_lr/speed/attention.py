@@ -35,6 +35,7 @@ from crf_lr.patches import apply  # noqa: E402
 from crf_lr.speed.switches import ThreadSwitch  # noqa: E402
 
 _BATCHED = ThreadSwitch(default=True)     # read when an attention layer is traced
+_EINSUM_TRANSPOSES = ThreadSwitch(default=False)
 
 
 def batched_attention(enabled=True):
@@ -48,8 +49,20 @@ def batched_attention(enabled=True):
     return _BATCHED.set(enabled)
 
 
+def einsum_transposes(enabled=True):
+    """Within the block, attention layers traced swap heads and positions with a one-operand
+    ``tf.einsum`` instead of ``tf.transpose``: the same values, bit for bit. oneDNN's
+    ``_MklTranspose``, which grappler puts in place of every ``Transpose``, pays a fixed cost
+    per call (4 per layer) that outweighs moving the few elements of one short text, where
+    ``Einsum`` moves them in Eigen. :class:`crf_lr.serving.tagger.Tagger` traces
+    prediction under it. Per thread; traced functions keep the form they were traced with."""
+    return _EINSUM_TRANSPOSES.set(enabled)
+
+
 def heads_first(x):
     """(batch, n, heads, size) -> (batch, heads, n, size)."""
+    if _EINSUM_TRANSPOSES.enabled:
+        return tf.einsum('bnhs->bhns', x)
     return tf.transpose(x, [0, 2, 1, 3])
 
 

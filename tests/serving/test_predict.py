@@ -645,3 +645,16 @@ def test_a_word_longer_than_a_window_is_read_as_unk_and_every_line_is_answered(t
     assert found['path_probability'] == pytest.approx(expected['path_probability'])
     assert ([(e['type'], pytest.approx(e['confidence'])) for e in found['entities']]
             == [(e['type'], e['confidence']) for e in expected['entities']])
+
+
+def test_prediction_traces_attention_transposes_as_einsum(saved):
+    """Tagger.scores traces under einsum_transposes: its step holds no Transpose (oneDNN's pays a
+    fixed cost per call that one short text feels) and the outputs stay predict_on_batch's."""
+    from crf_lr.serving.tagger import Tagger
+    tagger = Tagger.load(saved['ner'])
+    inputs = [np.array([[2, 5, 7, 3]], 'int32'), np.zeros((1, 4), 'int32')]
+    np.testing.assert_allclose(tagger.scores(inputs), tagger.model.predict_on_batch(inputs),
+                               rtol=1e-5, atol=1e-5)
+    _, step, signature = tagger._prediction
+    types = {op.type for op in step.get_concrete_function(signature).graph.get_operations()}
+    assert 'Einsum' in types and 'Transpose' not in types

@@ -185,3 +185,23 @@ def test_a_training_calls_score_gradient_is_the_softmax_kernel_alone(fused_ops, 
     score_passes = [op for op in operations if op.name.startswith('gradient_tape/')
                     and op.type in ('Mul', 'RealDiv') and op.outputs[0].shape[-2:] == (N, N)]
     assert bool(score_passes) == (case == 'additive bias (rank 4)')
+
+
+def test_einsum_transposes_compute_the_same_outputs_bit_for_bit(tiny_bert_config_path):
+    """Under einsum_transposes a bert4keras BERT (padding masked) gives exactly the outputs of the
+    Transpose form, and its trace swaps heads and positions with Einsum, never Transpose."""
+    from bert4keras.models import build_transformer_model
+    from crf_lr.speed.attention import einsum_transposes
+    model = build_transformer_model(tiny_bert_config_path)
+    token_ids = np.array([[2, 5, 7, 3, 0, 0], [2, 9, 11, 13, 17, 3]])
+    inputs = [tf.constant(token_ids), tf.zeros_like(token_ids)]
+    outputs, graphs = {}, {}
+    for enabled in (False, True):
+        with einsum_transposes(enabled):
+            traced = tf.function(lambda x, s: model([x, s], training=False)
+                                 ).get_concrete_function(*inputs)
+        outputs[enabled] = traced(*inputs).numpy()
+        graphs[enabled] = _types(traced.graph.get_operations())
+    np.testing.assert_array_equal(outputs[True], outputs[False])
+    assert 'Transpose' in graphs[False] and 'Einsum' not in graphs[False]
+    assert 'Einsum' in graphs[True] and 'Transpose' not in graphs[True]
