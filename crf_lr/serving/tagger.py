@@ -160,12 +160,11 @@ class Tagger:
         What ``model.predict_on_batch`` computes, from a step traced once for batches of every
         size and length, without AutoGraph (:mod:`crf_lr.speed.tracing`) and with fusable dense
         layers (:func:`crf_lr.compat.flat_dense`) and attention's transposes in Eigen
-        (:func:`crf_lr.speed.attention.einsum_transposes`: no fixed oneDNN cost per transpose, which
-        one short text feels), where
-        ``predict_on_batch`` traces for the first batch's shape and again for a second;
-        ``predict_on_batch`` itself
-        where a layer needs AutoGraph or the model has several replicas. Inputs are cast to the
-        first batch's dtypes; a new ``self.model`` is traced anew.
+        (:func:`crf_lr.speed.attention.einsum_transposes`: no fixed oneDNN cost per transpose,
+        which one short text feels), where ``predict_on_batch`` traces for the first batch's
+        shape and again for a second; ``predict_on_batch`` itself where a layer needs AutoGraph or
+        the model has several replicas. Inputs are cast to the first batch's dtypes; a new
+        ``self.model`` is traced anew.
         """
         from crf_lr.compat import flat_dense
         from crf_lr.speed.attention import einsum_transposes
