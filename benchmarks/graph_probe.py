@@ -21,27 +21,32 @@ rounds, each precision in its own rounds. ``--change``:
   :func:`crf_lr.speed.fused_kernels.bias_gradient` (one kernel, float32 sums);
 * ``inference_only`` (``--part predict``): the model saved and reloaded by
   :func:`crf_lr.model.precision.load_model` against the same with ``inference_only=True`` (bf16
-  encoder weights under mixed_bfloat16, as :meth:`crf_lr.serving.tagger.Tagger.load` loads).
+  encoder weights under mixed_bfloat16, as :meth:`crf_lr.serving.tagger.Tagger.load` loads);
+* ``einsum_transposes`` (``--part predict``): attention's transposes as ``tf.transpose`` against
+  :func:`crf_lr.speed.attention.einsum_transposes` (one-operand ``Einsum``).
 
-Everything else as the library runs it (prediction under ``flat_dense``, batched attention on).
+Everything else as the library runs it (prediction under ``flat_dense`` and
+``einsum_transposes``, batched attention on).
 ``--part``:
 
 * ``predict``: the end-to-end benchmark's prediction step (packaged MiniLM + Dense + CRF,
-  CoNLL-2003's first test sentences in the end-to-end benchmark's batches of 32): the model's
-  scores, as :class:`crf_lr.serving.tagger.Tagger` computes them;
+  CoNLL-2003's first test sentences in the end-to-end benchmark's batches of 32, or with
+  ``--batch 1`` its first 100 sentences one at a time): the model's scores, as
+  :class:`crf_lr.serving.tagger.Tagger` computes them;
 * ``step``: the whole training step of the CRF head (4-layer ALBERT-tiny shape, batch 32,
   n = 128; ``models.train_step``, with ``LayerwiseAdam``);
 * ``update`` (``--change fused_adam``): ``LayerwiseAdam``'s update alone of the packaged MiniLM's
   weights (22.7 M) on fixed gradients, the word embedding's sparse as in training (the rows of
   32 x 128 looked-up ids).
 
-    $ python benchmarks/graph_probe.py --change flat_dense --part predict   # a JSON line per
-    precision $ python benchmarks/graph_probe.py --change batched_attention --part step   #
-    benchmarks/results/graph_probe.batched_attention.step.json $ python benchmarks/graph_probe.py
-    --change batched_attention --part predict --profile 3 $ python benchmarks/graph_probe.py
-    --change fused_adam --part step $ python benchmarks/graph_probe.py --change
-    closed_form_layer_norm --part step $ python benchmarks/graph_probe.py --change fused_adam --part
-    update $ python benchmarks/graph_probe.py --change light_graph_optimisation --part step
+    $ python benchmarks/graph_probe.py --change flat_dense --part predict   # a line a precision
+    $ python benchmarks/graph_probe.py --change einsum_transposes --part predict --batch 1
+    $ python benchmarks/graph_probe.py --change batched_attention --part step
+    $ python benchmarks/graph_probe.py --change batched_attention --part predict --profile 3
+    $ python benchmarks/graph_probe.py --change closed_form_layer_norm --part step
+    $ python benchmarks/graph_probe.py --change fused_adam --part step
+    $ python benchmarks/graph_probe.py --change fused_adam --part update
+    $ python benchmarks/graph_probe.py --change light_graph_optimisation --part step
     $ python benchmarks/graph_probe.py --change fused_kernels --part step
     $ python benchmarks/graph_probe.py --change fused_bias_gradient --part step
 """
@@ -62,7 +67,7 @@ from timing import interleaved, load_average, probe_fields, write_lines  # noqa:
 
 def changes():
     """{name: context manager factory taking on/off} (``inference_only`` is a way of loading)."""
-    from crf_lr.speed.attention import batched_attention
+    from crf_lr.speed.attention import batched_attention, einsum_transposes
     from crf_lr.compat import flat_dense
     from crf_lr.speed.fused_kernels import fused_bias_gradient, fused_kernels
     from crf_lr.speed.graph_optimisation import light_graph_optimisation, optimised_lightly
@@ -76,7 +81,7 @@ def changes():
     return {'flat_dense': flat_dense, 'batched_attention': batched_attention,
             'closed_form_layer_norm': closed_form_layer_norm, 'fused_adam': fused_adam,
             'light_graph_optimisation': lightly_optimised, 'fused_kernels': fused_kernels,
-            'fused_bias_gradient': fused_bias_gradient,
+            'fused_bias_gradient': fused_bias_gradient, 'einsum_transposes': einsum_transposes,
             'inference_only': lambda on: contextlib.nullcontext()}
 
 
@@ -102,10 +107,12 @@ def reloaded(model):
         return {on: load_model(path, inference_only=on) for on in (False, True)}
 
 
-def predict_functions(change, precision, sentences):
-    """{False: the change off, True: on} -> a callable scoring every prediction batch, and the
-    largest difference between their scores (finite entries)."""
+def predict_functions(change, precision, sentences, batch=32):
+    """{False: the change off, True: on} -> a callable scoring every prediction batch of
+    ``batch`` (32, or 1: the first 100 sentences one at a time), and the largest difference
+    between their scores (finite entries)."""
     from crf_lr.compat import flat_dense, tf
+    from crf_lr.speed.attention import einsum_transposes
     from crf_lr.model.pretrained import packaged_source
     from crf_lr.data.splits import load_splits
     from crf_lr.speed.tracing import conformed, free_signature
@@ -116,11 +123,11 @@ def predict_functions(change, precision, sentences):
                   'minilm-en', 1e-4, 1, 0)
     model = make_side(job, dict(side='crf_lr', head='crf', precision=precision, threads=None)).model
     models = reloaded(model) if change == 'inference_only' else {False: model, True: model}
-    batches = job['predict'][32]
+    batches = job['predict'][batch]
     signature = free_signature(batches[0])
     functions, scores = {}, {}
     for on in (False, True):
-        with flat_dense(), changes()[change](on):
+        with flat_dense(), einsum_transposes(), changes()[change](on):
             step = tf.function(lambda x, m=models[on]: m(x, training=False),
                                reduce_retracing=True, autograph=False)
             step.get_concrete_function(signature)
@@ -197,10 +204,13 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--change', required=True, choices=(
         'flat_dense', 'batched_attention', 'closed_form_layer_norm', 'fused_adam',
-        'light_graph_optimisation', 'fused_kernels', 'fused_bias_gradient', 'inference_only'))
+        'light_graph_optimisation', 'fused_kernels', 'fused_bias_gradient', 'inference_only',
+        'einsum_transposes'))
     parser.add_argument('--part', choices=('predict', 'step', 'update'), default='predict')
     parser.add_argument('--rounds', type=int, default=7)
     parser.add_argument('--sentences', type=int, default=200, help='--part predict: test sentences')
+    parser.add_argument('--batch', type=int, choices=(1, 32), default=32,
+                        help='--part predict: batches of 32, or the first 100 sentences one by one')
     parser.add_argument('--out', default=None, help='JSON lines (default: '
                         'benchmarks/results/graph_probe.<change>.<part>.json)')
     parser.add_argument('--profile', type=int, default=0, metavar='CALLS',
@@ -210,10 +220,10 @@ def main():
     args.out = (args.out
                 or
                 os.path.join(os.path.dirname(os.path.abspath(__file__)), 'results',
-                             f'graph_probe.{args.change}.{args.part}.json'))
-    if args.change == 'inference_only' and args.part != 'predict':
-        parser.error('--change inference_only is a way of loading a model for prediction: '
-                     'use it with --part predict')
+                             f'graph_probe.{args.change}.{args.part}'
+                             f'{"" if args.batch == 32 else f".batch{args.batch}"}.json'))
+    if args.change in ('inference_only', 'einsum_transposes') and args.part != 'predict':
+        parser.error(f'--change {args.change} is made for prediction: use it with --part predict')
     if args.change == 'fused_adam' and args.part == 'predict':
         parser.error('--change fused_adam changes the optimizer\'s update: use it with --part '
                      'step or --part update')
@@ -223,7 +233,8 @@ def main():
     for precision in ('float32', 'mixed_bfloat16'):
         if args.part == 'predict':
             functions, difference = predict_functions(
-                args.change, 'bfloat16' if precision != 'float32' else precision, args.sentences)
+                args.change, 'bfloat16' if precision != 'float32' else precision, args.sentences,
+                args.batch)
         elif args.part == 'update':
             functions, difference = update_functions(args.change, precision)
         else:
