@@ -19,7 +19,8 @@ from crf_lr.keras3.encoder import build_bert, load_google_variables
 from crf_lr.keras3.tokenizer import WordPieceTokenizer
 from crf_lr.decoding.viterbi import DISALLOWED_SCORE
 from helpers.float16_probe import assert_float32_scores_equal, large_activations
-from helpers.crf_oracles import brute_force_marginals, brute_force_paths, path_scores, random_case
+from helpers.crf_oracles import (brute_force, brute_force_marginals, brute_force_paths, path_scores,
+                                 random_case)
 
 BACKEND = keras.backend.backend()
 # float32 forward algorithm against tf-keras's float64 forward-backward: relative 1e-5 on
@@ -65,23 +66,6 @@ def value_and_gradients(function, *arrays):
 
 # ---------------------------------------------------------------------------------------------
 # Oracles on the Keras 3 code alone
-
-
-def brute_force(case, tags):
-    """(score of tags, log Z) per sequence over every path; (0, 0) for empty rows."""
-    scores, log_z = [], []
-    for b, length in enumerate(case['lengths']):
-        if length == 0:
-            scores.append(0.0)
-            log_z.append(0.0)
-            continue
-        table = path_scores(case['emissions'][b, :length], case['transitions'], case.get('start'),
-                            case.get('end'), case.get('allowed_transitions'),
-                            case.get('allowed_starts'), case.get('allowed_ends'))
-        values = np.array(list(table.values()))
-        log_z.append(np.log(np.exp(values - values.max()).sum()) + values.max())
-        scores.append(table[tuple(tags[b, :length])])
-    return np.array(scores), np.array(log_z)
 
 
 def constrained(case):
