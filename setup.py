@@ -18,8 +18,10 @@ setup(
     # regex: the extended grapheme clusters (\X) that read as one character in character files
     install_requires=['tensorflow-cpu==2.21.0', 'numpy', 'tqdm', 'regex'],
     extras_require={
-        # aiohttp: the client of benchmarks/serve_load.py (cheaper per request than httpx)
-        'test': ['pytest', 'pytest-xdist', 'seqeval', 'httpx', 'selenium', 'aiohttp>=3.9', 'ruff'],
+        # aiohttp: the client of benchmarks/serve_load.py (cheaper per request than httpx);
+        # httpx2: what starlette's TestClient takes (with httpx alone it warns: deprecated)
+        'test': ['pytest', 'pytest-xdist', 'seqeval', 'httpx', 'httpx2', 'selenium', 'aiohttp>=3.9',
+                 'ruff'],
         'plots': ['matplotlib'],
         # peers only, never runtime dependencies; torch: install its CPU build first (make bench
         # does; PyPI's Linux torch pulls GBs of CUDA packages): docs/performance.md, "End to end"
