@@ -46,6 +46,7 @@ class KerasSide:
                            metrics=self.head.metrics)
         self.maxlen, self.batch_size = job['maxlen'], job['batch_size']
         self.step, self.tf, self._trans, self._predicting = step, tf, None, None
+        self._frozen = None                # whether Tagger.freeze froze it, once it is traced
 
     def train(self, batches):
         """Yield each step's loss (training ``batches`` in turn)."""
@@ -61,11 +62,15 @@ class KerasSide:
 
     def predict(self, inputs):
         """Label-id paths (one array per window) of a batch: the model's scores through the
-        traced prediction step of the Tagger that ``crf_lr.serving.predict`` would load
-        (:meth:`predicting`), then crf_lr's NumPy Viterbi (CRF, without the scheme's
-        constraints, as pytorch-crf decodes) or argmax (softmax)."""
+        traced prediction step of the Tagger that the server runs (:meth:`predicting`, then
+        ``Tagger.freeze`` after its first call, as ``crf_lr.serve`` does at start: bf16 weights
+        as constants), then crf_lr's NumPy Viterbi (CRF, without the scheme's constraints, as
+        pytorch-crf decodes) or argmax (softmax)."""
         from crf_lr.decoding.viterbi import DISALLOWED_SCORE, viterbi_decode
-        scores = self.predicting().scores(inputs)
+        tagger = self.predicting()
+        scores = tagger.scores(inputs)
+        if self._frozen is None:
+            self._frozen = tagger.freeze()
         lengths = piece_lengths(inputs[0])
         if self.head.name == 'softmax':
             return [row[:length].argmax(-1) for row, length in zip(scores, lengths)]

@@ -620,6 +620,7 @@ def main(argv=None):
         tagger = Tagger.load(args.model_dir, batch_size=max(args.max_batch, 32))
     except (OSError, ValueError) as error:
         parser.error(str(error))
+    tagger.freeze()                                    # bf16 weights as constants
     predict_lines(tagger, ['warm up'])                  # traced before the first request
     app = create_app(tagger, args.model_dir, args.max_batch, args.batch_wait_ms,
                      max_queue=args.max_queue, timeout_s=args.timeout_s,

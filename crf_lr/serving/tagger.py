@@ -24,7 +24,8 @@ from crf_lr.data.pieces import UnitEncoder, windows_of
 from crf_lr.model.precision import load_model, save_model
 from crf_lr.serving.model_folder import LABELS_KEYS, check_model_folder
 from crf_lr.data.windows import PAUSES, merge_window_spans
-from crf_lr.speed.tracing import conformed, free_signature, traced_without_autograph
+from crf_lr.speed.tracing import (conformed, free_signature, frozen_step,
+                                  traced_without_autograph)
 
 
 @dataclasses.dataclass
@@ -180,6 +181,32 @@ class Tagger:
             return np.asarray(model.predict_on_batch(inputs))
         with model.distribute_strategy.scope():
             return np.asarray(step(conformed(inputs, signature)))
+
+    def freeze(self):
+        """Prediction from now on with the model's weights as constants, where they are bf16
+        (:meth:`load` under ``mixed_bfloat16``): the same scores to bf16's rounding (the graph
+        optimiser may order a few ops otherwise), faster one text at a time
+        (:func:`crf_lr.speed.tracing.frozen_step`; docs/performance.md, "Prediction against
+        PyTorch"). Float32 weights stay variables: there it was slower. It costs seconds
+        once, so a long-running process does it at start (``crf_lr.serve``); the weights are
+        read then, and later changes of them are not seen. Returns whether it froze.
+
+            >>> tagger = Tagger.load('runs/ner/model')
+            >>> tagger.freeze()
+            True
+        """
+        from crf_lr.compat import tf
+        if self._prediction is None or self._prediction[0] is not self.model:
+            self.run([['warm', 'up'] if self.encoder.units == 'words' else 'warm up'])
+        model, step, signature = self._prediction
+        if step is None or not any(w.dtype == tf.bfloat16 for w in model.weights):
+            return False
+        with model.distribute_strategy.scope():
+            frozen = frozen_step(step, signature)
+        if frozen is None:
+            return False
+        self._prediction = model, frozen, signature
+        return True
 
     def decode(self, outputs, constrain=True, marginals=False, confidences=True, readings=None):
         """:class:`Prediction` of each sequence from :meth:`run`'s outputs.

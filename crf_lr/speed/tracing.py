@@ -29,6 +29,34 @@ def traced_without_autograph(python_function, *example):
     return function
 
 
+def frozen_step(function, signature):
+    """``function`` (from :func:`traced_without_autograph`) for batches like ``signature`` with
+    every variable it reads turned into a constant of its current value, as a callable on
+    :func:`conformed` batches; None where this TensorFlow cannot convert it.
+
+    For a prediction model with bf16 weights: oneDNN keeps a product's constant weights in its
+    own layout once, where it lays a variable's out again at every call, which one short text
+    feels most (docs/performance.md, "Prediction against PyTorch"). Converting and the first
+    call's optimisation of the constants cost seconds, once; later changes of the variables are
+    not seen.
+
+        >>> step = frozen_step(step, signature) or step
+    """
+    from crf_lr.compat import tf
+    try:
+        from tensorflow.python.framework.convert_to_constants import (
+            convert_variables_to_constants_v2)
+        original = function.get_concrete_function(signature)
+        concrete = convert_variables_to_constants_v2(original)
+    except (ImportError, ValueError, tf.errors.OpError):
+        return None
+
+    def call(batch):       # tensors: the converted function keeps only its flat signature
+        flat = [tf.convert_to_tensor(array) for array in tf.nest.flatten(batch)]
+        return tf.nest.pack_sequence_as(original.structured_outputs, concrete(*flat))
+    return call
+
+
 def as_arrays(batch):
     """``batch`` with its lists turned into tuples (tf.data takes tuples) and leaves into arrays."""
     return (tuple(as_arrays(x) for x in batch) if isinstance(batch, (list, tuple))

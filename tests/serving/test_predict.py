@@ -658,3 +658,32 @@ def test_prediction_traces_attention_transposes_as_einsum(saved):
     _, step, signature = tagger._prediction
     types = {op.type for op in step.get_concrete_function(signature).graph.get_operations()}
     assert 'Einsum' in types and 'Transpose' not in types
+
+
+@pytest.mark.parametrize('precision', ['mixed_bfloat16', 'float32'])
+def test_a_frozen_tagger_scores_as_before_with_constant_weights_only_in_bf16(saved, precision):
+    """Tagger.freeze: under mixed_bfloat16 (bf16 weights) prediction runs with the weights as
+    constants and scores every batch shape as the traced step with variables does, to bf16's
+    rounding (the graph optimiser may order a few ops otherwise); under float32 it keeps the
+    variables (frozen was slower there) and says so."""
+    from crf_lr.model.precision import set_precision
+    from crf_lr.serving.tagger import Tagger
+    set_precision(precision)
+    tagger = Tagger.load(saved['ner'])
+    batches = [[np.array([[2, 5, 7, 3]], 'int32'), np.zeros((1, 4), 'int32')],
+               [np.array([[2, 5, 3, 0, 0, 0], [2, 7, 5, 7, 5, 3]], 'int32'),
+                np.zeros((2, 6), 'int32')]]
+    before = [tagger.scores(batch) for batch in batches]
+    model, step, signature = tagger._prediction
+    assert tagger.freeze() is (precision == 'mixed_bfloat16')
+    if precision == 'float32':
+        assert tagger._prediction[1] is step
+        return
+    one_bf16_step = 2.0 ** -7
+    for batch, expected in zip(batches, before):
+        np.testing.assert_allclose(tagger.scores(batch), expected, rtol=one_bf16_step, atol=1e-6)
+    reads = {op.type for op in step.get_concrete_function(signature).graph.get_operations()}
+    assert 'ReadVariableOp' in reads                      # the step frozen had variables
+    model.get_layer(index=-1).set_weights([w * 0 for w in model.get_layer(index=-1).get_weights()])
+    np.testing.assert_allclose(tagger.scores(batches[0]), before[0],     # read once, at freeze
+                               rtol=one_bf16_step, atol=1e-6)
