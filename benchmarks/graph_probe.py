@@ -23,7 +23,10 @@ rounds, each precision in its own rounds. ``--change``:
   :func:`crf_lr.model.precision.load_model` against the same with ``inference_only=True`` (bf16
   encoder weights under mixed_bfloat16, as :meth:`crf_lr.serving.tagger.Tagger.load` loads);
 * ``einsum_transposes`` (``--part predict``): attention's transposes as ``tf.transpose`` against
-  :func:`crf_lr.speed.attention.einsum_transposes` (one-operand ``Einsum``).
+  :func:`crf_lr.speed.attention.einsum_transposes` (one-operand ``Einsum``);
+* ``frozen_weights`` (``--part predict``): the model loaded as ``Tagger.load`` loads it, its weights
+  variables against constants (:func:`crf_lr.speed.tracing.frozen_step`, what ``Tagger.freeze``
+  does), with the resident memory before and after freezing and the first frozen call.
 
 Everything else as the library runs it (prediction under ``flat_dense`` and
 ``einsum_transposes``, batched attention on).
@@ -41,6 +44,7 @@ Everything else as the library runs it (prediction under ``flat_dense`` and
 
     $ python benchmarks/graph_probe.py --change flat_dense --part predict   # a line a precision
     $ python benchmarks/graph_probe.py --change einsum_transposes --part predict --batch 1
+    $ python benchmarks/graph_probe.py --change frozen_weights --part predict --batch 1
     $ python benchmarks/graph_probe.py --change batched_attention --part step
     $ python benchmarks/graph_probe.py --change batched_attention --part predict --profile 3
     $ python benchmarks/graph_probe.py --change closed_form_layer_norm --part step
@@ -82,7 +86,8 @@ def changes():
             'closed_form_layer_norm': closed_form_layer_norm, 'fused_adam': fused_adam,
             'light_graph_optimisation': lightly_optimised, 'fused_kernels': fused_kernels,
             'fused_bias_gradient': fused_bias_gradient, 'einsum_transposes': einsum_transposes,
-            'inference_only': lambda on: contextlib.nullcontext()}
+            'inference_only': lambda on: contextlib.nullcontext(),
+            'frozen_weights': lambda on: contextlib.nullcontext()}
 
 
 def within(change, on, function):
@@ -109,13 +114,14 @@ def reloaded(model):
 
 def predict_functions(change, precision, sentences, batch=32):
     """{False: the change off, True: on} -> a callable scoring every prediction batch of
-    ``batch`` (32, or 1: the first 100 sentences one at a time), and the largest difference
-    between their scores (finite entries)."""
+    ``batch`` (32, or 1: the first 100 sentences one at a time), and {'max_difference': the
+    largest difference between their scores (finite entries)}, with the resident memory before
+    and after freezing for ``frozen_weights``."""
     from crf_lr.compat import flat_dense, tf
     from crf_lr.speed.attention import einsum_transposes
     from crf_lr.model.pretrained import packaged_source
     from crf_lr.data.splits import load_splits
-    from crf_lr.speed.tracing import conformed, free_signature
+    from crf_lr.speed.tracing import conformed, free_signature, frozen_step
     from e2e_job import prepare
     from e2e_worker import make_side
     data = load_splits('conll2003', train_limit=32, eval_limit=sentences)
@@ -123,6 +129,8 @@ def predict_functions(change, precision, sentences, batch=32):
                   'minilm-en', 1e-4, 1, 0)
     model = make_side(job, dict(side='crf_lr', head='crf', precision=precision, threads=None)).model
     models = reloaded(model) if change == 'inference_only' else {False: model, True: model}
+    if change == 'frozen_weights':
+        models = dict.fromkeys((False, True), reloaded(model)[True])   # as Tagger.load loads it
     batches = job['predict'][batch]
     signature = free_signature(batches[0])
     functions, scores = {}, {}
@@ -131,12 +139,25 @@ def predict_functions(change, precision, sentences, batch=32):
             step = tf.function(lambda x, m=models[on]: m(x, training=False),
                                reduce_retracing=True, autograph=False)
             step.get_concrete_function(signature)
+        if change == 'frozen_weights' and on:
+            before = resident_mb()
+            step = frozen_step(step, signature)
+            step(conformed(batches[0], signature))
+            memory = dict(resident_mb_before_freezing=before, resident_mb_after=resident_mb())
         scores[on] = [np.asarray(step(conformed(b, signature))) for b in batches]
         functions[on] = (lambda s: lambda: [s(conformed(b, signature)).numpy()
                                             for b in batches])(step)
     difference = max(float(np.abs(np.where(np.isfinite(a), a - b, 0)).max())
                      for a, b in zip(scores[False], scores[True]))
-    return functions, difference
+    return functions, dict(max_difference=difference, **(memory if change == 'frozen_weights'
+                                                          else {}))
+
+
+def resident_mb():
+    """This process's resident memory now, in MB (``VmRSS``)."""
+    with open('/proc/self/status') as status:
+        return next(int(line.split()[1]) // 1024 for line in status
+                    if line.startswith('VmRSS'))
 
 
 def step_functions(change, precision):
@@ -205,7 +226,7 @@ def main():
     parser.add_argument('--change', required=True, choices=(
         'flat_dense', 'batched_attention', 'closed_form_layer_norm', 'fused_adam',
         'light_graph_optimisation', 'fused_kernels', 'fused_bias_gradient', 'inference_only',
-        'einsum_transposes'))
+        'einsum_transposes', 'frozen_weights'))
     parser.add_argument('--part', choices=('predict', 'step', 'update'), default='predict')
     parser.add_argument('--rounds', type=int, default=7)
     parser.add_argument('--sentences', type=int, default=200, help='--part predict: test sentences')
@@ -222,7 +243,8 @@ def main():
                 os.path.join(os.path.dirname(os.path.abspath(__file__)), 'results',
                              f'graph_probe.{args.change}.{args.part}'
                              f'{"" if args.batch == 32 else f".batch{args.batch}"}.json'))
-    if args.change in ('inference_only', 'einsum_transposes') and args.part != 'predict':
+    if (args.change in ('inference_only', 'einsum_transposes', 'frozen_weights')
+            and args.part != 'predict'):
         parser.error(f'--change {args.change} is made for prediction: use it with --part predict')
     if args.change == 'fused_adam' and args.part == 'predict':
         parser.error('--change fused_adam changes the optimizer\'s update: use it with --part '
@@ -232,19 +254,19 @@ def main():
     lines = []
     for precision in ('float32', 'mixed_bfloat16'):
         if args.part == 'predict':
-            functions, difference = predict_functions(
+            functions, found = predict_functions(
                 args.change, 'bfloat16' if precision != 'float32' else precision, args.sentences,
                 args.batch)
-        elif args.part == 'update':
-            functions, difference = update_functions(args.change, precision)
         else:
-            functions, difference = step_functions(args.change, precision)
+            functions, difference = (update_functions if args.part == 'update'
+                                     else step_functions)(args.change, precision)
+            found = dict(max_difference=difference)
         load = load_average()
         timings = interleaved({side: within(args.change, on, functions[on])
                                for side, on in (('off', False), ('on', True))},
                               rounds=args.rounds)
         lines.append(json.dumps(dict(change=args.change, part=args.part, precision=precision,
-                                     rounds=args.rounds, max_difference=difference,
+                                     rounds=args.rounds, **found,
                                      **probe_fields(timings, 'off', 'on'),
                                      load_average=[load, load_average()],
                                      **profiled(within(args.change, True, functions[True]),

@@ -586,6 +586,9 @@ def main(argv=None):
     parser.add_argument('--card-details', action='store_true',
                         help='the model card names the model folder and the training command')
     add_precision_option(parser)
+    parser.add_argument('--no-freeze', action='store_true',
+                        help='under bf16, keep the weights variables (Tagger.freeze makes them '
+                             'constants: faster one text at a time, more memory)')
     parser.add_argument('--verbose', action='store_true', help="log every request and "
                                                                "TensorFlow's start-up lines")
     args = parser.parse_args(argv)
@@ -620,7 +623,7 @@ def main(argv=None):
         tagger = Tagger.load(args.model_dir, batch_size=max(args.max_batch, 32))
     except (OSError, ValueError) as error:
         parser.error(str(error))
-    tagger.freeze()                                    # bf16 weights as constants
+    frozen = not args.no_freeze and tagger.freeze()      # bf16 weights as constants
     predict_lines(tagger, ['warm up'])                  # traced before the first request
     app = create_app(tagger, args.model_dir, args.max_batch, args.batch_wait_ms,
                      max_queue=args.max_queue, timeout_s=args.timeout_s,
@@ -628,8 +631,9 @@ def main(argv=None):
                      load_seconds=time.perf_counter() - began)
     sock.listen(2048)                                  # connections queue from here on
     port = sock.getsockname()[1]                       # the one chosen, for --port 0
-    print(f'serving {args.model_dir} on http://{args.host}:{port}/ (Ctrl-C stops)\n{precision}',
-          flush=True)
+    print(f'serving {args.model_dir} on http://{args.host}:{port}/ (Ctrl-C stops)\n{precision}'
+          + ('\nweights: bf16 constants of the prediction step (faster one text at a time, more '
+             'memory; --no-freeze keeps them variables)' if frozen else ''), flush=True)
     server = uvicorn.Server(uvicorn.Config(
         app, log_level='info' if args.verbose else 'warning', lifespan='on',
         http=protocol(args.headers_timeout_s, args.http), timeout_keep_alive=args.keep_alive_s,

@@ -636,7 +636,9 @@ def test_metrics_count_requests_queue_batches_latency_and_load_time(ner):
 @pytest.fixture(scope='module', params=['httptools', 'h11'])
 def served(trained_ner_dir, tmp_path_factory, request):
     """``python -m crf_lr.serve`` of the trained model on a free port with either HTTP parser, a
-    connection without a whole request head closed after 2 s; yields its base URL."""
+    connection without a whole request head closed after 2 s; yields its base URL. Under the
+    default precision (bf16 where the CPU has it) it says that its weights are frozen."""
+    from crf_lr.model.precision import native_bf16
     with socket.socket() as probe:
         probe.bind(('127.0.0.1', 0))
         port = probe.getsockname()[1]
@@ -652,6 +654,7 @@ def served(trained_ner_dir, tmp_path_factory, request):
         while '/ (Ctrl-C' not in log.read_text():
             assert server.poll() is None and time.time() < deadline, log.read_text()
             time.sleep(0.05)
+        assert ('weights: bf16 constants' in log.read_text()) == bool(native_bf16())
         yield f'http://127.0.0.1:{port}'
         assert 'Traceback' not in log.read_text(), log.read_text()
     finally:
