@@ -102,14 +102,14 @@ def within(change, on, function):
     return called
 
 
-def reloaded(model):
+def reloaded(model, inference_only=(False, True)):
     """{False: ``model`` saved and reloaded by crf_lr.model.precision.load_model, True: the same
-    with ``inference_only`` (bf16 encoder weights under mixed_bfloat16)}."""
+    with ``inference_only`` (bf16 encoder weights under mixed_bfloat16)}, for the keys asked."""
     from crf_lr.model.precision import load_model
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, 'model.h5')
         model.save(path, include_optimizer=False)
-        return {on: load_model(path, inference_only=on) for on in (False, True)}
+        return {on: load_model(path, inference_only=on) for on in inference_only}
 
 
 def predict_functions(change, precision, sentences, batch=32):
@@ -130,7 +130,7 @@ def predict_functions(change, precision, sentences, batch=32):
     model = make_side(job, dict(side='crf_lr', head='crf', precision=precision, threads=None)).model
     models = reloaded(model) if change == 'inference_only' else {False: model, True: model}
     if change == 'frozen_weights':
-        models = dict.fromkeys((False, True), reloaded(model)[True])   # as Tagger.load loads it
+        models = dict.fromkeys((False, True), reloaded(model, (True,))[True])  # as Tagger.load
     batches = job['predict'][batch]
     signature = free_signature(batches[0])
     functions, scores = {}, {}

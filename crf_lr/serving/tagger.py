@@ -196,10 +196,12 @@ class Tagger:
             True
         """
         from crf_lr.compat import tf
+        if not any(w.dtype == tf.bfloat16 for w in self.model.weights):
+            return False                                   # nothing to trace for it
         if self._prediction is None or self._prediction[0] is not self.model:
             self.run([['warm', 'up'] if self.encoder.units == 'words' else 'warm up'])
         model, step, signature = self._prediction
-        if step is None or not any(w.dtype == tf.bfloat16 for w in model.weights):
+        if step is None:
             return False
         with model.distribute_strategy.scope():
             frozen = frozen_step(step, signature)
