@@ -24,12 +24,14 @@ rounds, each precision in its own rounds. ``--change``:
   encoder weights under mixed_bfloat16, as :meth:`crf_lr.serving.tagger.Tagger.load` loads);
 * ``einsum_transposes`` (``--part predict``): attention's transposes as ``tf.transpose`` against
   :func:`crf_lr.speed.attention.einsum_transposes` (one-operand ``Einsum``);
+* ``prediction_kernels`` (``--part predict``): the layer norms of a prediction as TensorFlow's
+  ops against :func:`crf_lr.speed.fused_kernels.prediction_kernels` (one kernel each);
 * ``frozen_weights`` (``--part predict``): the model loaded as ``Tagger.load`` loads it, its weights
   variables against constants (:func:`crf_lr.speed.tracing.frozen_step`, what ``Tagger.freeze``
   does), with the resident memory before and after freezing and the first frozen call.
 
-Everything else as the library runs it (prediction under ``flat_dense`` and
-``einsum_transposes``, batched attention on).
+Everything else as the library runs it (prediction under ``flat_dense``, ``einsum_transposes``
+and ``prediction_kernels``, batched attention on).
 ``--part``:
 
 * ``predict``: the end-to-end benchmark's prediction step (packaged MiniLM + Dense + CRF,
@@ -45,6 +47,7 @@ Everything else as the library runs it (prediction under ``flat_dense`` and
     $ python benchmarks/graph_probe.py --change flat_dense --part predict   # a line a precision
     $ python benchmarks/graph_probe.py --change einsum_transposes --part predict --batch 1
     $ python benchmarks/graph_probe.py --change frozen_weights --part predict --batch 1
+    $ python benchmarks/graph_probe.py --change prediction_kernels --part predict --batch 1
     $ python benchmarks/graph_probe.py --change batched_attention --part step
     $ python benchmarks/graph_probe.py --change batched_attention --part predict --profile 3
     $ python benchmarks/graph_probe.py --change closed_form_layer_norm --part step
@@ -73,7 +76,7 @@ def changes():
     """{name: context manager factory taking on/off} (``inference_only`` is a way of loading)."""
     from crf_lr.speed.attention import batched_attention, einsum_transposes
     from crf_lr.compat import flat_dense
-    from crf_lr.speed.fused_kernels import fused_bias_gradient, fused_kernels
+    from crf_lr.speed.fused_kernels import fused_bias_gradient, fused_kernels, prediction_kernels
     from crf_lr.speed.graph_optimisation import light_graph_optimisation, optimised_lightly
     from crf_lr.speed.layer_norm import closed_form_layer_norm
     from crf_lr.training.optimizers import fused_adam
@@ -86,6 +89,7 @@ def changes():
             'closed_form_layer_norm': closed_form_layer_norm, 'fused_adam': fused_adam,
             'light_graph_optimisation': lightly_optimised, 'fused_kernels': fused_kernels,
             'fused_bias_gradient': fused_bias_gradient, 'einsum_transposes': einsum_transposes,
+            'prediction_kernels': prediction_kernels,
             'inference_only': lambda on: contextlib.nullcontext(),
             'frozen_weights': lambda on: contextlib.nullcontext()}
 
@@ -119,6 +123,7 @@ def predict_functions(change, precision, sentences, batch=32):
     and after freezing for ``frozen_weights``."""
     from crf_lr.compat import flat_dense, tf
     from crf_lr.speed.attention import einsum_transposes
+    from crf_lr.speed.fused_kernels import prediction_kernels
     from crf_lr.model.pretrained import packaged_source
     from crf_lr.data.splits import load_splits
     from crf_lr.speed.tracing import conformed, free_signature, frozen_step
@@ -135,7 +140,7 @@ def predict_functions(change, precision, sentences, batch=32):
     signature = free_signature(batches[0])
     functions, scores = {}, {}
     for on in (False, True):
-        with flat_dense(), einsum_transposes(), changes()[change](on):
+        with flat_dense(), einsum_transposes(), prediction_kernels(), changes()[change](on):
             step = tf.function(lambda x, m=models[on]: m(x, training=False),
                                reduce_retracing=True, autograph=False)
             step.get_concrete_function(signature)
@@ -226,7 +231,7 @@ def main():
     parser.add_argument('--change', required=True, choices=(
         'flat_dense', 'batched_attention', 'closed_form_layer_norm', 'fused_adam',
         'light_graph_optimisation', 'fused_kernels', 'fused_bias_gradient', 'inference_only',
-        'einsum_transposes', 'frozen_weights'))
+        'einsum_transposes', 'prediction_kernels', 'frozen_weights'))
     parser.add_argument('--part', choices=('predict', 'step', 'update'), default='predict')
     parser.add_argument('--rounds', type=int, default=7)
     parser.add_argument('--sentences', type=int, default=200, help='--part predict: test sentences')
@@ -243,7 +248,8 @@ def main():
                 os.path.join(os.path.dirname(os.path.abspath(__file__)), 'results',
                              f'graph_probe.{args.change}.{args.part}'
                              f'{"" if args.batch == 32 else f".batch{args.batch}"}.json'))
-    if (args.change in ('inference_only', 'einsum_transposes', 'frozen_weights')
+    if (args.change in ('inference_only', 'einsum_transposes', 'prediction_kernels',
+                        'frozen_weights')
             and args.part != 'predict'):
         parser.error(f'--change {args.change} is made for prediction: use it with --part predict')
     if args.change == 'fused_adam' and args.part == 'predict':

@@ -162,18 +162,21 @@ class Tagger:
         size and length, without AutoGraph (:mod:`crf_lr.speed.tracing`) and with fusable dense
         layers (:func:`crf_lr.compat.flat_dense`) and attention's transposes in Eigen
         (:func:`crf_lr.speed.attention.einsum_transposes`: no fixed oneDNN cost per transpose,
-        which one short text feels), where ``predict_on_batch`` traces for the first batch's
-        shape and again for a second; ``predict_on_batch`` itself where a layer needs AutoGraph or
-        the model has several replicas. Inputs are cast to the first batch's dtypes; a new
-        ``self.model`` is traced anew.
+        which one short text feels) and layer norms as one kernel each
+        (:func:`crf_lr.speed.fused_kernels.prediction_kernels`), where ``predict_on_batch``
+        traces for the first batch's shape and again for a second; ``predict_on_batch`` itself
+        where a layer needs AutoGraph or the model has several replicas. Inputs are cast to the
+        first batch's dtypes; a new ``self.model`` is traced anew.
         """
         from crf_lr.compat import flat_dense
         from crf_lr.speed.attention import einsum_transposes
+        from crf_lr.speed.fused_kernels import prediction_kernels
         model = self.model
         if self._prediction is None or self._prediction[0] is not model:   # or a new model
             step, signature = None, free_signature(inputs)
             if model.distribute_strategy.num_replicas_in_sync == 1:
-                with model.distribute_strategy.scope(), flat_dense(), einsum_transposes():
+                with (model.distribute_strategy.scope(), flat_dense(), einsum_transposes(),
+                      prediction_kernels()):
                     step = traced_without_autograph(lambda x: model(x, training=False), signature)
             self._prediction = model, step, signature
         _, step, signature = self._prediction

@@ -9,10 +9,12 @@ each of them one pass, and ``crf_lr/speed/kernels/crf_forward_backward.cc`` make
 loop over positions (a while loop of small ops to trace and optimise, each dispatched at every
 position) one op. They are compiled against the installed TensorFlow the first time they are
 needed (one compiler run; ``make install`` does it), cached per machine
-(:mod:`crf_lr.speed.native_build`), and used only in training calls (``training=True``) of
-float32 and bfloat16 tensors and in losses whose gradient is being recorded, outside XLA;
-prediction, export, saving, XLA-compiled steps, a visible GPU and a machine without a C++
-compiler keep TensorFlow's own ops. The same values to float rounding
+(:mod:`crf_lr.speed.native_build`), and used in training calls (``training=True``) of float32
+and bfloat16 tensors and in losses whose gradient is being recorded, outside XLA, and for the
+layer norms of a prediction traced in a :func:`prediction_kernels` block (what
+:meth:`crf_lr.serving.tagger.Tagger.scores` traces); other prediction, export, saving,
+XLA-compiled steps, a visible GPU and a machine without a C++ compiler keep TensorFlow's own
+ops. The same values to float rounding
 (``tests/speed/test_fused_kernels.py``); what they buy a step is in docs/performance.md ("What
 each speed patch buys").
 
@@ -47,6 +49,7 @@ SOURCES = tuple(Path(__file__).with_name('kernels') / name
                 for name in ('fused_ops.cc', 'crf_forward_backward.cc'))
 _ENABLED = ThreadSwitch(default=True)          # read when a layer is traced
 _BIAS_GRADIENT = ThreadSwitch(default=True)    # read when a bias's gradient is traced
+_PREDICTION = ThreadSwitch(default=False)      # read when a prediction's layer norm is traced
 _DTYPES = (tf.float32, tf.bfloat16)
 _lock = threading.Lock()
 _loaded = {}                # 'ops', 'built_s' and 'note', or 'error': filled once per process
@@ -71,6 +74,19 @@ def fused_bias_gradient(enabled=True):
         ...     loss = train_step(batch)        # traced with TensorFlow's BiasAddGrad
     """
     return _BIAS_GRADIENT.set(enabled)
+
+
+def prediction_kernels(enabled=True):
+    """Within the block, the layer norms of a prediction (a call with ``training`` not True)
+    traced run as one kernel (:func:`layer_norm`: statistics and affine step in float32) where
+    the kernels apply, in place of about nine TensorFlow ops each, which one short text feels as
+    much as their work. Other ops of a prediction stay TensorFlow's: the graph optimiser fuses
+    the dense layers' GELU into their products. Per thread.
+
+        >>> with prediction_kernels():
+        ...     scores = tf.function(lambda x: model(x, training=False))(inputs)
+    """
+    return _PREDICTION.set(enabled)
 
 
 def _ops():
@@ -159,6 +175,14 @@ def applies(x):
     know), and :func:`_graph_takes_them`."""
     from tf_keras.src.engine.base_layer_utils import call_context
     return x.dtype in _DTYPES and call_context().training is True and _graph_takes_them()
+
+
+def layer_norm_applies(x):
+    """True where a layer norm traced now computes on ``x`` with :func:`layer_norm`: as
+    :func:`applies`, or in a prediction traced within :func:`prediction_kernels`."""
+    from tf_keras.src.engine.base_layer_utils import call_context
+    return (x.dtype in _DTYPES and (call_context().training is True or _PREDICTION.enabled)
+            and _graph_takes_them())
 
 
 def crf_applies(emissions):

@@ -13,8 +13,9 @@ is shorter, and every step a little faster (docs/performance.md, "What each spee
 layer norms'). Gradients equal TensorFlow's to float rounding, and under bf16 come nearer
 float32's than bert4keras's bf16 ops (``tests/speed/test_layer_norm.py``).
 
-In a training call where :mod:`crf_lr.speed.fused_kernels` apply, the norm and bert4keras's scale
-and offset after it are instead one kernel each way (:func:`crf_lr.speed.fused_kernels.layer_norm`:
+In a training call where :mod:`crf_lr.speed.fused_kernels` apply, and in a prediction traced
+within :func:`crf_lr.speed.fused_kernels.prediction_kernels`, the norm and bert4keras's scale and
+offset after it are instead one kernel each way (:func:`crf_lr.speed.fused_kernels.layer_norm`:
 statistics, affine step and gradients in float32, ``gamma`` and ``beta``'s gradients summed in
 float32 over chunks of rows).
 
@@ -99,14 +100,14 @@ def _handles(layer):
 
 def install():
     """Route ``bert4keras.layers.LayerNormalization.call`` through
-    :func:`crf_lr.speed.fused_kernels.layer_norm` (scale and offset included) in a training call
-    where the kernels apply, else through :func:`normalized` and bert4keras's ``ScaleOffset.call``,
-    where it computes what bert4keras would (idempotent; the registry's row 'layer norm', off
-    with the speed patches)."""
+    :func:`crf_lr.speed.fused_kernels.layer_norm` (scale and offset included) where
+    :func:`crf_lr.speed.fused_kernels.layer_norm_applies`, else through :func:`normalized` and
+    bert4keras's ``ScaleOffset.call`` where it computes what bert4keras would (idempotent; the
+    registry's row 'layer norm', off with the speed patches)."""
     from bert4keras.layers import ScaleOffset
 
     def call(original, self, inputs, **kwargs):     # kwargs: what RECOMPUTE's wrapper takes
-        if _handles(self) and fused_kernels.applies(inputs):
+        if _handles(self) and fused_kernels.layer_norm_applies(inputs):
             gamma, beta = _scale_and_offset(self, inputs)
             return fused_kernels.layer_norm(inputs, gamma, beta, self.epsilon)
         if _handles(self):

@@ -660,6 +660,30 @@ def test_prediction_traces_attention_transposes_as_einsum(saved):
     assert 'Einsum' in types and 'Transpose' not in types
 
 
+@pytest.mark.parametrize('precision', ['float32', 'mixed_bfloat16'])
+def test_prediction_runs_each_layer_norm_as_one_kernel_with_predict_on_batch_s_scores(
+        saved, fused_ops, precision):
+    """Tagger.scores traces under prediction_kernels: each of the model's layer norms is one
+    CrfLrLayerNorm (none of the closed form's ops left), and the scores stay predict_on_batch's:
+    to float32 rounding in float32; in bf16 the kernel's statistics are float32 where
+    predict_on_batch's are bf16, so they agree to a few bf16 steps of the largest score."""
+    from bert4keras.layers import LayerNormalization
+    from crf_lr.model.precision import set_precision
+    from crf_lr.serving.tagger import Tagger
+    set_precision(precision)
+    tagger = Tagger.load(saved['ner'])
+    inputs = [np.array([[2, 5, 7, 5, 9, 3], [2, 7, 3, 0, 0, 0]], 'int32'),
+              np.zeros((2, 6), 'int32')]
+    expected = np.asarray(tagger.model.predict_on_batch(inputs), np.float64)
+    tolerance = 1e-5 if precision == 'float32' else 4 * 2.0 ** -8 * np.abs(expected).max()
+    np.testing.assert_allclose(tagger.scores(inputs), expected, rtol=0, atol=tolerance)
+    _, step, signature = tagger._prediction
+    types = [op.type for op in step.get_concrete_function(signature).graph.get_operations()]
+    norms = sum(isinstance(layer, LayerNormalization) for layer in tagger.model.layers)
+    assert norms > 0 and types.count('CrfLrLayerNorm') == norms
+    assert 'DivNoNan' not in types
+
+
 @pytest.mark.parametrize('precision', ['mixed_bfloat16', 'float32'])
 def test_a_frozen_tagger_scores_as_before_with_constant_weights_only_in_bf16(saved, precision):
     """Tagger.freeze: under mixed_bfloat16 (bf16 weights) prediction runs with the weights as
