@@ -36,6 +36,7 @@ whole process.
 import crf_lr  # noqa: F401  (sets TF_KERAS / TF_USE_LEGACY_KERAS before TensorFlow loads)
 
 import os  # noqa: E402
+import sys  # noqa: E402
 import threading  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -104,8 +105,10 @@ def _ops():
 
 
 def _announce_build():
+    """One line on stderr, where a build is about to start: stdout may be what a command prints
+    for a pipe (``crf_lr.predict``'s entities, whose layer norms take the kernels)."""
     print('building the fused kernels (once per machine and TensorFlow version, about 17 s)',
-          flush=True)
+          file=sys.stderr, flush=True)
 
 
 def _why_off():
