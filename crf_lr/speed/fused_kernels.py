@@ -43,7 +43,8 @@ from pathlib import Path  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from crf_lr import patches  # noqa: E402
-from crf_lr.speed.native_build import BuildError, record, timed_build  # noqa: E402
+from crf_lr.speed.native_build import (BuildError, cached_library, record,  # noqa: E402
+                                       timed_build)
 from crf_lr.speed.switches import ThreadSwitch  # noqa: E402
 
 SOURCES = tuple(Path(__file__).with_name('kernels') / name
@@ -80,9 +81,12 @@ def fused_bias_gradient(enabled=True):
 def prediction_kernels(enabled=True):
     """Within the block, the layer norms of a prediction (a call with ``training`` not True)
     traced run as one kernel (:func:`layer_norm`: statistics and affine step in float32) where
-    the kernels apply, in place of about nine TensorFlow ops each, which one short text feels as
-    much as their work. Other ops of a prediction stay TensorFlow's: the graph optimiser fuses
-    the dense layers' GELU into their products. Per thread.
+    the kernels apply and are built already (``make install``, or any training run on this
+    machine and TensorFlow), in place of about nine TensorFlow ops each, which one short text
+    feels as much as their work. A prediction never compiles them: a server's container that
+    starts without the cache starts as fast as before, with TensorFlow's ops. Other ops of a
+    prediction stay TensorFlow's: the graph optimiser fuses the dense layers' GELU into their
+    products. Per thread.
 
         >>> with prediction_kernels():
         ...     scores = tf.function(lambda x: model(x, training=False))(inputs)
@@ -106,7 +110,7 @@ def _ops():
 
 def _announce_build():
     """One line on stderr, where a build is about to start: stdout may be what a command prints
-    for a pipe (``crf_lr.predict``'s entities, whose layer norms take the kernels)."""
+    for a pipe."""
     print('building the fused kernels (once per machine and TensorFlow version, about 17 s)',
           file=sys.stderr, flush=True)
 
@@ -182,10 +186,20 @@ def applies(x):
 
 def layer_norm_applies(x):
     """True where a layer norm traced now computes on ``x`` with :func:`layer_norm`: as
-    :func:`applies`, or in a prediction traced within :func:`prediction_kernels`."""
+    :func:`applies`, or in a prediction traced within :func:`prediction_kernels` where the
+    kernels are loaded or cached (:func:`_built_already`: a prediction compiles nothing)."""
     from tf_keras.src.engine.base_layer_utils import call_context
-    return (x.dtype in _DTYPES and (call_context().training is True or _PREDICTION.enabled)
-            and _graph_takes_them())
+    if x.dtype not in _DTYPES:
+        return False
+    if call_context().training is True:
+        return _graph_takes_them()
+    return _PREDICTION.enabled and _built_already() and _graph_takes_them()
+
+
+def _built_already():
+    """True where the kernels are loaded, or cached whole so that loading them compiles
+    nothing (:func:`crf_lr.speed.native_build.cached_library`)."""
+    return 'ops' in _loaded or (not _loaded and cached_library(SOURCES) is not None)
 
 
 def crf_applies(emissions):

@@ -220,6 +220,23 @@ def built_library(sources, on_build=None):
     return path
 
 
+def cached_library(sources):
+    """Path to the library of ``sources`` where it is cached whole (as :func:`built_library`
+    would load it), else None: nothing is compiled, locked or removed. For a caller that takes
+    the kernels only where a build was paid already.
+
+        >>> cached_library([Path('crf_lr/speed/kernels/fused_ops.cc')])     # None before a build
+    """
+    cxx = compiler()
+    if cxx is None:
+        return None
+    try:
+        path = library_path(sources, cxx)
+    except OSError:
+        return None
+    return path if _damage(path) is None else None
+
+
 def unwritable_cache(folder, error, setting='CRF_LR_CACHE'):
     """One line: the cache ``folder`` cannot be written (``error``, the ``OSError``), and what to
     set (``setting``: the environment variable, or the argument that named the folder).

@@ -622,6 +622,23 @@ def test_python_m_crf_lr_predict_exits_0_and_says_only_its_precision_on_stderr(s
     assert done.returncode == 0, done.stderr
     assert done.stderr.startswith('precision: auto -> ') and done.stderr.count('\n') == 1
 
+def test_a_prediction_where_the_kernels_were_never_built_compiles_nothing(saved, tmp_path):
+    """crf_lr.predict on a machine whose kernel cache is empty (a server's fresh container): it
+    answers with TensorFlow's ops for its layer norms and compiles nothing (no build line, no
+    library in the cache); where the kernels are built it takes them (the test above)."""
+    import os
+    import subprocess
+    import sys
+    text, cache = tmp_path / 'text.txt', tmp_path / 'cache'
+    text.write_text('张三去北京工作\n', encoding='utf-8')
+    done = subprocess.run([sys.executable, '-m', 'crf_lr.predict', saved['ner'], str(text)],
+                          capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, CRF_LR_CACHE=str(cache)))
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.startswith('precision: auto -> ') and done.stderr.count('\n') == 1
+    assert not list(cache.glob('*.so'))
+
+
 def test_a_word_longer_than_a_window_is_read_as_unk_and_every_line_is_answered(tmp_path, capsys):
     """A line holding a word of more WordPieces than a window holds (here 16 of 10), or a long
     CJK run given to a word model, stopped the whole run with a usage error and no output; it is

@@ -315,6 +315,19 @@ def test_a_build_is_cached_atomic_and_keyed_by_its_source(tmp_path, monkeypatch)
     assert native_build.built_library(source) != path          # another source, another library
 
 
+def test_a_cached_library_is_named_only_when_built_whole_and_nothing_is_compiled(
+        tmp_path, monkeypatch):
+    """cached_library (what a prediction asks): None before a build and for a damaged library,
+    which it leaves where it is; the path once built."""
+    source = _probe(tmp_path, monkeypatch)
+    assert native_build.cached_library(source) is None
+    assert not (tmp_path / 'cache').exists()                   # nothing built, nothing made
+    path = native_build.built_library(source)
+    assert native_build.cached_library(source) == path
+    _truncated(path)
+    assert native_build.cached_library(source) is None and path.exists()
+
+
 def test_a_build_removes_other_builds_unused_for_a_month_and_a_load_marks_its_own(
         tmp_path, monkeypatch):
     """What an upgrade leaves (the same library with another key, untouched for 30 days) goes at
