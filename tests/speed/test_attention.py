@@ -138,20 +138,27 @@ def test_dropout_drops_the_same_weights_in_training_only():
     assert np.abs(np.asarray(outputs[True]) - np.asarray(inference)).max() > 1e-3
 
 
-def test_a_model_built_by_bert4keras_computes_the_same_without_einsum(tiny_bert_config_path):
-    """build_transformer_model's BERT (padding masked) gives the same sequence output traced
-    either way, and the batched trace holds no Einsum."""
+def _bert_traced_both_ways(config_path, switch):
+    """build_transformer_model's BERT on two padded texts, traced for prediction with ``switch``
+    off and on: ({False, True} -> sequence output, {False, True} -> the trace's op types)."""
     from bert4keras.models import build_transformer_model
-    model = build_transformer_model(tiny_bert_config_path)
+    model = build_transformer_model(config_path)
     token_ids = np.array([[2, 5, 7, 3, 0, 0], [2, 9, 11, 13, 17, 3]])
     inputs = [tf.constant(token_ids), tf.zeros_like(token_ids)]
     outputs, graphs = {}, {}
-    for batched in (False, True):
-        with batched_attention(batched):
+    for enabled in (False, True):
+        with switch(enabled):
             traced = tf.function(lambda x, s: model([x, s], training=False)
                                  ).get_concrete_function(*inputs)
-        outputs[batched] = traced(*inputs).numpy()
-        graphs[batched] = {op.type for op in traced.graph.get_operations()}
+        outputs[enabled] = traced(*inputs).numpy()
+        graphs[enabled] = _types(traced.graph.get_operations())
+    return outputs, graphs
+
+
+def test_a_model_built_by_bert4keras_computes_the_same_without_einsum(tiny_bert_config_path):
+    """build_transformer_model's BERT (padding masked) gives the same sequence output traced
+    either way, and the batched trace holds no Einsum."""
+    outputs, graphs = _bert_traced_both_ways(tiny_bert_config_path, batched_attention)
     np.testing.assert_allclose(outputs[True], outputs[False], rtol=1e-5, atol=1e-6)
     assert 'Einsum' in graphs[False] and 'Einsum' not in graphs[True]
 
@@ -190,18 +197,8 @@ def test_a_training_calls_score_gradient_is_the_softmax_kernel_alone(fused_ops, 
 def test_einsum_transposes_compute_the_same_outputs_bit_for_bit(tiny_bert_config_path):
     """Under einsum_transposes a bert4keras BERT (padding masked) gives exactly the outputs of the
     Transpose form, and its trace swaps heads and positions with Einsum, never Transpose."""
-    from bert4keras.models import build_transformer_model
     from crf_lr.speed.attention import einsum_transposes
-    model = build_transformer_model(tiny_bert_config_path)
-    token_ids = np.array([[2, 5, 7, 3, 0, 0], [2, 9, 11, 13, 17, 3]])
-    inputs = [tf.constant(token_ids), tf.zeros_like(token_ids)]
-    outputs, graphs = {}, {}
-    for enabled in (False, True):
-        with einsum_transposes(enabled):
-            traced = tf.function(lambda x, s: model([x, s], training=False)
-                                 ).get_concrete_function(*inputs)
-        outputs[enabled] = traced(*inputs).numpy()
-        graphs[enabled] = _types(traced.graph.get_operations())
+    outputs, graphs = _bert_traced_both_ways(tiny_bert_config_path, einsum_transposes)
     np.testing.assert_array_equal(outputs[True], outputs[False])
     assert 'Transpose' in graphs[False] and 'Einsum' not in graphs[False]
     assert 'Einsum' in graphs[True] and 'Transpose' not in graphs[True]
