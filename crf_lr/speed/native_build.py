@@ -7,7 +7,9 @@ installed TensorFlow's headers (``tf.sysconfig``) with the machine's instruction
 :func:`baseline_march`, and its record says why), into ``$CRF_LR_CACHE`` (default
 ``~/.cache/crf_lr``) under a name made from the sources, TensorFlow's version, the compiler
 command and version and the CPU's flags: another machine, TensorFlow, compiler or source builds
-its own. The library is written under a temporary name and renamed (a killed build leaves nothing
+its own. ``$CRF_LR_MARCH`` builds for another ``-march`` than native, one whose instructions
+this CPU has (:func:`target_march`; e.g. ``x86-64-v3``, where a native build misbehaves). The
+library is written under a temporary name and renamed (a killed build leaves nothing
 half-written), then its record (``.json``: size, sha256, ``-march``, why a baseline), which every
 process checks before handing the library out: a truncated or corrupt one is removed and built
 again. A lock file makes concurrent processes build it once. Each load marks its library used;
@@ -85,6 +87,52 @@ def predefined_macros(cxx, march='native'):
                      if line.startswith('#define ') and not done.returncode)
 
 
+# The instruction sets a compiler may use in the kernels' code (vector, FMA, bit manipulation;
+# not the system instructions: SGX, PKU, WAITPKG), by the prefix of the macro each defines.
+COMPUTE_EXTENSIONS = ('__SSE', '__SSSE', '__AVX', '__FMA', '__F16C', '__BMI', '__LZCNT',
+                      '__POPCNT', '__MOVBE', '__AMX')
+
+
+def compute_extensions(macros):
+    """The :data:`COMPUTE_EXTENSIONS` among predefined ``macros``, less the
+    :data:`FAILING_EXTENSIONS` (switched off in every build)."""
+    return {name for name in macros if name.startswith(COMPUTE_EXTENSIONS)
+            and name not in FAILING_EXTENSIONS}
+
+
+def target_march(cxx):
+    """The ``-march`` to build the kernels at: ``$CRF_LR_MARCH`` where set, else ``native``.
+    Raises :class:`BuildError` naming ``CRF_LR_MARCH`` where :func:`unrunnable` says why code
+    built for it may not run here.
+
+        >>> os.environ['CRF_LR_MARCH'] = 'x86-64-v3'; target_march('g++')
+        'x86-64-v3'
+    """
+    march = os.environ.get('CRF_LR_MARCH', '').strip() or 'native'
+    why = None if march == 'native' else unrunnable(cxx, march)
+    if why is not None:
+        raise BuildError(f'CRF_LR_MARCH={march}: {why}')
+    return march
+
+
+def unrunnable(cxx, march):
+    """Why code ``cxx`` builds at ``-march=MARCH`` may not run on this CPU (it does not know
+    that ``-march``, or this CPU lacks one of the :data:`COMPUTE_EXTENSIONS` it switches on: an
+    illegal instruction would stop the process), or None.
+
+        >>> unrunnable('g++', 'sapphirerapids')        # on an AMD EPYC
+        'this CPU lacks AMX_BF16, AMX_INT8, AMX_TILE, AVX512VP2INTERSECT, AVXVNNI, which ...'
+    """
+    macros = predefined_macros(cxx, march)
+    if not macros:
+        return f'{cxx} does not know -march={march}'
+    lacking = compute_extensions(macros) - predefined_macros(cxx)
+    if lacking:
+        names = ', '.join(sorted(name.strip('_') for name in lacking))
+        return f'this CPU lacks {names}, which -march={march} switches on'
+    return None
+
+
 def compile_flags(cxx, march='native'):
     """The flags ``cxx`` compiles the kernels with for ``-march=MARCH``: the instruction set, less
     the :data:`FAILING_EXTENSIONS` it switches on, and TensorFlow's headers.
@@ -138,14 +186,14 @@ def compiler_version(cxx):
 
 def library_path(sources, cxx):
     """Where the library of ``sources`` (one path or several) for this machine, TensorFlow and
-    compiler (its command and version: an upgraded compiler builds again) is cached; named
-    after the first."""
+    compiler (its command, ``-march`` included, and version: an upgraded compiler builds again)
+    is cached; named after the first. Raises :class:`BuildError` as :func:`target_march`."""
     from crf_lr.compat import tf
     from crf_lr.model.precision import cpu_flags
     paths = source_paths(sources)
     key = hashlib.sha256()
     for part in (*(path.read_bytes() for path in paths), tf.__version__.encode(),
-                 shlex.join(compile_command(paths, 'out', cxx)).encode(),
+                 shlex.join(compile_command(paths, 'out', cxx, target_march(cxx))).encode(),
                  compiler_version(cxx).encode(), ' '.join(sorted(cpu_flags())).encode()):
         key.update(part)
     return cache_dir() / f'{paths[0].stem}-{key.hexdigest()[:16]}.so'
@@ -232,7 +280,7 @@ def cached_library(sources):
         return None
     try:
         path = library_path(sources, cxx)
-    except OSError:
+    except (OSError, BuildError):
         return None
     return path if _damage(path) is None else None
 
@@ -331,9 +379,14 @@ def remove_unused_builds(path, days=UNUSED_DAYS):
 
 def _build(sources, path, cxx):
     """Compile ``sources`` into ``path`` at ``-march=native``, and where that fails on x86-64
-    (but not for one of :data:`NOT_ISA_FAILURES`), once more at :func:`baseline_march`. Returns
-    ``(march, note)``: the ``-march`` built at, and why it is not native ('' where it is).
-    Raises native's :class:`BuildError` where both fail."""
+    (but not for one of :data:`NOT_ISA_FAILURES`), once more at :func:`baseline_march`; at
+    ``$CRF_LR_MARCH`` only, where it is set (:func:`target_march`). Returns ``(march, note)``:
+    the ``-march`` built at, and why it is not native ('' where it is). Raises native's
+    :class:`BuildError` where both fail."""
+    march = target_march(cxx)
+    if march != 'native':
+        _compile(sources, path, cxx, march)
+        return march, f'built at -march={march}: CRF_LR_MARCH'
     try:
         _compile(sources, path, cxx, 'native')
         return 'native', ''

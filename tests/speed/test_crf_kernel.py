@@ -60,6 +60,7 @@ def _tensors(dtype, emissions, labels, mask, transitions, start, end):
             + [tf.constant(x, dtype) for x in (transitions, start, end)])
 
 
+@pytest.mark.kernel_values
 @pytest.mark.parametrize('dtype', ['float32', 'float64'])
 @pytest.mark.parametrize('case', CASES, ids=lambda case: '-'.join(f'{k}{v}' for k, v in
                                                                   case.items()))
@@ -70,6 +71,7 @@ def test_the_kernel_equals_the_forward_backward_ops(fused_ops, case, dtype):
                                                  dict(rtol=1e-6, atol=1e-7)))
 
 
+@pytest.mark.kernel_values
 @pytest.mark.parametrize('where, value', [('emissions', np.nan), ('emissions', np.inf),
                                           ('transitions', np.nan), ('transitions', -np.inf),
                                           ('start', np.nan)])
@@ -116,6 +118,7 @@ def _loss_step(tags, mask, weights):
     return tf.function(step)
 
 
+@pytest.mark.kernel_values
 @pytest.mark.parametrize('dtype', ['float32', 'float64'])
 def test_a_loss_through_the_kernel_equals_brute_force(fused_ops, dtype):
     rng = np.random.default_rng(7)

@@ -32,6 +32,7 @@ def _bf16_tolerance(reference):
     return 2.0 ** -8 * np.abs(reference) + 1e-6          # rounded once to 8 significant bits
 
 
+@pytest.mark.kernel_values
 @pytest.mark.parametrize('dtype', ['float32', 'bfloat16'])
 def test_gelu_and_its_gradient_match_the_closed_form(fused_ops, dtype):
     x = _values((600, 257))                  # several threads' share
@@ -50,6 +51,7 @@ def test_gelu_and_its_gradient_match_the_closed_form(fused_ops, dtype):
         assert np.all(np.abs(dx - dx_ref) <= _bf16_tolerance(dx_ref))
 
 
+@pytest.mark.kernel_values
 def test_gelu_matches_bert4keras_and_its_gradient_tensorflows(fused_ops):
     from bert4keras.backend import gelu_erf
     x = tf.constant(_values((4, 300)), tf.float32)
@@ -64,6 +66,7 @@ def test_gelu_matches_bert4keras_and_its_gradient_tensorflows(fused_ops):
                                tape.gradient(theirs, x, output_gradients=dy), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.kernel_values
 @pytest.mark.parametrize('scale', [1.0, 0.125])
 @pytest.mark.parametrize('dtype', ['float32', 'bfloat16'])
 @pytest.mark.parametrize('shape',
@@ -102,6 +105,7 @@ def test_softmax_gradient_matches_tensorflows(fused_ops, dtype, shape, scale):
         assert np.all(dx[..., -1] == 0)                    # no gradient reaches a masked key
 
 
+@pytest.mark.kernel_values
 def test_bfloat16_results_are_rounded_bit_for_bit_as_tensorflows_cast(fused_ops):
     """The kernels' float32 -> bfloat16 rounding (ties to even, NaN kept, overflow to inf, signed
     zeros) is ``tf.cast``'s: the softmax gradient of y = [0.5, 0.5] and dy = [4, 0] with ``scale``
@@ -132,6 +136,7 @@ def _layer_norm64(x, epsilon):
     return centred / np.sqrt((centred ** 2).mean(-1, keepdims=True) + epsilon)
 
 
+@pytest.mark.kernel_values
 @pytest.mark.parametrize('dtype', ['float32', 'bfloat16'])
 @pytest.mark.parametrize('shape', [(2, 3, 312), (5, 7), (0, 4), (3, 0), (2048, 312)])
 def test_layer_norm_and_its_gradients_match_the_closed_form(fused_ops, dtype, shape):
@@ -252,6 +257,7 @@ def test_a_layer_norm_layers_training_call_is_one_kernel_with_the_same_values(
         assert np.abs(got - exact).max() <= 2.0 ** -6 * (np.abs(exact).max() + 1)
 
 
+@pytest.mark.kernel_values
 def test_column_sums_are_the_same_in_every_run(fused_ops):
     """gamma's, beta's and the bf16 bias's gradients: chunks of rows summed in a fixed order,
     whatever the threads (1e17 + 1 - 1e17 across three chunks: one answer, every run)."""
@@ -268,6 +274,7 @@ def test_column_sums_are_the_same_in_every_run(fused_ops):
     assert len(sums) == 1
 
 
+@pytest.mark.kernel_values
 def test_a_shift_that_enlarges_the_softmax_keeps_tensorflows_gradient(fused_ops):
     """x (1, 5) shifted by (4, 5): the gradient has x's shape (summed over the broadcast axis)."""
     from tf_keras.src.engine.base_layer_utils import call_context
@@ -293,6 +300,7 @@ def _layer_norm64_tf(x, epsilon):
     return centred / tf.sqrt(tf.reduce_mean(centred ** 2, -1, keepdims=True) + epsilon)
 
 
+@pytest.mark.kernel_values
 @pytest.mark.parametrize('shape', [(4096, 312), (300, 70), (2, 3, 130), (5,), (0, 6), (3, 0)])
 def test_the_bf16_bias_gradient_is_the_exact_sum_rounded_once(fused_ops, shape):
     """The float64 sum of the bfloat16 values, rounded once to bfloat16, where float32 sums of
@@ -306,6 +314,7 @@ def test_the_bf16_bias_gradient_is_the_exact_sum_rounded_once(fused_ops, shape):
         assert np.abs(theirs - exact).max() > 10 * np.abs(ours - exact).max()
 
 
+@pytest.mark.kernel_values
 def test_the_bf16_bias_gradient_rounds_once_across_chunks_of_rows(fused_ops):
     """1 + 2^-8 + 2^-30 lies just above a bfloat16 halfway point: rounded once it goes up;
     through float32 first it would land on the halfway point and go down to 1 (ties to even)."""

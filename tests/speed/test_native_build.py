@@ -77,6 +77,48 @@ def test_a_native_build_that_fails_is_built_at_a_baseline_and_says_so(tmp_path, 
     assert fused_kernels.status() == f"fused kernels: on (cached; {built['note']})"
 
 
+def test_crf_lr_march_builds_at_that_level_as_another_library_and_says_so(tmp_path, monkeypatch):
+    cxx = native_build.compiler()
+    if cxx is None or '__SSE4_2__' not in native_build.predefined_macros(cxx):
+        pytest.skip('needs a compiler for an x86-64 CPU with SSE4.2 (x86-64-v2)')
+    source = _probe(tmp_path, monkeypatch, '#ifdef __AVX__\n#error not x86-64-v2\n#endif\n'
+                    + SMALL_SOURCE)                      # native has AVX where it has SSE4.2
+    monkeypatch.setenv('CRF_LR_MARCH', 'x86-64-v2')
+    path = native_build.built_library(source)
+    assert native_build.record(path) | {'size': 0, 'sha256': ''} == {
+        'size': 0, 'sha256': '', 'march': 'x86-64-v2',
+        'note': 'built at -march=x86-64-v2: CRF_LR_MARCH'}
+    assert ctypes.CDLL(str(path)).crf_lr_probe() == 1
+    monkeypatch.delenv('CRF_LR_MARCH')
+    assert native_build.library_path(source, cxx) != path      # native: another library
+
+
+@pytest.mark.parametrize('march, native, said', [
+    ('not-a-cpu', None, 'CRF_LR_MARCH=not-a-cpu: {cxx} does not know -march=not-a-cpu'),
+    ('x86-64-v3', 'x86-64-v2',                              # as if this CPU were a v2 one
+     'CRF_LR_MARCH=x86-64-v3: this CPU lacks AVX, AVX2, BMI, BMI2, F16C, FMA, LZCNT, MOVBE, '
+     'which -march=x86-64-v3 switches on')])
+def test_a_crf_lr_march_not_known_or_not_runnable_here_is_one_line_and_nothing_is_built(
+        tmp_path, monkeypatch, march, native, said):
+    """An unknown -march, or one with instruction sets this CPU lacks (its code could stop the
+    process at an illegal instruction; the system ones, SGX or PKU, do not count): a BuildError
+    naming CRF_LR_MARCH, no compiler run, and no cached library named."""
+    cxx = native_build.compiler()
+    if cxx is None or not native_build.predefined_macros(cxx, 'x86-64-v3'):
+        pytest.skip('needs a compiler for x86-64')
+    if native is not None:
+        known = native_build.predefined_macros
+        monkeypatch.setattr(native_build, 'predefined_macros', lambda cxx, march='native': (
+            known(cxx, native if march == 'native' else march)))
+    source = _probe(tmp_path, monkeypatch)
+    monkeypatch.setenv('CRF_LR_MARCH', march)
+    monkeypatch.setattr(native_build, '_compile', lambda *args: pytest.fail('compiled'))
+    with pytest.raises(native_build.BuildError) as raised:
+        native_build.built_library(source)
+    assert str(raised.value) == said.format(cxx=cxx)
+    assert native_build.cached_library(source) is None
+
+
 @pytest.fixture
 def fake_compiler(tmp_path):
     """``make(version, stderr='')``: a compiler script whose ``--version`` says ``version`` and

@@ -132,6 +132,34 @@ void ForEachRow(OpKernelContext* context, int64_t rows, int64_t n, Rows rows_fro
                     rows_from);
 }
 
+// Row sums in float32 over kLanes partial sums, one per entry index mod kLanes, added up
+// pairwise at the end: the same sums in the same order at every instruction-set level, where
+// `omp simd reduction` keeps as many partial sums as a vector has lanes (SSE's 4 give a larger
+// error over long rows than AVX-512's 16, and another result).
+constexpr int kLanes = 16;
+
+// Calls term(i, lane) for i in [0, n), lane = i mod kLanes, a block of kLanes at a time (one
+// vector loop at any width); term adds entry i's values to partial sums [lane].
+template <typename Term>
+inline void ForEachLane(int64_t n, Term term) {
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+#pragma omp simd
+    for (int lane = 0; lane < kLanes; ++lane) term(i + lane, lane);
+  }
+  for (int lane = 0; i < n; ++i, ++lane) term(i, lane);
+}
+
+// The total of kLanes partial sums, added pairwise in a fixed order.
+inline float LaneTotal(const float* lanes) {
+  float sums[kLanes];
+  std::copy(lanes, lanes + kLanes, sums);
+  for (int width = kLanes / 2; width >= 1; width /= 2) {
+    for (int k = 0; k < width; ++k) sums[k] += sums[k + width];
+  }
+  return sums[0];
+}
+
 // Entries per row of a tensor seen as rows of its last axis (dims >= 1).
 int64_t RowLength(const Tensor& t) { return t.dim_size(t.dims() - 1); }
 
@@ -204,11 +232,11 @@ class SoftmaxGradOp : public OpKernel {
         const T* dy_row = dy_data + row * n;
         const T* y_row = y_data + row * n;
         T* dx_row = dx_data + row * n;   // may be dy_row: each entry is read before it is written
-        float dot = 0.f;
-#pragma omp simd reduction(+ : dot)
-        for (int64_t i = 0; i < n; ++i) {
-          dot += static_cast<float>(dy_row[i]) * static_cast<float>(y_row[i]);
-        }
+        float dots[kLanes] = {};
+        ForEachLane(n, [&](int64_t i, int lane) {
+          dots[lane] += static_cast<float>(dy_row[i]) * static_cast<float>(y_row[i]);
+        });
+        const float dot = LaneTotal(dots);
         for (int64_t i = 0; i < n; ++i) {
           dx_row[i] = static_cast<T>(static_cast<float>(y_row[i]) *
                                      (static_cast<float>(dy_row[i]) - dot) * scale);
@@ -339,16 +367,14 @@ class LayerNormOp : public OpKernel {
       for (int64_t row = begin; row < end; ++row) {
         const T* x_row = x_data + row * n;
         T* y_row = y_data + row * n;
-        float sum = 0.f, squares = 0.f;
-#pragma omp simd reduction(+ : sum)
-        for (int64_t i = 0; i < n; ++i) sum += static_cast<float>(x_row[i]);
-        const float mean = n > 0 ? sum / n : 0.f;
-#pragma omp simd reduction(+ : squares)
-        for (int64_t i = 0; i < n; ++i) {
+        float sums[kLanes] = {}, squares[kLanes] = {};
+        ForEachLane(n, [&](int64_t i, int lane) { sums[lane] += static_cast<float>(x_row[i]); });
+        const float mean = n > 0 ? LaneTotal(sums) / n : 0.f;
+        ForEachLane(n, [&](int64_t i, int lane) {
           const float centred = static_cast<float>(x_row[i]) - mean;
-          squares += centred * centred;
-        }
-        const float std = std::sqrt((n > 0 ? squares / n : 0.f) + epsilon);
+          squares[lane] += centred * centred;
+        });
+        const float std = std::sqrt((n > 0 ? LaneTotal(squares) / n : 0.f) + epsilon);
         const float inverse = std > 0.f ? 1.f / std : 0.f;     // divide_no_nan, as bert4keras
         mean_data[row] = mean;
         std_data[row] = std;
@@ -402,19 +428,18 @@ class LayerNormGradOp : public OpKernel {
       T* dx_row = dx_data + row * n;     // may be dy_row: each entry is read before it is written
       const float mean = mean_data[row];
       const float inverse = std_data[row] > 0.f ? 1.f / std_data[row] : 0.f;
-      float g_sum = 0.f, g_x_hat_sum = 0.f;
-#pragma omp simd reduction(+ : g_sum, g_x_hat_sum)
-      for (int64_t i = 0; i < n; ++i) {
+      float g_sums[kLanes] = {}, g_x_hat_sums[kLanes] = {};
+      ForEachLane(n, [&](int64_t i, int lane) {
         const float dy = static_cast<float>(dy_row[i]);
         const float x_hat = (static_cast<float>(x_row[i]) - mean) * inverse;
         const float g = dy * gamma_data[i];
-        g_sum += g;
-        g_x_hat_sum += g * x_hat;
+        g_sums[lane] += g;
+        g_x_hat_sums[lane] += g * x_hat;
         sums[i] += dy * x_hat;
         sums[n + i] += dy;
-      }
-      const float mean_g = n > 0 ? g_sum / n : 0.f;
-      const float mean_g_x_hat = n > 0 ? g_x_hat_sum / n : 0.f;
+      });
+      const float mean_g = n > 0 ? LaneTotal(g_sums) / n : 0.f;
+      const float mean_g_x_hat = n > 0 ? LaneTotal(g_x_hat_sums) / n : 0.f;
       for (int64_t i = 0; i < n; ++i) {
         const float x_hat = (static_cast<float>(x_row[i]) - mean) * inverse;
         dx_row[i] = static_cast<T>(
