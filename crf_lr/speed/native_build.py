@@ -87,17 +87,24 @@ def predefined_macros(cxx, march='native'):
                      if line.startswith('#define ') and not done.returncode)
 
 
-# The instruction sets a compiler may use in the kernels' code (vector, FMA, bit manipulation;
-# not the system instructions: SGX, PKU, WAITPKG), by the prefix of the macro each defines.
-COMPUTE_EXTENSIONS = ('__SSE', '__SSSE', '__AVX', '__FMA', '__F16C', '__BMI', '__LZCNT',
-                      '__POPCNT', '__MOVBE', '__AMX')
+# Instruction sets that code for another -march may need though no compiler emits them on its
+# own (system instructions, which a virtual machine often hides): not a reason to refuse it.
+SYSTEM_EXTENSIONS = frozenset(f'__{name}__' for name in (
+    'SGX', 'PKU', 'WAITPKG', 'PCONFIG', 'WBNOINVD', 'MWAITX', 'KL', 'WIDEKL', 'ENQCMD', 'UINTR',
+    'SERIALIZE', 'TSXLDTRK', 'PTWRITE', 'CLDEMOTE', 'HRESET', 'SHSTK', 'RDPID', 'RDPRU',
+    'CLZERO', 'CLWB', 'CLFLUSHOPT', 'XSAVE', 'XSAVEC', 'XSAVES', 'XSAVEOPT', 'FSGSBASE',
+    'INVPCID', 'RTM', 'LWP', 'RDRND', 'RDSEED', 'PRFCHW', 'MOVDIRI', 'MOVDIR64B'))
 
 
-def compute_extensions(macros):
-    """The :data:`COMPUTE_EXTENSIONS` among predefined ``macros``, less the
-    :data:`FAILING_EXTENSIONS` (switched off in every build)."""
-    return {name for name in macros if name.startswith(COMPUTE_EXTENSIONS)
-            and name not in FAILING_EXTENSIONS}
+def _lacking(macros, native):
+    """The instruction-set macros among ``macros`` (what another ``-march`` predefines) that
+    ``native`` (this CPU's) does not have: x86's upper-case ones (``__AVX2__``), Arm's
+    ``__ARM_FEATURE_*``; not a CPU's or its tuning's lower-case name, the
+    :data:`SYSTEM_EXTENSIONS` or the :data:`FAILING_EXTENSIONS` (off in every build)."""
+    return {name for name in macros - native
+            if (name.startswith(('__ARM_FEATURE_', '__ARM_NEON'))
+                or (name.startswith('__') and name.endswith('__') and name.isupper()))
+            and name not in SYSTEM_EXTENSIONS and name not in FAILING_EXTENSIONS}
 
 
 def target_march(cxx):
@@ -117,16 +124,18 @@ def target_march(cxx):
 
 def unrunnable(cxx, march):
     """Why code ``cxx`` builds at ``-march=MARCH`` may not run on this CPU (it does not know
-    that ``-march``, or this CPU lacks one of the :data:`COMPUTE_EXTENSIONS` it switches on: an
-    illegal instruction would stop the process), or None.
+    that ``-march``, or this CPU lacks an instruction set it switches on, :func:`_lacking`: an
+    illegal instruction would stop the process; or it cannot tell which this CPU has), or None.
 
         >>> unrunnable('g++', 'sapphirerapids')        # on an AMD EPYC
         'this CPU lacks AMX_BF16, AMX_INT8, AMX_TILE, AVX512VP2INTERSECT, AVXVNNI, which ...'
     """
-    macros = predefined_macros(cxx, march)
+    macros, native = predefined_macros(cxx, march), predefined_macros(cxx)
     if not macros:
         return f'{cxx} does not know -march={march}'
-    lacking = compute_extensions(macros) - predefined_macros(cxx)
+    if not native:
+        return f'{cxx} cannot say which instruction sets this CPU has (-march=native failed)'
+    lacking = _lacking(macros, native)
     if lacking:
         names = ', '.join(sorted(name.strip('_') for name in lacking))
         return f'this CPU lacks {names}, which -march={march} switches on'

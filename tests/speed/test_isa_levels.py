@@ -24,7 +24,8 @@ KERNEL_TESTS = ('tests/speed/test_fused_kernels.py', 'tests/speed/test_crf_kerne
 def level_runs(fused_ops, tmp_path_factory):
     """{march: (the finished process, its cache folder, its row sums' .npz), or why this
     machine cannot run it}: each of :data:`LEVELS` built into a cache of its own and tested by
-    ``python -m helpers.kernel_values``, two levels at a time."""
+    ``python -m helpers.kernel_values`` (without this run's pytest or crf_lr settings), two
+    levels at a time."""
     cxx = native_build.compiler()
     folder = tmp_path_factory.mktemp('isa_levels')
 
@@ -34,10 +35,14 @@ def level_runs(fused_ops, tmp_path_factory):
             return f'-march={march}: {why}'
         cache, values = folder / march, folder / f'{march}.npz'
         path = os.pathsep.join(filter(None, [str(TESTS), os.environ.get('PYTHONPATH')]))
-        env = dict(os.environ, CRF_LR_MARCH=march, CRF_LR_CACHE=str(cache), PYTHONPATH=path)
+        env = {name: value for name, value in os.environ.items()
+               if not name.startswith(('PYTEST_', 'CRF_LR_'))}
+        env.update(CRF_LR_MARCH=march, CRF_LR_CACHE=str(cache), PYTHONPATH=path)
         done = subprocess.run([sys.executable, '-m', 'helpers.kernel_values', str(values), '-q',
-                               '-p', 'no:cacheprovider', '-m', 'kernel_values', *KERNEL_TESTS],
-                              cwd=REPO, env=env, capture_output=True, text=True)
+                               '-p', 'no:cacheprovider', '-p', 'no:xdist',
+                               f'--basetemp={folder / march}-tmp', '-m', 'kernel_values',
+                               *KERNEL_TESTS], cwd=REPO, env=env, capture_output=True, text=True,
+                              timeout=900)
         return done, cache, values
     with ThreadPoolExecutor(2) as pool:
         return dict(zip(LEVELS, pool.map(run, LEVELS)))
@@ -62,9 +67,9 @@ def test_the_kernels_built_at_each_level_pass_their_oracle_tests(level_runs, mar
 
 @pytest.mark.parametrize('march', LEVELS)
 def test_row_sums_are_the_same_bits_at_every_level(level_runs, fused_ops, march):
-    """16 partial sums in a fixed order at any vector width (fused_ops.cc's ForEachLane), where
-    a reduction of as many partial sums as lanes gave another, and at SSE's 4 a less exact, sum.
-    """
+    """16 partial sums in a fixed order at any vector width (fused_ops.cc's LaneSum and
+    ForEachLane), where a reduction of as many partial sums as lanes gave another sum at each
+    level, and at SSE's 4 a less exact one."""
     _, _, values = _level(level_runs, march)
     theirs, ours = np.load(values), row_sum_outputs(fused_ops)
     assert sorted(theirs.files) == sorted(ours)

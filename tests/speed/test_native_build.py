@@ -54,7 +54,10 @@ def test_the_kernels_compile_at_every_isa_level(syntax_checks, march):
 
 
 def _probe(tmp_path, monkeypatch, source=SMALL_SOURCE):
+    """A source file to build into a cache of its own, at -march=native (whatever CRF_LR_MARCH
+    this run has)."""
     monkeypatch.setenv('CRF_LR_CACHE', str(tmp_path / 'cache'))
+    monkeypatch.delenv('CRF_LR_MARCH', raising=False)
     path = tmp_path / 'probe.cc'
     path.write_text(source)
     return path
@@ -94,22 +97,29 @@ def test_crf_lr_march_builds_at_that_level_as_another_library_and_says_so(tmp_pa
 
 
 @pytest.mark.parametrize('march, native, said', [
-    ('not-a-cpu', None, 'CRF_LR_MARCH=not-a-cpu: {cxx} does not know -march=not-a-cpu'),
+    ('not-a-cpu', 'native', 'CRF_LR_MARCH=not-a-cpu: {cxx} does not know -march=not-a-cpu'),
     ('x86-64-v3', 'x86-64-v2',                              # as if this CPU were a v2 one
      'CRF_LR_MARCH=x86-64-v3: this CPU lacks AVX, AVX2, BMI, BMI2, F16C, FMA, LZCNT, MOVBE, '
-     'which -march=x86-64-v3 switches on')])
+     'which -march=x86-64-v3 switches on'),
+    ('x86-64-v2', None,                                      # -march=native fails
+     'CRF_LR_MARCH=x86-64-v2: {cxx} cannot say which instruction sets this CPU has '
+     '(-march=native failed)')])
 def test_a_crf_lr_march_not_known_or_not_runnable_here_is_one_line_and_nothing_is_built(
         tmp_path, monkeypatch, march, native, said):
-    """An unknown -march, or one with instruction sets this CPU lacks (its code could stop the
-    process at an illegal instruction; the system ones, SGX or PKU, do not count): a BuildError
-    naming CRF_LR_MARCH, no compiler run, and no cached library named."""
+    """An unknown -march, one with instruction sets this CPU lacks (its code could stop the
+    process at an illegal instruction; the system ones, SGX or PKU, do not count), or a compiler
+    that cannot say what this CPU has: a BuildError naming CRF_LR_MARCH, no compiler run, and
+    no cached library named."""
     cxx = native_build.compiler()
     if cxx is None or not native_build.predefined_macros(cxx, 'x86-64-v3'):
         pytest.skip('needs a compiler for x86-64')
-    if native is not None:
-        known = native_build.predefined_macros
-        monkeypatch.setattr(native_build, 'predefined_macros', lambda cxx, march='native': (
-            known(cxx, native if march == 'native' else march)))
+    known = native_build.predefined_macros
+
+    def macros(cxx, march='native'):                 # this CPU's as ``native`` names them
+        if march != 'native':
+            return known(cxx, march)
+        return known(cxx, native) if native else frozenset()
+    monkeypatch.setattr(native_build, 'predefined_macros', macros)
     source = _probe(tmp_path, monkeypatch)
     monkeypatch.setenv('CRF_LR_MARCH', march)
     monkeypatch.setattr(native_build, '_compile', lambda *args: pytest.fail('compiled'))
@@ -120,10 +130,12 @@ def test_a_crf_lr_march_not_known_or_not_runnable_here_is_one_line_and_nothing_i
 
 
 @pytest.fixture
-def fake_compiler(tmp_path):
+def fake_compiler(tmp_path, monkeypatch):
     """``make(version, stderr='')``: a compiler script whose ``--version`` says ``version`` and
-    that fails at anything else saying ``stderr``; the caches of what compilers say are cleared
-    after."""
+    that fails at anything else saying ``stderr`` (at -march=native: it knows no other); the
+    caches of what compilers say are cleared after."""
+    monkeypatch.delenv('CRF_LR_MARCH', raising=False)
+
     def make(version, stderr=''):
         script = tmp_path / 'g++'
         script.write_text(f'#!/bin/sh\n[ "$1" = --version ] && echo "g++ (Debian) {version}" && '
@@ -332,7 +344,8 @@ def test_kernel_tests_fail_where_a_compiler_cannot_build_them_and_skip_without_o
     """The ``fused_ops`` fixture, in two pytest processes: $CXX a compiler that fails (an error in
     the fixture: the run fails), and no compiler on the PATH."""
     test = 'tests/speed/test_fused_kernels.py::test_gelu_and_its_gradient_match_the_closed_form'
-    env = dict(os.environ, CRF_LR_CACHE=str(tmp_path / 'cache'), TF_CPP_MIN_LOG_LEVEL='3')
+    env = {name: value for name, value in os.environ.items() if name != 'CRF_LR_MARCH'}
+    env.update(CRF_LR_CACHE=str(tmp_path / 'cache'), TF_CPP_MIN_LOG_LEVEL='3')
     runs = [subprocess.Popen([sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider',
                               f'{test}[float32]'], cwd=REPO, stdout=subprocess.PIPE, text=True,
                              env=dict(env, **change))
@@ -470,10 +483,8 @@ def test_processes_building_at_once_build_once(tmp_path):
 
 
 def test_a_compiler_that_fails_silently_is_named_with_its_exit_status(tmp_path, monkeypatch):
-    monkeypatch.setenv('CRF_LR_CACHE', str(tmp_path / 'cache'))
+    source = _probe(tmp_path, monkeypatch)
     monkeypatch.setenv('CXX', '/bin/false')
-    source = tmp_path / 'probe.cc'
-    source.write_text(SMALL_SOURCE)
     with pytest.raises(native_build.BuildError,
                        match=r'^/bin/false failed: exit status 1, no message$'):
         native_build.built_library(source)
