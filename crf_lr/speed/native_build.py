@@ -3,8 +3,8 @@
 ``built_library(sources)`` compiles ``.cc`` files of custom ops into one library against the
 installed TensorFlow's headers (``tf.sysconfig``) with the machine's instruction set
 (``-march=native``, less the extensions whose code in TensorFlow's Eigen headers does not compile:
-:data:`FAILING_EXTENSIONS`; on x86 a build that still fails is tried once more at a baseline,
-:func:`baseline_march`, and its record says why), into ``$CRF_LR_CACHE`` (default
+:data:`FAILING_EXTENSIONS`; on x86 a build that still fails is tried at the levels below,
+:func:`baseline_marches`, and its record says why), into ``$CRF_LR_CACHE`` (default
 ``~/.cache/crf_lr``) under a name made from the sources, TensorFlow's version, the compiler
 command and version and the CPU's flags: another machine, TensorFlow, compiler or source builds
 its own. ``$CRF_LR_MARCH`` builds for another ``-march`` than native, one whose instructions
@@ -157,17 +157,20 @@ def compile_flags(cxx, march='native'):
             + tf.sysconfig.get_compile_flags())
 
 
-def baseline_march(cxx):
-    """The ``-march`` to build at where ``-march=native`` fails on x86-64: ``x86-64-v3`` where
-    native has AVX2, FMA and BMI2 (2013 on), else ``x86-64-v2``; None off x86-64.
+# The x86-64 levels a failed native build is tried at, best first: AVX-512, AVX2 and FMA, SSE4.2.
+BASELINES = ('x86-64-v4', 'x86-64-v3', 'x86-64-v2')
 
-        >>> baseline_march('g++')
-        'x86-64-v3'
+
+def baseline_marches(cxx):
+    """The ``-march`` levels to build at where ``-march=native`` fails: those of
+    :data:`BASELINES` this CPU runs (:func:`unrunnable`), best first; none off x86-64.
+
+        >>> baseline_marches('g++')               # an AVX2 CPU without AVX-512
+        ['x86-64-v3', 'x86-64-v2']
     """
-    macros = predefined_macros(cxx)
-    if '__x86_64__' not in macros:
-        return None
-    return 'x86-64-v3' if {'__AVX2__', '__FMA__', '__BMI2__'} <= macros else 'x86-64-v2'
+    if '__x86_64__' not in predefined_macros(cxx):
+        return []
+    return [march for march in BASELINES if unrunnable(cxx, march) is None]
 
 
 def compile_command(sources, output, cxx, march='native'):
@@ -388,10 +391,10 @@ def remove_unused_builds(path, days=UNUSED_DAYS):
 
 def _build(sources, path, cxx):
     """Compile ``sources`` into ``path`` at ``-march=native``, and where that fails on x86-64
-    (but not for one of :data:`NOT_ISA_FAILURES`), once more at :func:`baseline_march`; at
-    ``$CRF_LR_MARCH`` only, where it is set (:func:`target_march`). Returns ``(march, note)``:
-    the ``-march`` built at, and why it is not native ('' where it is). Raises native's
-    :class:`BuildError` where both fail."""
+    (but not for one of :data:`NOT_ISA_FAILURES`), at each of :func:`baseline_marches` until one
+    builds; at ``$CRF_LR_MARCH`` only, where it is set (:func:`target_march`). Returns ``(march,
+    note)``: the ``-march`` built at, and why it is not native ('' where it is). Raises native's
+    :class:`BuildError` where every one fails."""
     march = target_march(cxx)
     if march != 'native':
         _compile(sources, path, cxx, march)
@@ -400,14 +403,15 @@ def _build(sources, path, cxx):
         _compile(sources, path, cxx, 'native')
         return 'native', ''
     except BuildError as native:
-        baseline = baseline_march(cxx)
-        if baseline is None or any(failure in str(native) for failure in NOT_ISA_FAILURES):
+        if any(failure in str(native) for failure in NOT_ISA_FAILURES):
             raise
-        try:
-            _compile(sources, path, cxx, baseline)
-        except BuildError:
-            raise native from None
-        return baseline, f'built at -march={baseline}: -march=native failed: {native}'
+        for baseline in baseline_marches(cxx):
+            try:
+                _compile(sources, path, cxx, baseline)
+            except BuildError:
+                continue
+            return baseline, f'built at -march={baseline}: -march=native failed: {native}'
+        raise
 
 
 def _compile(sources, path, cxx, march):

@@ -63,15 +63,17 @@ def _probe(tmp_path, monkeypatch, source=SMALL_SOURCE):
     return path
 
 
-def test_a_native_build_that_fails_is_built_at_a_baseline_and_says_so(tmp_path, monkeypatch):
+def test_a_native_build_that_fails_is_built_at_the_best_baseline_that_builds_and_says_so(
+        tmp_path, monkeypatch):
+    """Native fails (AES), x86-64-v4 too where this CPU runs it (AVX-512): built at -v3."""
     cxx = native_build.compiler()
-    if cxx is None or '__AES__' not in native_build.predefined_macros(cxx):
-        pytest.skip('needs a compiler whose -march=native has AES (x86-64, 2010 on)')
-    source = _probe(tmp_path, monkeypatch, '#ifdef __AES__\n#error not at a baseline\n#endif\n'
-                    + SMALL_SOURCE)                  # x86-64-v2 and -v3 have no AES
+    if cxx is None or not {'__AES__', '__AVX2__'} <= native_build.predefined_macros(cxx):
+        pytest.skip('needs a compiler whose -march=native has AES and AVX2 (x86-64, 2013 on)')
+    source = _probe(tmp_path, monkeypatch, '#if defined(__AES__) || defined(__AVX512F__)\n'
+                    '#error not at a baseline\n#endif\n' + SMALL_SOURCE)   # -v3 has neither
     path = native_build.built_library(source)
     built = native_build.record(path)
-    assert built['march'] == native_build.baseline_march(cxx)
+    assert built['march'] == 'x86-64-v3'
     assert built['note'].startswith(f"built at -march={built['march']}: -march=native failed: ")
     assert 'not at a baseline' in built['note']
     assert ctypes.CDLL(str(path)).crf_lr_probe() == 1
@@ -172,14 +174,14 @@ def test_a_baseline_is_tried_only_where_another_march_may_mend_the_build(
     crash, is not, and its line is the one said."""
     source = _probe(tmp_path, monkeypatch)
     cxx = fake_compiler('12.2.0', said)
-    monkeypatch.setattr(native_build, 'baseline_march', lambda cxx: 'x86-64-v2')
+    monkeypatch.setattr(native_build, 'baseline_marches', lambda cxx: ['x86-64-v3', 'x86-64-v2'])
     tried = []
     compile_once = native_build._compile
     monkeypatch.setattr(native_build, '_compile', lambda sources, path, cxx, march: tried.append(
         march) or compile_once(sources, path, cxx, march))
     with pytest.raises(native_build.BuildError) as raised:
         native_build._build(source, tmp_path / 'probe.so', cxx)
-    assert tried == (['native', 'x86-64-v2'] if retried else ['native'])
+    assert tried == (['native', 'x86-64-v3', 'x86-64-v2'] if retried else ['native'])
     assert str(raised.value) == f'{cxx} failed: {said.splitlines()[0 if retried else -1]}'
 
 
@@ -189,7 +191,7 @@ def test_a_failure_note_that_cannot_be_written_leaves_the_compiler_error_said(
     raised, not 'cannot write the cache'."""
     source = _probe(tmp_path, monkeypatch)
     monkeypatch.setenv('CXX', fake_compiler('12.2.0', 'probe.cc:1: error: boom'))
-    monkeypatch.setattr(native_build, 'baseline_march', lambda cxx: None)
+    monkeypatch.setattr(native_build, 'baseline_marches', lambda cxx: [])
 
     def unwritable(path):
         raise PermissionError(errno.EACCES, 'Permission denied', path)
