@@ -163,13 +163,12 @@ BASELINES = ('x86-64-v4', 'x86-64-v3', 'x86-64-v2')
 
 def baseline_marches(cxx):
     """The ``-march`` levels to build at where ``-march=native`` fails: those of
-    :data:`BASELINES` this CPU runs (:func:`unrunnable`), best first; none off x86-64.
+    :data:`BASELINES` this CPU runs (:func:`unrunnable`), best first; none off x86-64 (where
+    the compiler knows none of them).
 
         >>> baseline_marches('g++')               # an AVX2 CPU without AVX-512
         ['x86-64-v3', 'x86-64-v2']
     """
-    if '__x86_64__' not in predefined_macros(cxx):
-        return []
     return [march for march in BASELINES if unrunnable(cxx, march) is None]
 
 
@@ -411,7 +410,7 @@ def _build(sources, path, cxx):
             except BuildError:
                 continue
             return baseline, f'built at -march={baseline}: -march=native failed: {native}'
-        raise
+        raise native
 
 
 def _compile(sources, path, cxx, march):
