@@ -1,5 +1,6 @@
-"""The fused kernels built at each x86-64 level below this CPU's (``$CRF_LR_MARCH``: x86-64-v2,
-SSE4.2; -v3, AVX2 and FMA; -v4, AVX-512), each in a process of its own: their oracle tests
+"""The fused kernels built at each x86-64 level a failed native build falls back to
+(``native_build.BASELINES``: x86-64-v4, AVX-512; -v3, AVX2 and FMA; -v2, SSE4.2; through
+``$CRF_LR_MARCH``), each in a process of its own: their oracle tests
 (``-m kernel_values``) pass at every level, and their row sums (the softmax's gradient, the
 layer norm and its gradients) are the same bits as this process's native build. So the code
 that CPUs without this one's extensions run is run here, not only compiled (the ``-fsyntax-only``
@@ -16,7 +17,7 @@ from crf_lr.speed import native_build
 from helpers.kernel_values import row_sum_outputs
 from helpers.paths import REPO, TESTS
 
-LEVELS = ('x86-64-v2', 'x86-64-v3', 'x86-64-v4')
+LEVELS = native_build.BASELINES
 KERNEL_TESTS = ('tests/speed/test_fused_kernels.py', 'tests/speed/test_crf_kernel.py')
 
 
