@@ -1,10 +1,15 @@
 """crf_lr: CRF with its own learning rate, GlobalPointer and bias-corrected Adam on bert4keras.
 
+TensorFlow is ``tensorflow-cpu`` on x86-64 and ``tensorflow`` elsewhere (Arm: AWS Graviton,
+Ampere), where ``tensorflow-cpu`` publishes no wheel and ``tensorflow``'s is a CPU build.
 tf-keras and bert4keras are not listed here: their declared dependencies (``tensorflow``,
 ``keras<=2.3.1``) conflict with ``tensorflow-cpu``, so ``make install`` installs them with
 ``pip install --no-deps``.
 """
 from setuptools import find_packages, setup
+
+TENSORFLOW = ['tensorflow-cpu==2.21.0; platform_machine == "x86_64" or platform_machine == "AMD64"',
+              'tensorflow==2.21.0; platform_machine != "x86_64" and platform_machine != "AMD64"']
 
 setup(
     name='crf_lr',
@@ -16,7 +21,7 @@ setup(
     packages=find_packages(include=['crf_lr', 'crf_lr.*']),
     python_requires='>=3.10',
     # regex: the extended grapheme clusters (\X) that read as one character in character files
-    install_requires=['tensorflow-cpu==2.21.0', 'numpy', 'tqdm', 'regex'],
+    install_requires=[*TENSORFLOW, 'numpy', 'tqdm', 'regex'],
     extras_require={
         # aiohttp: the client of benchmarks/serve_load.py (cheaper per request than httpx);
         # httpx2: what starlette's TestClient takes (with httpx alone it warns: deprecated)

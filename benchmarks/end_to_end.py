@@ -221,7 +221,7 @@ def versions():
     """Versions of the two stacks (those installed)."""
     import importlib.metadata as metadata
     found = []
-    for name in ('tensorflow-cpu', 'tf-keras', 'bert4keras', 'torch', 'transformers',
+    for name in ('tensorflow-cpu', 'tensorflow', 'tf-keras', 'bert4keras', 'torch', 'transformers',
                  'pytorch-crf'):
         try:
             found.append(f'{name} {metadata.version(name)}')

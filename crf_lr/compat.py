@@ -13,7 +13,8 @@ import importlib.util
 import crf_lr  # noqa: F401  (sets TF_KERAS / TF_USE_LEGACY_KERAS before TensorFlow loads)
 
 # Installed with --no-deps: their declared requirements (bert4keras: keras<=2.3.1; tf-keras: the
-# full tensorflow wheel) conflict with tensorflow-cpu, so setup.py cannot list them.
+# tensorflow wheel) conflict with tensorflow-cpu (setup.py's TensorFlow on x86-64), so setup.py
+# cannot list them.
 NO_DEPS_REQUIREMENTS = {'tf_keras': 'tf-keras==2.21.0', 'bert4keras': 'bert4keras==0.11.5'}
 
 

@@ -103,7 +103,7 @@ def fused_ops():
 # which TensorFlow is in the process fails.
 FAST_FILES = frozenset({
     'test_datasets.py', 'test_diagnostics.py', 'test_doc_references.py', 'test_experiments.py',
-    'test_house.py',
+    'test_house.py', 'test_packaging.py',
     'test_metrics.py', 'test_posteriors.py', 'test_spans.py', 'test_splits.py',
     'test_user_files.py',
 })

@@ -8,7 +8,9 @@ the activations lose precision.
 
 When it pays: only on a CPU with native bf16 matrix instructions (``avx512_bf16`` or
 ``amx_bf16`` among the ``/proc/cpuinfo`` flags), where oneDNN runs bf16 products faster than
-float32 ones; elsewhere bf16 is emulated and a step is slower than in float32. Even then it needs
+float32 ones; elsewhere bf16 is emulated and a step is slower than in float32. Arm's bf16
+(``bf16`` among an Arm CPU's ``Features``, Neoverse V1 on) is native too, but neither its speed
+nor its accuracy is measured, so ``'auto'`` keeps float32 there and says so. Even then it needs
 enough tokens per step (batch x n) for the matrix products to outweigh the casts and the float32
 parts of the step (layer norm, softmax, the optimizer). Measured figures, with their commands:
 docs/performance.md, "bf16: the step against float32 and its limit".
@@ -40,15 +42,15 @@ NATIVE_BF16_FLAGS = ('amx_bf16', 'avx512_bf16')
 
 
 def cpu_flags(cpuinfo='/proc/cpuinfo'):
-    """The set of CPU flags that ``cpuinfo`` (a Linux ``/proc/cpuinfo``-format file) lists;
-    empty where the file cannot be read.
+    """The set of CPU flags that ``cpuinfo`` (a Linux ``/proc/cpuinfo``-format file) lists: x86's
+    ``flags`` lines, Arm's ``Features``; empty where the file cannot be read.
 
         >>> 'avx512f' in cpu_flags()
         True
     """
     try:
         with open(cpuinfo, encoding='utf-8', errors='replace') as f:
-            return {flag for line in f if line.startswith('flags')
+            return {flag for line in f if line.startswith(('flags', 'Features'))
                     for flag in line.partition(':')[2].split()}
     except OSError:
         return set()
@@ -92,11 +94,19 @@ def set_precision(precision, cpuinfo='/proc/cpuinfo'):
     if precision == 'auto':
         flags = native_bf16(cpuinfo)
         precision = 'mixed_bfloat16' if flags else 'float32'
-        line = (f'precision: auto -> {precision} (' + (
-            f'{"/".join(flags)} in {cpuinfo})' if flags else
-            f'no {"/".join(NATIVE_BF16_FLAGS)} in {cpuinfo}: bf16 would be emulated)'))
+        line = f'precision: auto -> {precision} ({_auto_reason(flags, cpuinfo)})'
     keras.mixed_precision.set_global_policy(precision)
     return line
+
+
+def _auto_reason(flags, cpuinfo):
+    """Why ``'auto'`` chose as it did, given the :func:`native_bf16` ``flags`` of ``cpuinfo``."""
+    if flags:
+        return f'{"/".join(flags)} in {cpuinfo}'
+    if 'bf16' in cpu_flags(cpuinfo):
+        return (f"Arm's bf16 in {cpuinfo}, whose speed and accuracy are not measured: "
+                f'--precision mixed_bfloat16 to try it')
+    return f'no {"/".join(NATIVE_BF16_FLAGS)} in {cpuinfo}: bf16 would be emulated'
 
 
 def policy_name():

@@ -218,6 +218,15 @@ def test_set_precision_auto_reads_the_cpu_flags(tmp_path):
     line = set_precision('auto', str(cpuinfo))
     assert keras.mixed_precision.global_policy().name == 'float32'
     assert line.startswith('precision: auto -> float32 (no amx_bf16/avx512_bf16 in')
+    cpuinfo.write_text('processor\t: 0\nBogoMIPS\t: 2100.00\nFeatures\t: fp asimd sve bf16 i8mm\n'
+                       'CPU implementer\t: 0x41\nCPU part\t: 0xd40\n')            # Graviton 3
+    assert native_bf16(str(cpuinfo)) == ()
+    assert set_precision('auto', str(cpuinfo)) == (
+        f"precision: auto -> float32 (Arm's bf16 in {cpuinfo}, whose speed and accuracy are not "
+        f"measured: --precision mixed_bfloat16 to try it)")
+    assert keras.mixed_precision.global_policy().name == 'float32'
+    cpuinfo.write_text('processor\t: 0\nFeatures\t: fp asimd fphp asimdhp\n')       # Graviton 2
+    assert 'bf16 would be emulated' in set_precision('auto', str(cpuinfo))
     assert native_bf16(str(tmp_path / 'missing')) == ()
     assert set(native_bf16()) <= set(NATIVE_BF16_FLAGS)
     with pytest.raises(ValueError, match=r"set_precision: precision must be one of .*'bf16'"):

@@ -1,9 +1,10 @@
 """crf_lr.speed.native_build's flags and cache: the kernels' sources compile with TensorFlow's
-headers at every x86-64 ISA level (``-fsyntax-only``, whatever this machine is); a native build that
-fails is built at a baseline and says so; a damaged cached library is built again rather than
-loaded; a cache that cannot be written is one line, for the kernels and the packaged encoders;
-a failure found after waiting on the build lock is taken, not compiled again; and the kernel
-tests fail rather than skip where a compiler cannot build them."""
+headers for every x86-64 ISA level and Arm generation (into object files; a cross compiler builds
+for the family this machine is not); a native build that fails is built at a baseline and says
+so; a damaged cached library is built again rather than loaded; a cache that cannot be written is
+one line, for the kernels and the packaged encoders; a failure found after waiting on the build
+lock is taken, not compiled again; and the kernel tests fail rather than skip where a compiler
+cannot build them."""
 import contextlib
 import errno
 import ctypes
@@ -20,37 +21,75 @@ from crf_lr.model.convert import Converted
 from helpers.paths import REPO
 
 SMALL_SOURCE = 'extern "C" int crf_lr_probe() { return 1; }\n'
-MARCHES = ('x86-64-v2', 'haswell', 'skylake-avx512', 'icelake-server', 'sapphirerapids',
-           'graniterapids', 'znver3', 'znver4')
+# The -march targets the kernels are compiled for, per CPU family: (the macro its compilers
+# predefine, the cross compiler to use on another family's machine, the targets)
+MATRIX = {
+    'x86-64': ('__x86_64__', 'x86_64-linux-gnu-g++', (
+        'x86-64-v2', 'haswell', 'skylake-avx512', 'icelake-server', 'sapphirerapids',
+        'graniterapids', 'znver3', 'znver4')),
+    # baseline (Cortex-A72, Graviton 1); Neoverse N1 (Graviton 2, Ampere Altra); Neoverse V1
+    # (Graviton 3); Neoverse V2 (Graviton 4, Grace); A64FX
+    'aarch64': ('__aarch64__', 'aarch64-linux-gnu-g++', (
+        'armv8-a', 'armv8.2-a+fp16+dotprod', 'armv8.4-a+sve+bf16+i8mm', 'armv9-a+bf16+i8mm',
+        'armv8.2-a+sve')),
+}
+TARGETS = [(family, march) for family, (_, _, marches) in MATRIX.items() for march in marches]
+
+
+def family_compiler(family):
+    """The C++ compiler that builds for ``family``: this machine's where it is one of that
+    family, else the cross compiler (None where neither is installed)."""
+    macro, cross, _ = MATRIX[family]
+    native = native_build.compiler()
+    if native is not None and macro in native_build.predefined_macros(native):
+        return native
+    return cross if shutil.which(cross) else None
 
 
 @pytest.fixture(scope='module')
-def syntax_checks():
-    """``{march: (known, first error line or None)}``: the kernels' sources checked with
-    :func:`crf_lr.speed.native_build.compile_flags` at each of :data:`MARCHES` the compiler knows,
-    two at a time, as one translation unit (TensorFlow's headers parsed once: about 6 s of CPU)."""
-    cxx = native_build.compiler()
-    if cxx is None or '__x86_64__' not in native_build.predefined_macros(cxx):
-        pytest.skip('the -march matrix needs a C++ compiler for x86-64')
+def compile_checks():
+    """``{(family, march): None, or why it was not compiled, or the first error line}``: the
+    kernels' sources compiled to an object file (code generated, not only parsed) with
+    :func:`crf_lr.speed.native_build.compile_flags` for each of :data:`TARGETS`, by
+    :func:`family_compiler`, two at a time, as one translation unit (about 10 s of CPU each)."""
     unit = ''.join(f'#include "{source}"\n' for source in fused_kernels.SOURCES)
 
-    def check(march):
+    def check(target):
+        family, march = target
+        cxx = family_compiler(family)
+        if cxx is None:
+            return 'skip', (f'no C++ compiler for {family} ({MATRIX[family][1]}; .ci/run installs '
+                            f'it with apt-get)')
         if not native_build.predefined_macros(cxx, march):
-            return False, None
-        done = subprocess.run([cxx, '-fsyntax-only', *native_build.compile_flags(cxx, march),
-                               '-x', 'c++', '-'], input=unit, capture_output=True, text=True)
+            return 'skip', f'{cxx} does not know -march={march}'
+        done = subprocess.run([cxx, '-c', *native_build.compile_flags(cxx, march), '-x', 'c++',
+                               '-', '-o', os.devnull], input=unit, capture_output=True, text=True)
         errors = [line for line in done.stderr.splitlines() if 'error' in line]
-        return True, (errors or [f'exit status {done.returncode}'])[0] if done.returncode else None
+        return 'compiled', ((errors or [f'exit status {done.returncode}'])[0]
+                            if done.returncode else None)
     with ThreadPoolExecutor(2) as pool:
-        return dict(zip(MARCHES, pool.map(check, MARCHES)))
+        return dict(zip(TARGETS, pool.map(check, TARGETS)))
 
 
-@pytest.mark.parametrize('march', MARCHES)
-def test_the_kernels_compile_at_every_isa_level(syntax_checks, march):
-    known, error = syntax_checks[march]
-    if not known:
-        pytest.skip(f'{native_build.compiler()} does not know -march={march}')
-    assert error is None, f'-march={march}: {error}'
+@pytest.mark.parametrize('family, march', TARGETS, ids=[f'{f}-{m}' for f, m in TARGETS])
+def test_the_kernels_compile_for_every_cpu_family_and_isa_level(compile_checks, family, march):
+    outcome, said = compile_checks[family, march]
+    if outcome == 'skip':
+        pytest.skip(said)
+    assert said is None, f'{family} -march={march}: {said}'
+
+
+def test_an_arm_march_is_refused_for_the_instruction_sets_the_cpu_lacks():
+    """``CRF_LR_MARCH`` on Arm: what armv9-a switches on beyond armv8-a (SVE2, bf16 ...) is
+    what a Graviton 1 lacks; armv8-a asks nothing of a Graviton 4 (the compiler's own macros)."""
+    cxx = family_compiler('aarch64')
+    if cxx is None:
+        pytest.skip('no C++ compiler for aarch64 (aarch64-linux-gnu-g++; .ci/run installs it)')
+    base, v9 = (native_build.predefined_macros(cxx, march)
+                for march in ('armv8-a', 'armv9-a+bf16+i8mm'))
+    assert native_build._lacking(base, v9) == set()
+    assert {'__ARM_FEATURE_SVE2', '__ARM_FEATURE_BF16_VECTOR_ARITHMETIC',
+            '__ARM_FEATURE_DOTPROD'} <= native_build._lacking(v9, base)
 
 
 def _probe(tmp_path, monkeypatch, source=SMALL_SOURCE):
