@@ -56,8 +56,9 @@ def cache_dir():
 
 
 def compiler():
-    """The C++ compiler: ``$CXX``, else ``g++``, else ``c++`` (None where there is none)."""
-    for name in (os.environ.get('CXX'), 'g++', 'c++'):
+    """The C++ compiler: ``$CXX``, else ``g++``, else ``c++``, else ``clang++`` (None where there
+    is none)."""
+    for name in (os.environ.get('CXX'), 'g++', 'c++', 'clang++'):
         if name and shutil.which(name):
             return name
     return None

@@ -48,8 +48,8 @@ def family_compiler(family):
 
 @pytest.fixture(scope='module')
 def compile_checks():
-    """``{(family, march): None, or why it was not compiled, or the first error line}``: the
-    kernels' sources compiled to an object file (code generated, not only parsed) with
+    """``{(family, march): ('skip', why not) or ('compiled', its first error line or None)}``:
+    the kernels' sources compiled to an object file (code generated, not only parsed) with
     :func:`crf_lr.speed.native_build.compile_flags` for each of :data:`TARGETS`, by
     :func:`family_compiler`, two at a time, as one translation unit (about 10 s of CPU each)."""
     unit = ''.join(f'#include "{source}"\n' for source in fused_kernels.SOURCES)
@@ -77,6 +77,22 @@ def test_the_kernels_compile_for_every_cpu_family_and_isa_level(compile_checks, 
     if outcome == 'skip':
         pytest.skip(said)
     assert said is None, f'{family} -march={march}: {said}'
+
+
+@pytest.mark.parametrize('installed, chosen', [(('g++', 'c++', 'clang++'), 'g++'),
+                                               (('c++', 'clang++'), 'c++'),
+                                               (('clang++',), 'clang++'), ((), None)])
+def test_the_compiler_is_cxx_else_gxx_else_cxx_else_clang(tmp_path, monkeypatch, installed,
+                                                          chosen):
+    for name in installed:
+        (tmp_path / name).write_text('#!/bin/sh\n')
+        (tmp_path / name).chmod(0o755)
+    monkeypatch.setenv('PATH', str(tmp_path))
+    monkeypatch.delenv('CXX', raising=False)
+    assert native_build.compiler() == chosen
+    if installed:
+        monkeypatch.setenv('CXX', installed[-1])
+        assert native_build.compiler() == installed[-1]
 
 
 def test_an_arm_march_is_refused_for_the_instruction_sets_the_cpu_lacks():
