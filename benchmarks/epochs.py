@@ -84,7 +84,9 @@ def epoch_times(tf, keras, head_name, length_multiple, epochs=2, layers=4, sente
     """Seconds per epoch of one fresh model trained on :func:`synthetic_items`; returns a dict:
     epoch seconds, epoch 1 / last epoch, the distinct batch shapes of the run and the first
     three steps' seconds (where the traces fall), and how many times the train function was
-    traced, and the memory pages each epoch touched for the first time (minor page faults).
+    traced, the memory pages each epoch touched for the first time (minor page faults), the
+    process's peak resident memory, and the capacity of oneDNN's primitive cache it ran with
+    (``$ONEDNN_PRIMITIVE_CACHE_CAPACITY``; oneDNN's default 1,024 where unset).
     ``step``: ``'train_steps'`` or ``'train_on_batch'``; ``crf_xla``: the CRF's
     forward-backward compiled with XLA (``crf_lr.model.crf.USE_XLA``) or not where its CPU kernel
     does not run; ``unused_generator``:
@@ -128,7 +130,10 @@ def epoch_times(tf, keras, head_name, length_multiple, epochs=2, layers=4, sente
                 epoch_s=seconds, ratio=round(seconds[0] / seconds[-1], 3), shapes=len(shapes),
                 first_steps_s=first_steps, later_first_shapes_excess_s=first_shapes_excess(timed),
                 traces=model.train_function.experimental_get_tracing_count(),
-                page_faults=page_faults, load_average=[round(x, 2) for x in os.getloadavg()])
+                page_faults=page_faults, load_average=[round(x, 2) for x in os.getloadavg()],
+                peak_rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+                onednn_primitive_cache_capacity=os.environ.get('ONEDNN_PRIMITIVE_CACHE_CAPACITY',
+                                                               'default'))
 
 
 def main():

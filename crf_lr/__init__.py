@@ -1,10 +1,11 @@
 """crf_lr: sequence labelling on BERT-family encoders, in the style of bert4keras.
 
 Importing the package sets ``TF_KERAS=1`` and ``TF_USE_LEGACY_KERAS=1`` before TensorFlow loads
-(bert4keras needs both: either alone breaks it), makes ``keras.models.load_model`` find every
-crf_lr layer, loss, metric, optimizer and schedule (``crf_lr.model.autoregister``), and exposes the
-public layers, losses and optimizer lazily, so that ``crf_lr.evaluation.metrics`` or
-``crf_lr.tagging`` load without TensorFlow.
+(bert4keras needs both: either alone breaks it) and, unless set, oneDNN's
+``ONEDNN_PRIMITIVE_CACHE_CAPACITY`` to 8,192; makes ``keras.models.load_model`` find every crf_lr
+layer, loss, metric, optimizer and schedule (``crf_lr.model.autoregister``); and exposes the public
+layers, losses and optimizer lazily, so that ``crf_lr.evaluation.metrics`` or ``crf_lr.tagging``
+load without TensorFlow.
 
     >>> import crf_lr                                  # before anything imports TensorFlow
     >>> crf = crf_lr.ConditionalRandomField(lr_multiplier=100)
@@ -16,6 +17,7 @@ import sys
 from crf_lr.model import autoregister as _autoregister
 
 __version__ = '0.1.0'
+ONEDNN_PRIMITIVE_CACHE_CAPACITY = 8192
 
 
 def _set_up_environment():
@@ -31,6 +33,11 @@ def _set_up_environment():
             'TF_KERAS=1 and TF_USE_LEGACY_KERAS=1 in the environment before starting Python.')
     os.environ['TF_KERAS'] = '1'
     os.environ['TF_USE_LEGACY_KERAS'] = '1'
+    # oneDNN's cache of the kernels it compiles per product shape (primitives), read at the first
+    # one: its default 1,024 holds a bf16 training step's for about 45 batch lengths, and a run of
+    # more lengths compiled them again every epoch (docs/performance.md, "The first epoch against
+    # a steady one"); a value already set is kept.
+    os.environ.setdefault('ONEDNN_PRIMITIVE_CACHE_CAPACITY', str(ONEDNN_PRIMITIVE_CACHE_CAPACITY))
 
 
 _set_up_environment()

@@ -16,6 +16,43 @@ def test_environment_variables_are_set_before_tensorflow():
     assert keras.__name__.startswith('tf_keras')
 
 
+# 1,100 bf16 products of as many shapes, twice: oneDNN's primitives created in each pass
+_PRIMITIVE_PASSES = """
+import crf_lr, tensorflow as tf
+b = tf.ones([64, 8], tf.bfloat16)
+f = tf.function(lambda x: tf.matmul(x, b), input_signature=[tf.TensorSpec([None, 64], tf.bfloat16)])
+for name in ('FIRST', 'SECOND'):
+    print(name, flush=True)
+    for m in range(1, 1101):
+        f(tf.ones([m, 64], tf.bfloat16))
+"""
+
+
+def _primitives_created(capacity):
+    """oneDNN's cache misses (primitives created) in each pass of :data:`_PRIMITIVE_PASSES`,
+    with ``ONEDNN_PRIMITIVE_CACHE_CAPACITY=capacity`` set beforehand (None: not set)."""
+    env = {k: v for k, v in os.environ.items() if k != 'ONEDNN_PRIMITIVE_CACHE_CAPACITY'}
+    env.update(ONEDNN_VERBOSE='profile_create', TF_CPP_MIN_LOG_LEVEL='3')
+    if capacity is not None:
+        env['ONEDNN_PRIMITIVE_CACHE_CAPACITY'] = str(capacity)
+    out = subprocess.run([sys.executable, '-c', _PRIMITIVE_PASSES], capture_output=True,
+                         text=True, env=env, timeout=300, check=True).stdout
+    first, _, second = out.split('FIRST\n')[1].partition('SECOND\n')
+    return first.count('create:cache_miss'), second.count('create:cache_miss')
+
+
+def test_onednn_keeps_the_primitives_of_more_shapes_than_its_default_unless_set():
+    """Importing crf_lr sets oneDNN's primitive cache to 8,192 where nothing set it: a second
+    pass over 1,100 product shapes creates nothing again, where oneDNN's own 1,024 (or a
+    user's value, kept) creates some again."""
+    first, second = _primitives_created(None)
+    if first == 0:
+        pytest.skip("this CPU's TensorFlow runs bf16 products without oneDNN's primitives")
+    assert (first, second) == (1100, 0)
+    first, second = _primitives_created(1024)
+    assert first == 1100 and second > 0
+
+
 def test_import_after_keras3_gives_clear_error():
     code = ('import os; os.environ.pop("TF_USE_LEGACY_KERAS", None); os.environ.pop("TF_KERAS", '
             'None)\nimport tensorflow as tf, keras\n'
