@@ -159,19 +159,12 @@ def machine():
     """Facts about this machine for the results file: cores (and those this process may run
     on), CPU model / family / MHz and native bf16 units (from /proc/cpuinfo), whether it runs
     under a hypervisor, OS and Python."""
-    from crf_lr.model.precision import native_bf16         # what --precision auto reads
-    info = {}
-    try:
-        with open('/proc/cpuinfo', encoding='utf-8') as f:
-            for line in f:
-                key, _, value = line.partition(':')
-                info.setdefault(key.strip(), value.strip())
-    except OSError:
-        pass
-    flags = info.get('flags', '').split()
+    from crf_lr.model.precision import cpu_flags, native_bf16   # what --precision auto reads
+    from crf_lr.training.run_folder import cpu_model, cpuinfo_fields
+    info, flags = cpuinfo_fields(), cpu_flags()
     allowed = os.sched_getaffinity(0) if hasattr(os, 'sched_getaffinity') else None  # Linux only
     return {'nproc': os.cpu_count(), 'cpus_allowed': len(allowed) if allowed else os.cpu_count(),
-            'cpu_model': info.get('model name', 'unknown'),
+            'cpu_model': cpu_model(),
             'cpu_family': info.get('cpu family'), 'cpu_mhz': info.get('cpu MHz'),
             'avx512': 'avx512f' in flags,
             'bf16_units': list(native_bf16()),

@@ -28,20 +28,45 @@ def machine():
             f'{platform.system()} {platform.release()}, Python {platform.python_version()}')
 
 
+# Arm cores by (CPU implementer, CPU part) as /proc/cpuinfo gives them: those of the Arm servers
+# in common use (AWS Graviton 2-4, Ampere Altra, NVIDIA Grace), and the Cortex-A72 of Graviton 1
+ARM_CORES = {('0x41', '0xd08'): 'Arm Cortex-A72', ('0x41', '0xd0c'): 'Arm Neoverse N1',
+             ('0x41', '0xd40'): 'Arm Neoverse V1', ('0x41', '0xd49'): 'Arm Neoverse N2',
+             ('0x41', '0xd4f'): 'Arm Neoverse V2'}
+
+
+def cpuinfo_fields(cpuinfo='/proc/cpuinfo'):
+    """``{field: value}`` of ``cpuinfo`` (a Linux ``/proc/cpuinfo``-format file), the first CPU's
+    value of each; empty where the file cannot be read.
+
+        >>> cpuinfo_fields()['cpu family']
+        '25'
+    """
+    fields = {}
+    try:
+        with open(cpuinfo, encoding='utf-8', errors='replace') as f:
+            for line in f:
+                key, _, value = line.partition(':')
+                fields.setdefault(key.strip(), value.strip())
+    except OSError:
+        pass
+    return fields
+
+
 def cpu_model(cpuinfo='/proc/cpuinfo'):
-    """The CPU's model name as ``cpuinfo`` gives it (e.g. 'AMD EPYC'), else the architecture
-    (``platform.machine()``, e.g. 'x86_64').
+    """The CPU's model name as ``cpuinfo`` gives it (e.g. 'AMD EPYC'); on Arm, which gives none,
+    the core its ``CPU implementer`` and ``CPU part`` name (e.g. 'Arm Neoverse V1', else 'Arm
+    CPU part 0xd81 (implementer 0x41)'); else the architecture (``platform.machine()``).
 
         >>> cpu_model()
         'AMD EPYC'
     """
-    try:
-        with open(cpuinfo, encoding='utf-8', errors='replace') as f:
-            for line in f:
-                if line.startswith('model name'):
-                    return line.partition(':')[2].strip()
-    except OSError:
-        pass
+    fields = cpuinfo_fields(cpuinfo)
+    if fields.get('model name'):
+        return fields['model name']
+    core = fields.get('CPU implementer'), fields.get('CPU part')
+    if None not in core:
+        return ARM_CORES.get(core, f'Arm CPU part {core[1]} (implementer {core[0]})')
     return platform.processor() or platform.machine()
 
 

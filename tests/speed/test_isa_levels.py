@@ -32,8 +32,8 @@ def _why_not(build):
     """Why ``build`` cannot be made and run on this machine, or None."""
     march, settings = BUILDS[build]
     cxx = settings.get('CXX') or native_build.compiler()
-    if shutil.which(cxx) is None:
-        return f'{cxx} is not installed (.ci/run installs it with apt-get)'
+    if cxx is None or shutil.which(cxx) is None:
+        return f'{cxx or "a C++ compiler"} is not installed (.ci/run installs it with apt-get)'
     why = native_build.unrunnable(cxx, march) if march != 'native' else None
     return None if why is None else f'-march={march}: {why}'
 

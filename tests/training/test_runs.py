@@ -336,3 +336,19 @@ def test_a_run_that_stopped_before_training_does_not_block_its_folder(tmp_path):
                                          r"other arguments \(encoder: not given there, "
                                          r"'minilm-en' now\)"):
         RunLog(str(tmp_path / 'run'), dict(encoder='minilm-en'), argv=[], program='test.py')
+
+
+@pytest.mark.parametrize('cpuinfo, model', [
+    ('processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 9R14\nflags\t\t: fpu\n'
+     'processor\t: 1\nmodel name\t: AMD EPYC 9R14\n', 'AMD EPYC 9R14'),
+    ('processor\t: 0\nFeatures\t: fp asimd sve bf16\nCPU implementer\t: 0x41\n'
+     'CPU architecture: 8\nCPU variant\t: 0x1\nCPU part\t: 0xd40\n', 'Arm Neoverse V1'),
+    ('processor\t: 0\nCPU implementer\t: 0xc0\nCPU part\t: 0xac3\n',
+     'Arm CPU part 0xac3 (implementer 0xc0)'),
+], ids=['x86', 'graviton-3', 'unknown-arm'])
+def test_the_cpu_model_is_named_on_x86_and_arm(tmp_path, cpuinfo, model):
+    from crf_lr.training.run_folder import cpu_model
+    path = tmp_path / 'cpuinfo'
+    path.write_text(cpuinfo)
+    assert cpu_model(str(path)) == model
+    assert cpu_model(str(tmp_path / 'missing'))          # the architecture, at least
