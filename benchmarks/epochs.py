@@ -13,6 +13,7 @@ Each configuration runs in a fresh process.
 
     $ python benchmarks/epochs.py --head crf --length-multiple 1     # one JSON line
     $ python benchmarks/epochs.py --head crf --step train_on_batch
+    $ CRF_LR_SHARED_LAYER_TRACES=0 python benchmarks/epochs.py --head crf   # every layer traced
     $ CRF_LR_FUSED_KERNELS=0 python benchmarks/epochs.py --head crf --crf-xla   # the CRF in XLA
     $ python benchmarks/epochs.py --step train_on_batch --unused-generator
 """
@@ -98,6 +99,7 @@ def epoch_times(tf, keras, head_name, length_multiple, epochs=2, layers=4, sente
     find its programs compiled. ``later_first_shapes_excess_s``: :func:`first_shapes_excess`."""
     from crf_lr.data.batching import Batches
     from crf_lr.model.precision import set_precision
+    from crf_lr.speed.shared_layers import sharing_enabled
     from crf_lr.training.loop import train_steps
     import crf_lr.model.crf
     crf_lr.model.crf.USE_XLA = crf_xla  # train_on_batch's; train_steps takes it
@@ -132,7 +134,8 @@ def epoch_times(tf, keras, head_name, length_multiple, epochs=2, layers=4, sente
                 traces=model.train_function.experimental_get_tracing_count(),
                 page_faults=page_faults, load_average=[round(x, 2) for x in os.getloadavg()],
                 peak_rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
-                onednn_primitive_cache_capacity=os.environ['ONEDNN_PRIMITIVE_CACHE_CAPACITY'])
+                onednn_primitive_cache_capacity=os.environ['ONEDNN_PRIMITIVE_CACHE_CAPACITY'],
+                shared_layer_traces=sharing_enabled())
 
 
 def main():

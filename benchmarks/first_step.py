@@ -10,6 +10,7 @@ per-pass times to stderr.
     $ python benchmarks/first_step.py --head crf --layers 4
     $ python benchmarks/first_step.py --head crf --layers 4 --bert4keras-layer-norm
     $ python benchmarks/first_step.py --head crf --layers 4 --tensorflow-graph-optimisation
+    $ CRF_LR_SHARED_LAYER_TRACES=0 python benchmarks/first_step.py --head crf --layers 4
 """
 import argparse
 import cProfile
@@ -49,6 +50,7 @@ def first_step_seconds(head_name, layers, bert4keras_layer_norm=False,
     from crf_lr.compat import keras
     from crf_lr.speed.graph_optimisation import light_graph_optimisation
     from crf_lr.speed.layer_norm import closed_form_layer_norm
+    from crf_lr.speed.shared_layers import sharing_enabled
     from crf_lr.training.loop import train_steps
     model = scripts_model(keras, head_name, layers)
     batches = [(b.inputs, b.labels) for b in Batches(synthetic_items(32, 128), 16, maxlen=128)]
@@ -68,7 +70,8 @@ def first_step_seconds(head_name, layers, bert4keras_layer_norm=False,
     ops, layer_norm_ops = graph_ops(model.train_function)
     return dict(head=head_name, layers=layers, first_step=round(first, 2),
                 **{k: round(v, 2) for k, v in parts.items()}, second_step=round(second, 2),
-                ops=ops, layer_norm_ops=layer_norm_ops, load_average=round(os.getloadavg()[0], 2))
+                ops=ops, layer_norm_ops=layer_norm_ops, shared_layer_traces=sharing_enabled(),
+                load_average=round(os.getloadavg()[0], 2))
 
 
 def main():

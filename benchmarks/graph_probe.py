@@ -19,6 +19,9 @@ rounds, each precision in its own rounds. ``--change``:
   softmax's gradient against :func:`crf_lr.speed.fused_kernels.fused_kernels` (one kernel each);
 * ``fused_bias_gradient`` (``--part step``): TensorFlow's ``BiasAddGrad`` for every bias against
   :func:`crf_lr.speed.fused_kernels.bias_gradient` (one kernel, float32 sums);
+* ``shared_layer_traces`` (``--part step``): every attention and feed-forward layer traced on its
+  own against :func:`crf_lr.speed.shared_layers.shared_trace_scope` (one trace per
+  configuration, called per layer; the step TensorFlow runs should be the same);
 * ``inference_only`` (``--part predict``): the model saved and reloaded by
   :func:`crf_lr.model.precision.load_model` against the same with ``inference_only=True`` (bf16
   encoder weights under mixed_bfloat16, as :meth:`crf_lr.serving.tagger.Tagger.load` loads);
@@ -56,6 +59,7 @@ and ``prediction_kernels``, batched attention on).
     $ python benchmarks/graph_probe.py --change light_graph_optimisation --part step
     $ python benchmarks/graph_probe.py --change fused_kernels --part step
     $ python benchmarks/graph_probe.py --change fused_bias_gradient --part step
+    $ python benchmarks/graph_probe.py --change shared_layer_traces --part step
 """
 import argparse
 import contextlib
@@ -79,17 +83,23 @@ def changes():
     from crf_lr.speed.fused_kernels import fused_bias_gradient, fused_kernels, prediction_kernels
     from crf_lr.speed.graph_optimisation import light_graph_optimisation, optimised_lightly
     from crf_lr.speed.layer_norm import closed_form_layer_norm
+    from crf_lr.speed.shared_layers import shared_layer_traces, shared_trace_scope
     from crf_lr.training.optimizers import fused_adam
 
     @contextlib.contextmanager
     def lightly_optimised(on):
         with light_graph_optimisation(on), optimised_lightly():
             yield
+
+    @contextlib.contextmanager
+    def shared_traces(on):
+        with shared_layer_traces(on), shared_trace_scope():
+            yield
     return {'flat_dense': flat_dense, 'batched_attention': batched_attention,
             'closed_form_layer_norm': closed_form_layer_norm, 'fused_adam': fused_adam,
             'light_graph_optimisation': lightly_optimised, 'fused_kernels': fused_kernels,
             'fused_bias_gradient': fused_bias_gradient, 'einsum_transposes': einsum_transposes,
-            'prediction_kernels': prediction_kernels,
+            'prediction_kernels': prediction_kernels, 'shared_layer_traces': shared_traces,
             'inference_only': lambda on: contextlib.nullcontext(),
             'frozen_weights': lambda on: contextlib.nullcontext()}
 
@@ -231,7 +241,7 @@ def main():
     parser.add_argument('--change', required=True, choices=(
         'flat_dense', 'batched_attention', 'closed_form_layer_norm', 'fused_adam',
         'light_graph_optimisation', 'fused_kernels', 'fused_bias_gradient', 'inference_only',
-        'einsum_transposes', 'prediction_kernels', 'frozen_weights'))
+        'einsum_transposes', 'prediction_kernels', 'frozen_weights', 'shared_layer_traces'))
     parser.add_argument('--part', choices=('predict', 'step', 'update'), default='predict')
     parser.add_argument('--rounds', type=int, default=7)
     parser.add_argument('--sentences', type=int, default=200, help='--part predict: test sentences')
@@ -252,6 +262,9 @@ def main():
                         'frozen_weights')
             and args.part != 'predict'):
         parser.error(f'--change {args.change} is made for prediction: use it with --part predict')
+    if args.change == 'shared_layer_traces' and args.part != 'step':
+        parser.error('--change shared_layer_traces changes how a training step is traced: use it '
+                     'with --part step')
     if args.change == 'fused_adam' and args.part == 'predict':
         parser.error('--change fused_adam changes the optimizer\'s update: use it with --part '
                      'step or --part update')

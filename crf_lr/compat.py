@@ -43,10 +43,12 @@ from crf_lr.patches.fixes import install as _install_fixes  # noqa: E402
 from crf_lr.speed.attention import install as _install_batched_attention  # noqa: E402
 from crf_lr.speed.fused_kernels import install as _install_fused_kernels  # noqa: E402
 from crf_lr.speed.layer_norm import install as _install_closed_form_layer_norm  # noqa: E402
+from crf_lr.speed.shared_layers import install as _install_shared_layer_traces  # noqa: E402
 
 _install_fixes()
 _install_batched_attention()
 _install_closed_form_layer_norm()
+_install_shared_layer_traces()
 _install_fused_kernels()
 
 __all__ = ['tf', 'keras', 'K', 'np', 'without_autotune', 'flat_dense']

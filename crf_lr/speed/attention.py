@@ -32,6 +32,7 @@ from bert4keras.backend import K, apply_rotary_position_embeddings, keras  # noq
 
 from crf_lr.speed import fused_kernels  # noqa: E402
 from crf_lr.patches import apply  # noqa: E402
+from crf_lr.speed.shared_layers import dropout_seed  # noqa: E402
 from crf_lr.speed.switches import ThreadSwitch  # noqa: E402
 
 _BATCHED = ThreadSwitch(default=True)     # read when an attention layer is traced
@@ -94,8 +95,18 @@ def batched_pay_attention_to(layer, inputs, mask=None, **kwargs):
         biased = scores + (bias[:, None] if K.ndim(bias) == 3 else bias)
         weights = fused_kernels.softmax(biased, shift=mask_bias)
     if layer.attention_dropout:
-        weights = keras.layers.Dropout(layer.attention_dropout)(weights)
+        weights = _dropout(weights, layer.attention_dropout)
     return heads_first(tf.matmul(weights, heads_first(vw))), scores
+
+
+def _dropout(weights, rate):
+    """Keras's dropout of the attention ``weights``; inside a shared layer trace
+    (:mod:`crf_lr.speed.shared_layers`), drawn from the seed its call passed, so that every
+    layer keeps masks of its own."""
+    seed = dropout_seed()
+    if seed is None:
+        return keras.layers.Dropout(rate)(weights)
+    return tf.nn.experimental.stateless_dropout(weights, rate, seed)
 
 
 def _handles(layer, inputs, kwargs):

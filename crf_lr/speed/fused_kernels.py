@@ -330,11 +330,14 @@ def _along_the_last_axis(bias_add):
 
 def _traced_with_its_forward(op):
     """True where ``op``'s gradient is traced in the graph that holds ``op``: a tape's record of
-    it (a training step's forward and backward in one function, or eager) or the same graph. A
-    function's gradient traced apart from it is compiled with it where the function is compiled
-    by XLA, which has no kernel of ours."""
+    it (a training step's forward and backward in one function, or eager) or the same graph, or
+    where ``op`` is in a shared layer trace (:mod:`crf_lr.speed.shared_layers`), whose gradient
+    is inlined into the step with it. A function's gradient traced apart from it is compiled
+    with it where the function is compiled by XLA, which has no kernel of ours."""
+    from crf_lr.speed.shared_layers import is_shared_trace
     graph = getattr(op, 'graph', None)                 # a tape's record of an op has none
-    return graph is None or graph is tf.compat.v1.get_default_graph()
+    return (graph is None or graph is tf.compat.v1.get_default_graph()
+            or is_shared_trace(graph))
 
 
 def _install_bias_gradient():

@@ -273,14 +273,18 @@ def trace_once(model, batch, crf_xla=False, iterator=None):
 @contextlib.contextmanager
 def _tracing(model, crf_xla):
     """Where ``model``'s train step is traced: its strategy's scope, the CRF's forward-backward
-    in XLA only if ``crf_xla`` where its kernel does not run (:func:`crf_lr.model.crf.use_xla`), and
+    in XLA only if ``crf_xla`` where its kernel does not run (:func:`crf_lr.model.crf.use_xla`),
     dense layers on flattened inputs (:func:`crf_lr.compat.flat_dense`: fewer ops to trace and
     schedule, so step 1 is shorter, and a step no slower; docs/performance.md, "What each speed
-    patch buys", ``flat_dense``). Per thread: replicas of a
-    ``MirroredStrategy``, which trace in threads of their own, keep Keras's dense layers."""
+    patch buys", ``flat_dense``) and one trace per attention and feed-forward configuration
+    (:func:`crf_lr.speed.shared_layers.shared_trace_scope`: about half the ops to trace). Per
+    thread: replicas of a ``MirroredStrategy``, which trace in threads of their own, keep
+    Keras's dense layers and trace every layer."""
     from crf_lr.compat import flat_dense
     from crf_lr.model.crf import use_xla
-    with model.distribute_strategy.scope(), use_xla(crf_xla), flat_dense():
+    from crf_lr.speed.shared_layers import shared_trace_scope
+    with model.distribute_strategy.scope(), use_xla(crf_xla), flat_dense(), \
+            shared_trace_scope():
         yield
 
 
