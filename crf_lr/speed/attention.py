@@ -101,12 +101,31 @@ def batched_pay_attention_to(layer, inputs, mask=None, **kwargs):
 
 def _dropout(weights, rate):
     """Keras's dropout of the attention ``weights``; inside a shared layer trace
-    (:mod:`crf_lr.speed.shared_layers`), drawn from the seed its call passed, so that every
-    layer keeps masks of its own."""
+    (:mod:`crf_lr.speed.shared_layers`), :func:`seeded_dropout` with the seed its call passed,
+    so that every layer keeps masks of its own."""
     seed = dropout_seed()
     if seed is None:
         return keras.layers.Dropout(rate)(weights)
-    return tf.nn.experimental.stateless_dropout(weights, rate, seed)
+    return seeded_dropout(weights, rate, seed)
+
+
+def seeded_dropout(x, rate, seed):
+    """``x`` with each element dropped with probability ``rate`` (rounded to a multiple of
+    1/65,536) and the others scaled by one over the probability kept, from the ``[2]`` int32
+    ``seed``: two elements of ``x`` a 32-bit random number, where Keras's dropout draws a float
+    each, which halves the random numbers drawn for the largest tensor of a training step (the
+    attention weights). The same seed gives the same mask.
+
+        >>> seeded_dropout(tf.ones([2, 3]), 0.5, tf.constant([1, 2]))     # 0s and 2s
+    """
+    threshold = min(round(rate * 65536), 65535)
+    size = tf.size(x)
+    bits = tf.random.stateless_uniform([(size + 1) // 2], seed, minval=None, maxval=None,
+                                       dtype=tf.uint32)
+    halves = tf.reshape(tf.bitcast(bits, tf.uint16), [-1])[:size]
+    kept = tf.reshape(halves >= tf.constant(threshold, tf.uint16), tf.shape(x))
+    scale = tf.constant(65536 / (65536 - threshold), x.dtype)
+    return tf.where(kept, x * scale, tf.zeros_like(x))
 
 
 def _handles(layer, inputs, kwargs):

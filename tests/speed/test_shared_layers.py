@@ -148,6 +148,17 @@ def test_a_seeded_dropout_keeps_and_scales_as_keras_dropout_and_each_draws_its_o
     assert (dropped != again).mean() > 0.3                 # two dropouts of one trace
 
 
+@pytest.mark.parametrize('dtype', ['float32', 'bfloat16'])
+def test_seeded_dropout_keeps_the_mean_at_any_size(dtype):
+    from crf_lr.speed.attention import seeded_dropout
+    ones = tf.ones([31, 33, 65], dtype)                     # an odd number of elements
+    dropped = seeded_dropout(ones, 0.1, tf.constant([3, 4])).numpy().astype('float64')
+    assert abs((dropped == 0).mean() - 0.1) < 0.005
+    assert abs(dropped.mean() - 1) < 0.01                   # kept ones scaled by 1 / P(kept)
+    np.testing.assert_array_equal(
+        dropped, seeded_dropout(ones, 0.1, tf.constant([3, 4])).numpy().astype('float64'))
+
+
 def test_a_shared_trace_draws_new_masks_at_every_call():
     from bert4keras.layers import MultiHeadAttention
     keras.utils.set_random_seed(5)
