@@ -179,10 +179,11 @@ def _shareable(concrete):
                    for op in concrete.graph.get_operations())
 
 
-def _trace(original, layer, variables, arguments, seeded):
-    """A concrete function of ``original`` (the layer's own ``call``) on ``layer``, taking
-    ``(variables, the arguments' tensors, a [2] int32 seed or None)``; None where it cannot
-    be shared."""
+def _trace(original, layer, arguments, stored, tensors, seeded):
+    """A concrete function of ``original`` (the layer's own ``call``) on ``layer`` called with
+    ``arguments``, taking ``(variables, tensors, a [2] int32 seed or None)`` like ``stored``
+    (the layer's variables, :func:`_stored`) and ``tensors`` (:func:`_tensors`); None where it
+    cannot be shared."""
     from crf_lr.compat import tf
     leaves = tf.nest.flatten(arguments)
 
@@ -198,8 +199,7 @@ def _trace(original, layer, variables, arguments, seeded):
             _LOCAL.seed = None
     try:
         concrete = tf.function(body, autograph=False).get_concrete_function(
-            [_stored(w) for _, w in variables], _tensors(arguments),
-            tf.TensorSpec([2], tf.int32) if seeded else None)
+            stored, tensors, tf.TensorSpec([2], tf.int32) if seeded else None)
     except Exception:       # noqa: BLE001  (traced on its own instead, where it raises again)
         return None
     return concrete if _shareable(concrete) else None
@@ -234,14 +234,14 @@ def _call(original, layer, inputs, *args, **kwargs):
         key = _key(layer, variables, functions, arguments, training)
     except (TypeError, ValueError, NotImplementedError):      # a config it cannot write
         return original(layer, inputs, *args, **kwargs)
+    stored, tensors, seeded = ([_stored(w) for _, w in variables], _tensors(arguments),
+                               _seeded(layer, training))
     if key not in shared:
-        shared[key] = (_trace(original, layer, variables, arguments, _seeded(layer, training))
-                       or _UNSHARED)
+        shared[key] = _trace(original, layer, arguments, stored, tensors, seeded) or _UNSHARED
     if shared[key] is _UNSHARED:
         return original(layer, inputs, *args, **kwargs)
-    seed = (tf.random.uniform([2], maxval=tf.int32.max, dtype=tf.int32)
-            if _seeded(layer, training) else None)
-    return shared[key]([_stored(w) for _, w in variables], _tensors(arguments), seed)
+    seed = tf.random.uniform([2], maxval=tf.int32.max, dtype=tf.int32) if seeded else None
+    return shared[key](stored, tensors, seed)
 
 
 def install():
