@@ -42,7 +42,8 @@ and ``prediction_kernels``, batched attention on).
   ``--batch 1`` its first 100 sentences one at a time): the model's scores, as
   :class:`crf_lr.serving.tagger.Tagger` computes them;
 * ``step``: the whole training step of the CRF head (4-layer ALBERT-tiny shape, batch 32,
-  n = 128; ``models.train_step``, with ``LayerwiseAdam``);
+  n = 128; ``models.train_step``, with ``LayerwiseAdam``), of ALBERT or, with ``--encoder``,
+  another bert4keras model kind of those sizes (NEZHA: relative positions in the attention);
 * ``update`` (``--change fused_adam``): ``LayerwiseAdam``'s update alone of the packaged MiniLM's
   weights (22.7 M) on fixed gradients, the word embedding's sparse as in training (the rows of
   32 x 128 looked-up ids).
@@ -52,6 +53,7 @@ and ``prediction_kernels``, batched attention on).
     $ python benchmarks/graph_probe.py --change frozen_weights --part predict --batch 1
     $ python benchmarks/graph_probe.py --change prediction_kernels --part predict --batch 1
     $ python benchmarks/graph_probe.py --change batched_attention --part step
+    $ python benchmarks/graph_probe.py --change batched_attention --part step --encoder nezha
     $ python benchmarks/graph_probe.py --change batched_attention --part predict --profile 3
     $ python benchmarks/graph_probe.py --change closed_form_layer_norm --part step
     $ python benchmarks/graph_probe.py --change fused_adam --part step
@@ -175,14 +177,16 @@ def resident_mb():
                     if line.startswith('VmRSS'))
 
 
-def step_functions(change, precision):
-    """The same for the training step of the CRF head; the difference of the first losses."""
+def step_functions(change, precision, encoder='albert'):
+    """The same for the training step of the CRF head on ``encoder`` (a bert4keras model kind);
+    the difference of the first losses."""
     from crf_lr.compat import keras, tf
     from models import probe_step
     functions, losses = {}, {}
     for on in (False, True):
         losses[on], functions[on] = probe_step(tf, keras, 'CRF (crf_lr)', precision,
-                                               tracing=lambda: changes()[change](on))
+                                               tracing=lambda: changes()[change](on),
+                                               encoder=encoder)
     return functions, abs(losses[False] - losses[True])
 
 
@@ -249,6 +253,9 @@ def main():
                         help='--part predict: batches of 32, or the first 100 sentences one by one')
     parser.add_argument('--out', default=None, help='JSON lines (default: '
                         'benchmarks/results/graph_probe.<change>.<part>.json)')
+    parser.add_argument('--encoder', choices=('albert', 'nezha', 'roformer', 'bert'),
+                        default='albert', help='--part step: the bert4keras model kind of the '
+                        'ALBERT-tiny-sized encoder')
     parser.add_argument('--profile', type=int, default=0, metavar='CALLS',
                         help='also profile this many calls with the change on: op ms by kind '
                              'and the costliest op types (step_profile.py)')
@@ -257,7 +264,8 @@ def main():
                 or
                 os.path.join(os.path.dirname(os.path.abspath(__file__)), 'results',
                              f'graph_probe.{args.change}.{args.part}'
-                             f'{"" if args.batch == 32 else f".batch{args.batch}"}.json'))
+                             f'{"" if args.batch == 32 else f".batch{args.batch}"}'
+                             f'{"" if args.encoder == "albert" else f".{args.encoder}"}.json'))
     if (args.change in ('inference_only', 'einsum_transposes', 'prediction_kernels',
                         'frozen_weights')
             and args.part != 'predict'):
@@ -268,6 +276,8 @@ def main():
     if args.change == 'fused_adam' and args.part == 'predict':
         parser.error('--change fused_adam changes the optimizer\'s update: use it with --part '
                      'step or --part update')
+    if args.encoder != 'albert' and args.part != 'step':
+        parser.error('--encoder chooses the encoder of the training step: use it with --part step')
     if args.part == 'update' and args.change != 'fused_adam':
         parser.error('--part update times the optimizer alone: use it with --change fused_adam')
     lines = []
@@ -277,9 +287,11 @@ def main():
                 args.change, 'bfloat16' if precision != 'float32' else precision, args.sentences,
                 args.batch)
         else:
-            functions, difference = (update_functions if args.part == 'update'
-                                     else step_functions)(args.change, precision)
-            found = dict(max_difference=difference)
+            functions, difference = (
+                update_functions(args.change, precision) if args.part == 'update'
+                else step_functions(args.change, precision, args.encoder))
+            found = dict(max_difference=difference,
+                         **(dict(encoder=args.encoder) if args.part == 'step' else {}))
         load = load_average()
         timings = interleaved({side: within(args.change, on, functions[on])
                                for side, on in (('off', False), ('on', True))},

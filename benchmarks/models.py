@@ -47,8 +47,10 @@ class HeadModel:
         self.model, self.loss, self.targets, self.optimizer = model, loss, targets, optimizer
 
 
-def build_head(tf, keras, head, layers):
-    """One HeadModel: a fresh random encoder of ``layers`` layers under ``head`` (one of HEADS)."""
+def build_head(tf, keras, head, layers, encoder='albert'):
+    """One HeadModel: a fresh random encoder of ``layers`` layers under ``head`` (one of HEADS);
+    ``encoder``: the bert4keras model kind of ALBERT-tiny's sizes (``'albert'``, or e.g.
+    ``'nezha'``, whose attention adds relative positions, with one embedding mapping)."""
     from bert4keras.layers import ConditionalRandomField as Bert4kerasCRF
     from bert4keras.models import build_transformer_model
     from crf_lr.model.crf import ConditionalRandomField
@@ -56,7 +58,7 @@ def build_head(tf, keras, head, layers):
     from crf_lr.model.losses import global_pointer_crossentropy, sparse_global_pointer_crossentropy
     from crf_lr.training.optimizers import LayerwiseAdam
 
-    encoder = build_transformer_model(model='albert',
+    encoder = build_transformer_model(model=encoder,
                                       **dict(ALBERT_TINY, num_hidden_layers=layers))
     hidden = encoder.output
     if head == 'softmax':
@@ -84,7 +86,7 @@ def build_head(tf, keras, head, layers):
     return HeadModel(model, loss, targets, LayerwiseAdam(1e-4))
 
 
-def build_head_in(tf, keras, head, layers, precision):
+def build_head_in(tf, keras, head, layers, precision, encoder='albert'):
     """:func:`build_head` (random seed 0) under ``precision``
     (``crf_lr.model.precision.set_precision``: 'float32' or 'mixed_bfloat16'); float32 is set again
     afterwards.
@@ -95,7 +97,7 @@ def build_head_in(tf, keras, head, layers, precision):
     set_precision(precision)
     keras.utils.set_random_seed(0)
     try:
-        return build_head(tf, keras, head, layers)
+        return build_head(tf, keras, head, layers, encoder)
     finally:
         set_precision('float32')
 
@@ -153,8 +155,9 @@ def step_arguments(tf, head_model, batch):
 
 
 def probe_step(tf, keras, head, precision, building=contextlib.nullcontext,
-               tracing=contextlib.nullcontext):
-    """The probes' step: ``head`` at 4 layers (seed 0) under ``precision``, built inside
+               tracing=contextlib.nullcontext, encoder='albert'):
+    """The probes' step: ``head`` at 4 layers (seed 0, ``encoder``: :func:`build_head`'s) under
+    ``precision``, built inside
     ``building()`` and traced inside ``tracing()`` (context manager factories), on the batch
     ``random_batch(default_rng(128), 32, 128)``. Returns (the first step's loss, a zero-argument
     callable running one more step and waiting for it).
@@ -164,7 +167,7 @@ def probe_step(tf, keras, head, precision, building=contextlib.nullcontext,
     """
     data = random_batch(np.random.default_rng(128), 32, 128)
     with building():
-        head_model = build_head_in(tf, keras, head, 4, precision)
+        head_model = build_head_in(tf, keras, head, 4, precision, encoder)
     step = train_step(tf, head_model)
     arguments = step_arguments(tf, head_model, data)
     with tracing():

@@ -16,8 +16,10 @@ difference at the edge: a masked key whose score is +inf or NaN makes the row Na
 dropped it); layer-normalised inputs keep scores finite.
 
 :mod:`crf_lr.compat` installs it for every model of the process (so does importing this module,
-which imports :mod:`crf_lr.compat`); attention with ``normalization`` other than softmax,
-relative position biases (NEZHA, T5) or a boolean ``a_bias`` (bert4keras's language-model and
+which imports :mod:`crf_lr.compat`). Rotary positions (RoFormer) and relative position biases
+(NEZHA's ``typical_relative``, its terms in scores and outputs products batched over the
+queries; T5's ``t5_relative``, added to the scores) take the same path; attention with
+``normalization`` other than softmax or a boolean ``a_bias`` (bert4keras's language-model and
 UniLM masks) keeps bert4keras's own code.
 
     >>> import crf_lr.compat                       # installed; nothing to call
@@ -60,11 +62,51 @@ def einsum_transposes(enabled=True):
     return _EINSUM_TRANSPOSES.set(enabled)
 
 
+def _permuted(x, perm):
+    """``tf.transpose(x, perm)``, as a one-operand ``tf.einsum`` within
+    :func:`einsum_transposes`."""
+    if _EINSUM_TRANSPOSES.enabled:
+        axes = 'abcd'[:len(perm)]
+        return tf.einsum(f'{axes}->{"".join(axes[k] for k in perm)}', x)
+    return tf.transpose(x, perm)
+
+
 def heads_first(x):
     """(batch, n, heads, size) -> (batch, heads, n, size)."""
-    if _EINSUM_TRANSPOSES.enabled:
-        return tf.einsum('bnhs->bhns', x)
-    return tf.transpose(x, [0, 2, 1, 3])
+    return _permuted(x, [0, 2, 1, 3])
+
+
+def _by_query(x, query_axis):
+    """A rank-4 tensor (batch and heads in some order, the queries at ``query_axis`` < 3, a
+    last axis) as (n_q, batch x heads, last), with the permutation that put the queries
+    first."""
+    perm = [query_axis] + [k for k in range(3) if k != query_axis] + [3]
+    moved = _permuted(x, perm)
+    shape = tf.shape(moved)
+    return tf.reshape(moved, [shape[0], shape[1] * shape[2], shape[3]]), perm
+
+
+def _unmerged(x, like, perm):
+    """``x`` (n_q, batch x heads, last) back to the layout of ``like`` (rank 4) before
+    :func:`_by_query` moved it with ``perm``, with ``x``'s last axis."""
+    shape = tf.shape(like)
+    moved = tf.reshape(x, [shape[perm[0]], shape[perm[1]], shape[perm[2]], tf.shape(x)[-1]])
+    return _permuted(moved, list(np.argsort(perm)))
+
+
+def _typical_relative_scores(qw, position):
+    """NEZHA's position term of the scores, ``einsum('bjhd,jkd->bhjk', qw, position)``, as one
+    product batched over the queries j."""
+    queries, perm = _by_query(qw, 1)                           # (j, batch x heads, d)
+    scores = tf.matmul(queries, position, transpose_b=True)    # (j, batch x heads, k)
+    return heads_first(_unmerged(scores, qw, perm))
+
+
+def _typical_relative_outputs(weights, position):
+    """NEZHA's position term of the outputs, ``einsum('bhjk,jkd->bjhd', weights, position)``,
+    as one product batched over the queries j."""
+    rows, perm = _by_query(weights, 2)                         # (j, batch x heads, k)
+    return heads_first(_unmerged(tf.matmul(rows, position), weights, perm))
 
 
 def _key_mask_bias(key_mask, dtype):
@@ -82,9 +124,15 @@ def batched_pay_attention_to(layer, inputs, mask=None, **kwargs):
     """
     (qw, kw, vw), extra = inputs[:3], list(inputs[3:])
     bias = extra.pop(0) if kwargs.get('a_bias') else None
-    if kwargs.get('p_bias') == 'rotary':
-        qw, kw = apply_rotary_position_embeddings(extra.pop(0), qw, kw)
+    p_bias = kwargs.get('p_bias')
+    position = extra.pop(0) if p_bias else None
+    if p_bias == 'rotary':
+        qw, kw = apply_rotary_position_embeddings(position, qw, kw)
     products = tf.matmul(heads_first(qw), heads_first(kw), transpose_b=True)
+    if p_bias == 'typical_relative':
+        products = products + _typical_relative_scores(qw, position)
+    elif p_bias == 't5_relative':                  # (n_q, n_k, heads) -> (1, heads, n_q, n_k)
+        products = products + _permuted(position, [2, 0, 1])[None]
     divisor = layer.key_size**0.5 if layer.attention_scale else None
     scores = products if divisor is None else products / divisor
     key_mask = mask[1] if mask is not None else None
@@ -96,7 +144,10 @@ def batched_pay_attention_to(layer, inputs, mask=None, **kwargs):
         weights = fused_kernels.softmax(biased, shift=mask_bias)
     if layer.attention_dropout:
         weights = _dropout(weights, layer.attention_dropout)
-    return heads_first(tf.matmul(weights, heads_first(vw))), scores
+    outputs = heads_first(tf.matmul(weights, heads_first(vw)))
+    if p_bias == 'typical_relative':
+        outputs = outputs + _typical_relative_outputs(weights, position)
+    return outputs, scores
 
 
 def _dropout(weights, rate):
@@ -132,7 +183,7 @@ def _handles(layer, inputs, kwargs):
     """True where :func:`batched_pay_attention_to` computes what bert4keras would."""
     a_bias = inputs[3] if kwargs.get('a_bias') else None
     return (_BATCHED.enabled and layer.normalization == 'softmax'
-            and kwargs.get('p_bias') in (None, 'rotary')
+            and kwargs.get('p_bias') in (None, 'rotary', 'typical_relative', 't5_relative')
             and (a_bias is None or a_bias.dtype != tf.bool))
 
 

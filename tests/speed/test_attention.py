@@ -47,13 +47,14 @@ def _inputs(count=3, seed=1, query_length=N):
 QUERY_MASK = np.array([[1, 1, 0], [1, 1, 1]], 'float32')       # cross-attention: 3 queries
 
 
-def _extra(kind, rng, key_size=SIZE):
+def _extra(kind, rng, key_size=SIZE, query_length=N):
     """One extra input of bert4keras's attention, by kind."""
     if kind == 'bias3':                             # a causal (language-model) bias, as bert4keras
         causal = np.tril(np.ones((N, N), 'float32'))
         return tf.constant(np.repeat((1 - causal)[None] * -1e12, BATCH, 0))
     shapes = {'bias4': (BATCH, HEADS, N, N), 'rotary': (BATCH, N, key_size),
-              'typical_relative': (N, N, key_size), 't5_relative': (N, N, HEADS)}
+              'typical_relative': (query_length, N, key_size),
+              't5_relative': (query_length, N, HEADS)}
     return tf.constant(rng.normal(size=shapes[kind]), tf.float32)
 
 
@@ -70,11 +71,19 @@ CASES = {
                                           kwargs=dict(a_bias=True, p_bias='rotary')),
     'cross-attention: 3 queries, 5 keys, their own masks': dict(mask='cross', query_length=3),
     'scores returned': dict(options=dict(return_attention_scores=True), mask='key'),
-    'NEZHA relative positions: bert4keras code': dict(
-        mask='key', extra=['typical_relative'], kwargs=dict(p_bias='typical_relative'),
-        batched=False),
-    'T5 relative positions: bert4keras code': dict(
-        mask='key', extra=['t5_relative'], kwargs=dict(p_bias='t5_relative'), batched=False),
+    'NEZHA relative positions': dict(mask='key', extra=['typical_relative'],
+                                     kwargs=dict(p_bias='typical_relative')),
+    'NEZHA relative positions, cross-attention': dict(
+        mask='cross', query_length=3, extra=['typical_relative'],
+        kwargs=dict(p_bias='typical_relative')),
+    'NEZHA relative positions after an additive bias': dict(
+        mask='key', extra=['bias4', 'typical_relative'],
+        kwargs=dict(a_bias=True, p_bias='typical_relative')),
+    'T5 relative positions': dict(mask='key', extra=['t5_relative'],
+                                  kwargs=dict(p_bias='t5_relative'),
+                                  options=dict(attention_scale=False)),
+    'T5 relative positions, scaled': dict(mask='key', extra=['t5_relative'],
+                                          kwargs=dict(p_bias='t5_relative')),
 }
 
 
@@ -86,7 +95,8 @@ def test_batched_attention_equals_bert4keras_einsum_form(case):
     rng = np.random.default_rng(2)
     options = spec['options']
     inputs = _inputs(query_length=spec['query_length']) + [
-        _extra(kind, rng, options.get('key_size', SIZE)) for kind in spec['extra']]
+        _extra(kind, rng, options.get('key_size', SIZE), spec['query_length'])
+        for kind in spec['extra']]
     mask = {None: None, 'key': [tf.constant(KEY_MASK)] * 3,
             'cross': [tf.constant(QUERY_MASK), None, tf.constant(KEY_MASK)]}[spec['mask']]
     layer = _layer(**options)
