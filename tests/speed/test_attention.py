@@ -1,10 +1,11 @@
 """crf_lr.speed.attention: bert4keras's attention as batched products computes what bert4keras's
 einsum form does (outputs, scores and gradients, with and without masks, an additive bias, rotary
-position embeddings), and a model traced with it holds no Einsum."""
+position embeddings, NEZHA's and T5's relative positions), and a model traced with it holds no
+Einsum; under einsum_transposes (prediction) the same bits again."""
 import numpy as np
 import pytest
 
-from crf_lr.speed.attention import batched_attention
+from crf_lr.speed.attention import batched_attention, einsum_transposes
 from crf_lr.compat import tf
 
 BATCH, N, HEADS, SIZE = 2, 5, 2, 4
@@ -111,6 +112,11 @@ def test_batched_attention_equals_bert4keras_einsum_form(case):
             np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
     assert 'Einsum' in _types(einsum_ops)
     assert ('Einsum' not in _types(batched_ops)) == spec['batched']
+    with einsum_transposes():          # as prediction traces it: the same bits, no Transpose
+        swapped, _, swapped_ops = _run(layer, inputs, mask, True, **spec['kwargs'])
+    for got, expected in zip(tf.nest.flatten(swapped), tf.nest.flatten(batched)):
+        np.testing.assert_array_equal(got, expected)
+    assert ('Transpose' not in _types(swapped_ops)) == spec['batched']
     selects = [op.outputs[0].shape.as_list() for op in batched_ops if op.type == 'SelectV2']
     assert not spec['batched'] or all(shape[1:3] == [1, 1] for shape in selects)  # a bias
 
@@ -207,7 +213,6 @@ def test_a_training_calls_score_gradient_is_the_softmax_kernel_alone(fused_ops, 
 def test_einsum_transposes_compute_the_same_outputs_bit_for_bit(tiny_bert_config_path):
     """Under einsum_transposes a bert4keras BERT (padding masked) gives exactly the outputs of the
     Transpose form, and its trace swaps heads and positions with Einsum, never Transpose."""
-    from crf_lr.speed.attention import einsum_transposes
     outputs, graphs = _bert_traced_both_ways(tiny_bert_config_path, einsum_transposes)
     np.testing.assert_array_equal(outputs[True], outputs[False])
     assert 'Transpose' in graphs[False] and 'Einsum' not in graphs[False]
