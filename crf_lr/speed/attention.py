@@ -2,7 +2,8 @@
 
 bert4keras scores and mixes with ``tf.einsum`` and masks the scores with a select; this module
 gives ``bert4keras.layers.MultiHeadAttention.pay_attention_to`` the same computation as two
-``tf.matmul`` products on head-major tensors, the key mask added as a 0 / -inf bias. In float32
+``tf.matmul`` products on head-major tensors (four with NEZHA's relative positions), the key mask
+added as a 0 / -inf bias. In float32
 the outputs are the same to the last bit (a + 0 = a, a + (-inf) = -inf, as the select gives, and
 the fused kernel computed the same scores in every case tested); in bf16 they differ by rounding
 (the fused kernel rounds once where the separate ops round three times). TensorFlow's graph
@@ -76,37 +77,34 @@ def heads_first(x):
     return _permuted(x, [0, 2, 1, 3])
 
 
-def _by_query(x, query_axis):
-    """A rank-4 tensor (batch and heads in some order, the queries at ``query_axis`` < 3, a
-    last axis) as (n_q, batch x heads, last), with the permutation that put the queries
-    first."""
-    perm = [query_axis] + [k for k in range(3) if k != query_axis] + [3]
+def _query_rows(x, perm):
+    """``x`` (rank 4) permuted by ``perm``, which puts the queries first and batch and heads
+    next, as (n_q, batch x heads, last)."""
     moved = _permuted(x, perm)
     shape = tf.shape(moved)
-    return tf.reshape(moved, [shape[0], shape[1] * shape[2], shape[3]]), perm
+    return tf.reshape(moved, [shape[0], shape[1] * shape[2], shape[3]])
 
 
-def _unmerged(x, like, perm):
-    """``x`` (n_q, batch x heads, last) back to the layout of ``like`` (rank 4) before
-    :func:`_by_query` moved it with ``perm``, with ``x``'s last axis."""
-    shape = tf.shape(like)
-    moved = tf.reshape(x, [shape[perm[0]], shape[perm[1]], shape[perm[2]], tf.shape(x)[-1]])
-    return _permuted(moved, list(np.argsort(perm)))
+def _from_query_rows(x, batch, heads, perm):
+    """``x`` (n_q, batch x heads, last) as (n_q, batch, heads, last), permuted by ``perm``."""
+    shape = tf.shape(x)
+    return _permuted(tf.reshape(x, [shape[0], batch, heads, shape[2]]), perm)
 
 
 def _typical_relative_scores(qw, position):
     """NEZHA's position term of the scores, ``einsum('bjhd,jkd->bhjk', qw, position)``, as one
     product batched over the queries j."""
-    queries, perm = _by_query(qw, 1)                           # (j, batch x heads, d)
-    scores = tf.matmul(queries, position, transpose_b=True)    # (j, batch x heads, k)
-    return heads_first(_unmerged(scores, qw, perm))
+    shape = tf.shape(qw)                                                   # (b, j, h, d)
+    scores = tf.matmul(_query_rows(qw, [1, 0, 2, 3]), position, transpose_b=True)  # (j, b h, k)
+    return _from_query_rows(scores, shape[0], shape[2], [1, 2, 0, 3])
 
 
 def _typical_relative_outputs(weights, position):
     """NEZHA's position term of the outputs, ``einsum('bhjk,jkd->bjhd', weights, position)``,
     as one product batched over the queries j."""
-    rows, perm = _by_query(weights, 2)                         # (j, batch x heads, k)
-    return heads_first(_unmerged(tf.matmul(rows, position), weights, perm))
+    shape = tf.shape(weights)                                              # (b, h, j, k)
+    mixed = tf.matmul(_query_rows(weights, [2, 0, 1, 3]), position)        # (j, b h, d)
+    return _from_query_rows(mixed, shape[0], shape[1], [1, 0, 2, 3])
 
 
 def _key_mask_bias(key_mask, dtype):
@@ -117,10 +115,11 @@ def _key_mask_bias(key_mask, dtype):
 
 def batched_pay_attention_to(layer, inputs, mask=None, **kwargs):
     """Softmax attention of ``layer`` (a bert4keras ``MultiHeadAttention``) on head-split
-    ``inputs`` [q, k, v (batch, n, heads, size), optional a_bias, optional rotary sinusoids].
+    ``inputs`` [q, k, v (batch, n, heads, size), optional a_bias, optional position input:
+    rotary sinusoids, NEZHA's (n_q, n_k, key_size) or T5's (n_q, n_k, heads) relative bias].
 
-    Returns (o (batch, n_q, heads, head_size), the scaled scores before bias and mask), as
-    bert4keras's ``pay_attention_to`` does.
+    Returns (o (batch, n_q, heads, head_size), the scores with their position terms, scaled,
+    before ``a_bias`` and mask), as bert4keras's ``pay_attention_to`` does.
     """
     (qw, kw, vw), extra = inputs[:3], list(inputs[3:])
     bias = extra.pop(0) if kwargs.get('a_bias') else None

@@ -85,6 +85,17 @@ CASES = {
                                   options=dict(attention_scale=False)),
     'T5 relative positions, scaled': dict(mask='key', extra=['t5_relative'],
                                           kwargs=dict(p_bias='t5_relative')),
+    'T5 relative positions, cross-attention': dict(
+        mask='cross', query_length=3, extra=['t5_relative'], kwargs=dict(p_bias='t5_relative')),
+    'NEZHA relative positions, no scale': dict(
+        mask='key', extra=['typical_relative'], kwargs=dict(p_bias='typical_relative'),
+        options=dict(attention_scale=False)),
+    'NEZHA relative positions, scores returned': dict(
+        mask='key', extra=['typical_relative'], kwargs=dict(p_bias='typical_relative'),
+        options=dict(return_attention_scores=True)),
+    'T5 relative positions, scores returned': dict(
+        mask='key', extra=['t5_relative'], kwargs=dict(p_bias='t5_relative'),
+        options=dict(return_attention_scores=True)),
 }
 
 
@@ -140,16 +151,19 @@ def test_other_normalisations_and_boolean_biases_keep_bert4keras_code():
     assert 'Einsum' in _types(_run(layer, _inputs() + [boolean], None, True, a_bias=True)[2])
 
 
-def test_dropout_drops_the_same_weights_in_training_only():
-    """Under one seed, training drops what bert4keras's form drops; inference drops nothing."""
+@pytest.mark.parametrize('p_bias', [None, 'typical_relative'])
+def test_dropout_drops_the_same_weights_in_training_only(p_bias):
+    """Under one seed, training drops what bert4keras's form drops (NEZHA: its position term
+    mixes the weights after dropout, as bert4keras's does); inference drops nothing."""
     layer = _layer(attention_dropout=0.5)
-    inputs = _inputs()
+    extra = [_extra(p_bias, np.random.default_rng(4))] if p_bias else []
+    inputs = _inputs() + extra
     outputs = {}
     for batched in (False, True):
         with batched_attention(batched):
             tf.keras.utils.set_random_seed(5)
-            outputs[batched] = layer(inputs, training=True)
-            inference = layer(inputs, training=False)
+            outputs[batched] = layer(inputs, training=True, p_bias=p_bias)
+            inference = layer(inputs, training=False, p_bias=p_bias)
     np.testing.assert_allclose(outputs[True], outputs[False], rtol=1e-5, atol=1e-6)
     assert np.abs(np.asarray(outputs[True]) - np.asarray(inference)).max() > 1e-3
 
