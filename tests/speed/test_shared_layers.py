@@ -193,6 +193,14 @@ def test_a_trace_with_a_stateful_random_op_is_not_shared():
     assert not _called(traced)
 
 
+def test_nezha_with_attention_dropout_shares_its_traces():
+    """NEZHA's attention (relative positions) draws seeded dropout masks too, so its layers
+    share one trace where bert4keras's stateful Dropout would have kept them apart."""
+    losses, _, ops = _trained(True, steps=2, kind='nezha', dropout=0.1)
+    _, _, own_ops = _trained(False, steps=2, kind='nezha', dropout=0.1)
+    assert np.all(np.isfinite(losses)) and ops < 0.8 * own_ops
+
+
 def test_a_layer_whose_trace_reads_more_than_its_arguments_is_traced_on_its_own():
     from bert4keras.layers import FeedForward
     outside = tf.Variable(3.0)
