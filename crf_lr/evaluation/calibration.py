@@ -10,7 +10,9 @@ confidences. :func:`calibrate` chooses T by minimising the negative log-likeliho
 correctness on the development split (binary cross-entropy of each predicted entity's confidence
 against whether it is right): the quantity the ECE measures, and one that every head shares.
 The fitted T is kept only where it lowers the dev ECE; else T stays 1 (:func:`kept_temperature`).
-Missed entities carry no confidence and play no part.
+A fit that stops at the bottom of its range (every dev entity right, or all but a few: every
+confidence would read 1, which no development split can show) is not kept either. Missed
+entities carry no confidence and play no part.
 
     >>> report = calibrate(tagger, ([e.tokens for e in data.dev], [e.spans for e in data.dev]))
     >>> report['temperature'], report['dev']['before']['ece'], report['dev']['after']['ece']
@@ -140,10 +142,11 @@ def calibrate(tagger, dev, test=None, bins=10):
         bins: ECE bins.
     Returns:
         dict: ``temperature``, the one kept (now set on the head): ``fitted``, the fitted one,
-        where it lowers the dev ECE, else 1.0; ``choice``, one line saying which and why, with
-        both dev ECEs (:func:`kept_temperature`); ``bound``: None, or 'lower' / 'upper' when
-        the fit stopped at that end of ``TEMPERATURE_RANGE`` (every dev entity right, or nearly
-        every one wrong: the confidences pushed as far as the range lets them), and
+        where it lowers the dev ECE and is above the bottom of ``TEMPERATURE_RANGE``, else 1.0;
+        ``choice``, one line saying which and why, with both dev ECEs
+        (:func:`kept_temperature`); ``bound``: None, or 'lower' / 'upper' when the fit stopped
+        at that end of ``TEMPERATURE_RANGE`` (every dev entity right, or nearly every one wrong:
+        the confidences pushed as far as the range lets them), and
         ``dev_right``: how many dev entities are right; per split (``dev``, ``test``),
         ``{'before': scores, 'after': scores}`` at T = 1 and at the kept temperature, where
         scores are ``entities`` (how many were predicted), ``ece``, ``nll`` and ``outcomes``
@@ -164,11 +167,16 @@ def calibrate(tagger, dev, test=None, bins=10):
         fitted, temperature, choice = 1.0, 1.0, 'T 1: no dev entity to fit a temperature on'
     else:
         fitted = round(fit_temperature(lambda t: correctness_nll(*outcomes('dev', t))), 4)
-        temperature, choice = kept_temperature(
-            fitted, *(expected_calibration_error(*outcomes('dev', t), bins=bins)
+        temperature, choice = kept_temperature(    # the ECEs as the report rounds them
+            fitted, *(round(expected_calibration_error(*outcomes('dev', t), bins=bins), 5)
                       for t in (1.0, fitted)))
     ends = [name for name, end in zip(('lower', 'upper'), TEMPERATURE_RANGE)
             if abs(np.log(fitted / end)) < 1e-3]
+    if ends == ['lower']:
+        temperature, choice = 1.0, (
+            f'T 1 kept: the fitted temperature {fitted} is the bottom of its range '
+            f'({int(before[1].sum())} of {len(before[0])} dev entities right): every '
+            f'confidence would read 1')
     report = dict(temperature=temperature, fitted=fitted, choice=choice,
                   bound=ends[0] if ends else None, dev_right=int(before[1].sum()))
     for name in splits:
@@ -201,12 +209,16 @@ def bound_note(report):
     if not report.get('bound'):
         return None
     upper = report['bound'] == 'upper'
-    effect = ('T 1 was kept, as it would not lower dev ECE' if report['temperature'] == 1 else
-              f"the fit {'lowers' if upper else 'raises'} every confidence as far as it can")
+    if not upper:                     # calibrate keeps T 1 there
+        effect = ('T 1 was kept, where every confidence would read 1; a larger development '
+                  'split can fit one')
+    else:
+        effect = ('the fit lowers every confidence as far as it can'
+                  if report['temperature'] != 1 else 'T 1 was kept, as it would not lower dev ECE')
+        effect += '; train longer or give a larger development split for confidences worth reading'
     return (f"the temperature stopped at the {'top' if upper else 'bottom'} of its range "
             f"({report['fitted']}): {report['dev_right']} of "
-            f"{report['dev']['before']['entities']} dev entities are right, so {effect}; train "
-            f"longer or give a larger development split for confidences worth reading")
+            f"{report['dev']['before']['entities']} dev entities are right, so {effect}")
 
 
 def reliability_series(scores, temperature):

@@ -510,6 +510,33 @@ def test_a_temperature_at_the_end_of_its_range_is_named(saved):
     assert bound_note(dict(report, bound=None)) is None
 
 
+def test_a_temperature_at_the_bottom_of_its_range_is_not_kept(saved):
+    """Every predicted dev entity right (a small or easy development split): the fit would make
+    every confidence read 1, which no development split can show; T 1 is kept, and the choice
+    and the note say why (a newcomer's 8-sentence dev set got confidences of 1.0 everywhere)."""
+    from crf_lr.evaluation.calibration import TEMPERATURE_RANGE, bound_note, calibrate
+    from crf_lr.serving.tagger import Tagger
+    tagger = Tagger.load(saved['ner_crf'])
+    texts = ['张三上海', '上海张三去', '张三去上海工作']
+    predicted = tagger.decode(tagger.run(texts))
+    found = sum(len(p.spans) for p in predicted)
+    assert found                                  # entities to be right
+    untempered = [c for p in predicted for c in p.confidences]
+    report = calibrate(tagger, (texts, [p.spans for p in predicted]))
+    assert report['fitted'] == TEMPERATURE_RANGE[0] and report['bound'] == 'lower'
+    assert report['temperature'] == 1.0 and tagger.head.temperature == 1.0
+    assert report['choice'] == (f'T 1 kept: the fitted temperature {TEMPERATURE_RANGE[0]} is the '
+                                f'bottom of its range ({found} of {found} dev entities right): '
+                                f'every confidence would read 1')
+    assert bound_note(report) == (
+        f'the temperature stopped at the bottom of its range ({TEMPERATURE_RANGE[0]}): {found} '
+        f'of {found} dev entities are right, so T 1 was kept, where every confidence would read '
+        f'1; a larger development split can fit one')
+    np.testing.assert_allclose([c for p in tagger.decode(tagger.run(texts))
+                                for c in p.confidences], untempered, rtol=1e-6)
+    assert max(untempered) < 1
+
+
 @pytest.mark.parametrize('line, words', [
     ('He met officials in Berlin.', ['He', 'met', 'officials', 'in', 'Berlin', '.']),
     ('In Berlin, U.S. aid (AP) rose 3.5%.', ['In', 'Berlin', ',', 'U.S.', 'aid', '(', 'AP', ')',
