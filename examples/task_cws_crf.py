@@ -13,17 +13,16 @@ s/b/m/e layout (text table + heatmap PNG) with its sanity report.
     python examples/task_cws_crf.py --train-file data/segmented/train.txt \\
         --dev-file data/segmented/dev.txt --test-file data/segmented/test.txt
 """
-import argparse
 import os
 import time
 
 # no TensorFlow before --help:
 from crf_lr.utils.atomic import atomic_write
-from crf_lr.utils.cli import add_common_arguments, parse_checked, user_errors
+from crf_lr.utils.cli import ArgumentParser, add_common_arguments, parse_checked, user_errors
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         description=__doc__.split('\n\n')[0],
         epilog='Outputs in --output: log.jsonl (one line per epoch), results.json, model/ (the '
                'selected model, for python -m crf_lr.predict), transitions_epoch*.txt/png.')
@@ -41,7 +40,7 @@ def main(argv=None):
     from crf_lr.training.distribute import make_strategy, worker_folder
     from crf_lr.model.heads import make_head
     from crf_lr.evaluation.metrics import segmentation_scores
-    from crf_lr.training.run_folder import RunLog
+    from crf_lr.training.run_folder import RunLog, refuse_other_arguments
     from crf_lr.training.loop import epoch_batches, fit
     from crf_lr.data.splits import load_splits
     from crf_lr.serving.tagger import Tagger
@@ -56,6 +55,9 @@ def main(argv=None):
                            args.train_limit, args.eval_limit, args.holdout, args.sample_seed,
                            task='segmentation')
     print(data.describe())
+    config = dict(vars(args), script='task_cws_crf')
+    if not args.overwrite:                  # refused now, before an encoder loads for nothing
+        refuse_other_arguments(worker_folder(args.output, strategy), config)
     data_dir = None if args.train_file else resolve_data_dir(args.data_dir)
     words_file = data_dir and os.path.join(data_dir, 'icwb2', 'pku_training_words.utf8')
     train_words = (read_word_list(words_file) if words_file and os.path.isfile(words_file)
@@ -67,8 +69,8 @@ def main(argv=None):
         constrain_training=args.constrain, boundary_scores=args.boundary_scores),
         [(e.text, e.tags, SEG.decode(e.tags)) for e in data.train], [e.source for e in data.train])
     # the run folder once the data and the model are known good: a refused run leaves none
-    run = RunLog(worker_folder(args.output, strategy), dict(vars(args), script='task_cws_crf'),
-                 args.overwrite, argv, program=__file__)
+    run = RunLog(worker_folder(args.output, strategy), config, args.overwrite, argv,
+                 program=__file__)
     tagger, samples = built.tagger, built.samples
     head, model = tagger.head, tagger.model
     crf = getattr(head, 'crf', None)

@@ -19,18 +19,18 @@ split into WordPieces; a word's label goes to all its pieces and the first piece
 word's (--label-pieces first: only the first piece is labelled, and the CRF runs over the first
 pieces only).
 """
-import argparse
 import os
 import time
 
 # no TensorFlow before --help:
 from crf_lr.utils.atomic import atomic_write
-from crf_lr.utils.cli import LABEL_PIECES_HELP, add_common_arguments, parse_checked, user_errors
+from crf_lr.utils.cli import (LABEL_PIECES_HELP, ArgumentParser, add_common_arguments,
+                          parse_checked, user_errors)
 from crf_lr.data.benchmarks import DATASETS
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         description=__doc__.split('\n\n')[0],
         epilog='Outputs in --output: log.jsonl (one line per epoch, with every step loss), '
                'results.json, model/ (the selected model, for python -m crf_lr.predict), '
@@ -60,7 +60,7 @@ def main(argv=None):
     from crf_lr.evaluation.metrics import (confusion_matrix, format_confusion_matrix,
                                            relaxed_scores, span_scores)
     from crf_lr.evaluation.plots import plot_reliability
-    from crf_lr.training.run_folder import RunLog
+    from crf_lr.training.run_folder import RunLog, refuse_other_arguments
     from crf_lr.training.loop import epoch_batches, fit
     from crf_lr.decoding.spans import outermost
     from crf_lr.data.splits import load_splits
@@ -75,6 +75,9 @@ def main(argv=None):
                            args.format, not args.strict, args.data_dir, args.train_limit,
                            args.eval_limit, args.holdout, args.sample_seed, task='ner')
     print(data.describe() + f'\ntypes: {list(data.types)}')
+    config = dict(vars(args), script='task_ner')
+    if not args.overwrite:                  # refused now, before an encoder loads for nothing
+        refuse_other_arguments(worker_folder(args.output, strategy), config)
 
     # ---- model: encoder -> piece states -> head (Dense + CRF, Dense + softmax, span scores) ----
     flat = args.spans == 'flat' or (args.spans == 'auto' and not data.nested)
@@ -89,8 +92,8 @@ def main(argv=None):
         raise SystemExit(f'task_ner.py: error: --label-pieces {args.label_pieces} needs a head '
                          f'that takes it (crf); --head {args.head} does not')
     # the run folder once the data and the model are known good: a refused run leaves none
-    run = RunLog(worker_folder(args.output, strategy), dict(vars(args), script='task_ner'),
-                 args.overwrite, argv, program=__file__)
+    run = RunLog(worker_folder(args.output, strategy), config, args.overwrite, argv,
+                 program=__file__)
 
     # ---- evaluator: strict spans, relaxed types, confusion matrix without padding, speed ----
     tag_labels = label_list(data.types, 'BIO')

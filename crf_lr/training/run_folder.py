@@ -80,6 +80,37 @@ def _shown(value):
     return 'not given' if value is None else repr(value)
 
 
+def _trained(output):
+    """``(checkpointed, saved)``: whether ``output`` holds a finished epoch's checkpoint, a
+    saved model."""
+    model_dir = os.path.join(output, 'model')
+    return (os.path.exists(os.path.join(output, 'checkpoint', 'last.index')),
+            os.path.isdir(model_dir) and bool(os.listdir(model_dir)))
+
+
+def refuse_other_arguments(output, config):
+    """Raise ``SystemExit`` naming the differing arguments where ``output`` holds a trained run
+    (its epochs or model) made with other arguments than ``config``, but those in
+    ``RESUMABLE_CHANGES``. The scripts call it once their data is read, before they load an
+    encoder, so that the refusal comes at once; :class:`RunLog` checks again.
+
+        >>> refuse_other_arguments('runs/ner', dict(vars(args), script='task_ner'))
+    """
+    run_path = os.path.join(output, 'run.json')
+    if not (os.path.exists(run_path) and any(_trained(output))):
+        return                 # a run stopped before its first epoch: its arguments may change
+    with open(run_path, encoding='utf-8') as f:
+        previous = json.load(f)['config']
+    changed = sorted(k for k in set(previous) | set(config)
+                     if k not in RESUMABLE_CHANGES and previous.get(k) != config.get(k))
+    if changed:
+        raise SystemExit(
+            f'{output} holds a trained run (its epochs or model) made with other arguments ('
+            + ', '.join(f'{k}: {_shown(previous.get(k))} there, {_shown(config.get(k))} now'
+                        for k in changed)
+            + '); choose another --output, or pass --overwrite to discard it')
+
+
 class RunLog:
     """The output folder of a run and its resumable record.
 
@@ -122,22 +153,8 @@ class RunLog:
                 shutil.rmtree(folder, ignore_errors=True)
         os.makedirs(output, exist_ok=True)
         self.records = self._read_log()
-        checkpointed = os.path.exists(self.checkpoint_prefix + '.index')
-        saved = os.path.isdir(self.model_dir) and bool(os.listdir(self.model_dir))
-        # a run stopped before its first epoch leaves neither: its arguments may change
-        if os.path.exists(self.run_path) and (checkpointed or saved):
-            with open(self.run_path, encoding='utf-8') as f:
-                previous = json.load(f)['config']
-            changed = sorted(k for k in set(previous) | set(self.config)
-                             if k not in RESUMABLE_CHANGES and previous.get(k)
-                             != self.config.get(k))
-            if changed:
-                raise SystemExit(
-                    f'{output} holds a trained run (its epochs or model) made with other '
-                    'arguments (' + ', '.join(f'{k}: {_shown(previous.get(k))} there, '
-                                              f'{_shown(self.config.get(k))} now'
-                                              for k in changed)
-                    + '); choose another --output, or pass --overwrite to discard it')
+        refuse_other_arguments(output, self.config)
+        checkpointed, _ = _trained(output)
         if self.records and not checkpointed:
             self.records = []     # a log without its checkpoint cannot be resumed: start afresh
         self.started = time.time()

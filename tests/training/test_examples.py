@@ -346,6 +346,29 @@ def test_bad_arguments_are_reported(tiny, tmp_path, capsys):
         ner.main(_user_common(tiny, tmp_path / 'z') + _user_files(tiny) + ['--head', 'crff'])
 
 
+@pytest.mark.parametrize('script', ['task_ner', 'task_cws_crf'])
+def test_a_folder_of_another_trained_run_is_refused_before_the_encoder_loads(
+        tiny, tmp_path, monkeypatch, script):
+    """Rerunning into the Start-here example's folder with other arguments was refused only
+    after the encoder had loaded (6 s on MiniLM): refused once the data is read, and the
+    folder's run left as it was."""
+    from crf_lr.training import task_model
+    output = tmp_path / 'run'
+    (output / 'model').mkdir(parents=True)
+    (output / 'model' / 'model.h5').write_text('', encoding='utf-8')
+    (output / 'run.json').write_text(json.dumps(dict(config=dict(lr=0.5))), encoding='utf-8')
+
+    def built(*args, **kwargs):
+        raise AssertionError('the model was built before the refusal')
+    monkeypatch.setattr(task_model, 'build_task_model', built)
+    with pytest.raises(SystemExit, match=r'holds a trained run .*lr: 0\.5 there, 0\.01 now.*'
+                                         r'choose another --output'):
+        load_script(script).main(_common(tiny, output) if script == 'task_cws_crf'
+                                 else _user_common(tiny, output) + _user_files(tiny))
+    assert json.loads((output / 'run.json').read_text(encoding='utf-8')) == dict(
+        config=dict(lr=0.5))
+
+
 LONG_NAME = '北京上海张三我们喜欢天气的'                       # 13 characters
 
 
