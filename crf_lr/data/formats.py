@@ -141,7 +141,7 @@ def detect_format(path, reason=False):
 def _detected(path):
     """``(format, reason)`` by :func:`detect_format`'s rules."""
     lines = [(number, line) for number, line in _lines(path) if line]
-    ask = f'; pass format= (--format) one of {", ".join(FORMATS)}'
+    ask = f'; pass --format (format= in Python) one of {", ".join(FORMATS)}'
     if lines and lines[0][1].lstrip().startswith('[') and _json_array_file(path):
         return 'jsonl', f'line {lines[0][0]} opens a JSON array'
     if lines and (_JSON_OBJECT_LINE.match(lines[0][1]) or lines[0][1].strip() == '{'
@@ -277,6 +277,10 @@ def _raise_untagged_line(path, lines, tagged, ask):
         raise DataFormatError(path, number, f'{echo(fields[-1])} is not a tag (line {first} ends '
                                             f'with {echo(example)}): tags are O, or B-, I-, M-, '
                                             "E-, S- (BILOU's L-, U-) and an entity type")
+    if len(columns) == 1:                     # a word or a column too many or too few
+        raise DataFormatError(path, number, f'expected {min(columns)} columns (word ... tag) like '
+                                            f'the lines with a tag (line {first}), got '
+                                            f'{len(fields)}: {echo(line)}')
     raise DataFormatError(path, number, f'cannot detect the format: line {first} ends with a tag, '
                                         f'this line does not: {echo(line)}' + ask)
 

@@ -27,7 +27,6 @@ docs/serving.md.
     >>> served = tf.saved_model.load('exported/ner/1').signatures['serving_default']
     >>> served(token_ids=ids, segment_ids=tf.zeros_like(ids))['label_ids']   # (batch, n - 1)
 """
-import argparse
 import os
 import shutil
 
@@ -35,6 +34,7 @@ import numpy as np
 
 from crf_lr.utils.atomic import check_folder_path, recover_folder, replace_folder
 from crf_lr.serving.model_folder import check_model_folder
+from crf_lr.utils.cli import ArgumentParser
 
 
 def _tag_decoder(head):
@@ -179,7 +179,7 @@ def export(model_dir, out_dir, overwrite=False):
 
 def main(argv=None):
     from crf_lr.utils.cli import quiet_tensorflow
-    parser = argparse.ArgumentParser(prog='python -m crf_lr.export',
+    parser = ArgumentParser(prog='python -m crf_lr.export',
                                      description=__doc__.split('\n\n')[0])
     parser.add_argument('model_dir', help='the model/ folder of a task script run')
     parser.add_argument('out_dir', help='where to write the SavedModel (for TF Serving: '

@@ -23,12 +23,12 @@ import sys
 import numpy as np
 import regex
 
-from crf_lr.utils.cli import add_precision_option, quiet_tensorflow
+from crf_lr.utils.cli import ArgumentParser, add_precision_option, quiet_tensorflow
 from crf_lr.serving.model_folder import check_model_folder
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(prog='python -m crf_lr.predict',
+    parser = ArgumentParser(prog='python -m crf_lr.predict',
                                      description=__doc__.split('\n\n')[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog='\n\n'.join(__doc__.split('\n\n')[1:]))
@@ -245,10 +245,12 @@ def main(argv=None):
         check_model_folder(args.model_dir)              # before TensorFlow loads: answers at once
     except (FileNotFoundError, ValueError) as error:
         _model_error(parser, error)
-    from crf_lr.data.files import read_text
+    from crf_lr.data.files import DataFormatError, read_text
     try:
         lines = (read_text(args.file) if args.file else sys.stdin.read()).splitlines()
-    except (OSError, ValueError) as error:                   # ValueError: not decodable
+    except DataFormatError as error:                         # it names the file (and line)
+        parser.exit(2, f'{parser.prog}: error: {error}\n')
+    except (OSError, ValueError) as error:                   # ValueError: stdin not decodable
         parser.exit(2, f'{parser.prog}: error: cannot read {args.file or "stdin"}: {error}\n')
     labelled = args.file and _labelled_corpus(args.file, lines)
     if labelled:

@@ -29,7 +29,7 @@ import os
 import socket
 import time
 
-from crf_lr.utils.cli import add_precision_option
+from crf_lr.utils.cli import ArgumentParser, add_precision_option
 from crf_lr.serving.model_folder import check_model_folder
 from crf_lr.serving.api import (BadRequest, answer_record, check_content_type, openapi,
                                 parse_request, read_body)
@@ -551,7 +551,7 @@ def protocol(headers_timeout_s, http='auto'):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog='python -m crf_lr.serve',
+    parser = ArgumentParser(prog='python -m crf_lr.serve',
                                      description=__doc__.split('\n\n')[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog='\n\n'.join(__doc__.split('\n\n')[1:3]))

@@ -237,6 +237,25 @@ def test_every_example_answers_help_with_its_usage_only(script):
     assert done.stdout.startswith('usage: ') and '--verbose' in done.stdout
 
 
+@pytest.mark.parametrize('command, message', [
+    (['examples/task_ner.py', '--train-file', 'my/trian.txt'],
+     'task_ner.py: error: --train-file my/trian.txt: no such file'),
+    (['examples/task_cws_crf.py', '--epocs', '3'],
+     'task_cws_crf.py: error: unrecognized arguments: --epocs 3'),
+    (['-m', 'crf_lr.predict', 'runs/none', 'x.txt', '--min-confidence', '2'],
+     'python -m crf_lr.predict: error: --min-confidence must lie in [0, 1], got 2.0'),
+    (['-m', 'crf_lr.serve', 'runs/none', '--port', 'http'],
+     "python -m crf_lr.serve: error: argument --port: invalid int value: 'http'"),
+])
+def test_a_flag_error_is_one_line_without_the_usage(command, message):
+    """A misspelt file or flag: one line on stderr saying what is wrong, where argparse printed
+    the whole usage first (22 lines for task_ner.py, a newcomer's report)."""
+    done = subprocess.run([sys.executable, *command], capture_output=True, text=True, cwd=ROOT,
+                          env=dict(os.environ, PYTHONPATH=ROOT), timeout=120)
+    assert done.returncode == 2
+    assert done.stderr == f'{message} (--help lists the options)\n'
+
+
 def test_the_native_log_filter_keeps_every_other_line(tmp_path):
     """Lines written to file descriptor 2 from outside Python: TensorFlow's go, the rest stays."""
     code = ('import os, sys; from crf_lr.utils.console import filter_native_log; '

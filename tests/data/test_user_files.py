@@ -144,11 +144,18 @@ def test_detection_says_which_rule_decided(tmp_path, content, format, reason):
     assert read_corpus(path).note == f'format {format} detected: {why}'
 
 
-ASK = r'.*pass format= \(--format\) one of conll, char-bio'
+ASK = r'.*pass --format \(format= in Python\) one of conll, char-bio'
 
 
 @pytest.mark.parametrize('content, line, match', [
-    ('张 B-PER\n三 I-PER\n我们 爱 北京\n', 3, 'line 1 ends with a tag, this line does not' + ASK),
+    ('张 B-PER\n三 I-PER\n我们 爱 北京\n', 3,
+     "expected 2 columns \\(word ... tag\\) like the lines with a tag \\(line 1\\), got 3: "
+     "'我们 爱 北京'"),
+    ('Boston B-LOC\nis O\nBoston B-LOC extra-junk\n', 3,    # a newcomer's: --format did not help
+     "expected 2 columns \\(word ... tag\\) like the lines with a tag \\(line 1\\), got 3"),
+    ('张 B-PER\n三 I-PER\n我们\n', 3,
+     "expected 2 columns \\(word ... tag\\) like the lines with a tag \\(line 1\\), got 1: '我们'"),
+    ('张 B-PER\nAnn NNP B-PER\n我们\n', 3, 'line 1 ends with a tag, this line does not' + ASK),
     ('我们\n北京\n', None, 'no line ends with a tag and none holds several words' + ASK),
     ('张 B-PER\n三 I-PER\n\n李 B-PER\n四 M-PER\n五 E-PER\n', 5,      # no scheme fits: no --format helps  # noqa: E501 (CJK: ruff counts 2 columns each)
      r'the tags mix I- \(first at line 2\) and M- \(first at line 5\): BIO and BIOES continue an '
