@@ -61,8 +61,8 @@ def main(argv=None):
     last = rows[0][2]
     scored = last['splits']['test' if last.get('test') else 'dev']
     print(f'\nExperiment 1, short version: {last["encoder"]["encoder"]} first {args.layers} '
-          f'layer(s), lr 1e-3, {args.epochs} epoch(s) on {last["train_sentences"]} PFR sentences '
-          f'(sample seed 0); scored on {scored}.')
+          f'layer(s), lr 1e-3, {args.epochs} epoch(s) on {last["train_sentences"]} sentences of '
+          f"pku/train (People's Daily, January 1998; sample seed 0); scored on {scored}.")
     print(f'{machine()}; total {time.time() - started:.0f}s.\n')
     header = ('| head                      | F1 (constrained) | F1 unconstrained | OOV recall '
               '| sane tags | emission margin / transition spread | seconds |')
