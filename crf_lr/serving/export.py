@@ -180,7 +180,7 @@ def export(model_dir, out_dir, overwrite=False):
 def main(argv=None):
     from crf_lr.utils.cli import quiet_tensorflow
     parser = ArgumentParser(prog='python -m crf_lr.export',
-                                     description=__doc__.split('\n\n')[0])
+                            description=__doc__.split('\n\n')[0])
     parser.add_argument('model_dir', help='the model/ folder of a task script run')
     parser.add_argument('out_dir', help='where to write the SavedModel (for TF Serving: '
                                         'MODELS/NAME/VERSION, e.g. exported/ner/1)')

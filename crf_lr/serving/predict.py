@@ -29,9 +29,9 @@ from crf_lr.serving.model_folder import check_model_folder
 
 def parse_args(argv=None):
     parser = ArgumentParser(prog='python -m crf_lr.predict',
-                                     description=__doc__.split('\n\n')[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog='\n\n'.join(__doc__.split('\n\n')[1:]))
+                            description=__doc__.split('\n\n')[0],
+                            formatter_class=argparse.RawDescriptionHelpFormatter,
+                            epilog='\n\n'.join(__doc__.split('\n\n')[1:]))
     parser.add_argument('model_dir', help='the model/ folder of a task script run (model.h5, '
                                           'labels.json, vocab.txt)')
     parser.add_argument('file', nargs='?', help='UTF-8 text, one text a line (default: stdin)')

@@ -552,9 +552,9 @@ def protocol(headers_timeout_s, http='auto'):
 
 def main(argv=None):
     parser = ArgumentParser(prog='python -m crf_lr.serve',
-                                     description=__doc__.split('\n\n')[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog='\n\n'.join(__doc__.split('\n\n')[1:3]))
+                            description=__doc__.split('\n\n')[0],
+                            formatter_class=argparse.RawDescriptionHelpFormatter,
+                            epilog='\n\n'.join(__doc__.split('\n\n')[1:3]))
     parser.add_argument('model_dir', help='the model/ folder of a task script run')
     parser.add_argument('--host', default='127.0.0.1', help='(default: %(default)s, this '
                                                             'machine only)')
