@@ -46,7 +46,8 @@ class Splits:
     def describe(self):
         """One line per role: how many sentences and from where; each kind of note counted with its
         first places, the conlleval repairs in one line."""
-        lines = [f'{role}: {len(examples)} sentences from {self.names[role]}'
+        lines = [f'{role}: {len(examples)} sentence{"s" * (len(examples) != 1)} from '
+                 f'{self.names[role]}'
                  for role, examples in (('train', self.train), ('dev', self.dev),
                                         ('test', self.test)) if examples is not None]
         if self.test is None:
