@@ -41,15 +41,15 @@ CRF_MULTIPLIER_HELP = (
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """``argparse.ArgumentParser`` whose errors are one line, ``PROG: error: MESSAGE (--help
-    lists the options)``, where argparse prints its whole usage first (22 lines for
-    task_ner.py, above the line that says what is wrong). Exit status 2, as argparse's.
+    """``argparse.ArgumentParser`` whose errors are one line, ``PROG: error: MESSAGE``, where
+    argparse prints its whole usage first (22 lines for task_ner.py, above the line that says
+    what is wrong). Exit status 2, as argparse's.
 
         >>> parser = ArgumentParser(prog='python -m crf_lr.predict')
     """
 
     def error(self, message):
-        self.exit(2, f'{self.prog}: error: {message} (--help lists the options)\n')
+        self.exit(2, f'{self.prog}: error: {message}\n')
 
 
 def add_common_arguments(parser, default_output='runs/run', default_maxlen=128):
