@@ -163,20 +163,21 @@ def calibrate(tagger, dev, test=None, bins=10):
         return entity_outcomes(tagger.decode(found), gold)
 
     before = outcomes('dev', 1.0)
-    if not len(before[0]):
-        fitted, temperature, choice = 1.0, 1.0, 'T 1: no dev entity to fit a temperature on'
-    else:
-        fitted = round(fit_temperature(lambda t: correctness_nll(*outcomes('dev', t))), 4)
-        temperature, choice = kept_temperature(    # the ECEs as the report rounds them
-            fitted, *(round(expected_calibration_error(*outcomes('dev', t), bins=bins), 5)
-                      for t in (1.0, fitted)))
+    fitted = (round(fit_temperature(lambda t: correctness_nll(*outcomes('dev', t))), 4)
+              if len(before[0]) else 1.0)
     ends = [name for name, end in zip(('lower', 'upper'), TEMPERATURE_RANGE)
             if abs(np.log(fitted / end)) < 1e-3]
-    if ends == ['lower']:
+    if not len(before[0]):
+        temperature, choice = 1.0, 'T 1: no dev entity to fit a temperature on'
+    elif ends == ['lower']:
         temperature, choice = 1.0, (
             f'T 1 kept: the fitted temperature {fitted} is the bottom of its range '
             f'({int(before[1].sum())} of {len(before[0])} dev entities right): every '
             f'confidence would read 1')
+    else:
+        temperature, choice = kept_temperature(    # the ECEs as the report rounds them
+            fitted, *(round(expected_calibration_error(*outcomes('dev', t), bins=bins), 5)
+                      for t in (1.0, fitted)))
     report = dict(temperature=temperature, fitted=fitted, choice=choice,
                   bound=ends[0] if ends else None, dev_right=int(before[1].sum()))
     for name in splits:
