@@ -25,7 +25,7 @@ import time
 # no TensorFlow before --help:
 from crf_lr.utils.atomic import atomic_write
 from crf_lr.utils.cli import (LABEL_PIECES_HELP, ArgumentParser, add_common_arguments,
-                          parse_checked, user_errors)
+                             parse_checked, user_errors)
 from crf_lr.data.benchmarks import DATASETS
 
 
