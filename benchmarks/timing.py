@@ -158,8 +158,9 @@ def matmul_gflops(tf, size=2048, rounds=10, dtype='float32'):
 def machine():
     """Facts about this machine for the results file: cores (and those this process may run
     on), CPU model / family / MHz and native bf16 units (from /proc/cpuinfo), whether it runs
-    under a hypervisor, OS and Python."""
+    under a hypervisor, its CPU quota (cores' worth a period, None without one), OS and Python."""
     from crf_lr.model.precision import cpu_flags, native_bf16   # what --precision auto reads
+    from crf_lr.speed.threads import cpu_quota
     from crf_lr.training.run_folder import cpu_model, cpuinfo_fields
     info, flags = cpuinfo_fields(), cpu_flags()
     allowed = os.sched_getaffinity(0) if hasattr(os, 'sched_getaffinity') else None  # Linux only
@@ -168,5 +169,5 @@ def machine():
             'cpu_family': info.get('cpu family'), 'cpu_mhz': info.get('cpu MHz'),
             'avx512': 'avx512f' in flags,
             'bf16_units': list(native_bf16()),
-            'hypervisor': 'hypervisor' in flags,
+            'hypervisor': 'hypervisor' in flags, 'cpu_quota': cpu_quota(),
             'platform': platform.platform(), 'python': platform.python_version()}

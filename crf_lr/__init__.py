@@ -1,8 +1,10 @@
 """crf_lr: sequence labelling on BERT-family encoders, in the style of bert4keras.
 
 Importing the package sets ``TF_KERAS=1`` and ``TF_USE_LEGACY_KERAS=1`` before TensorFlow loads
-(bert4keras needs both: either alone breaks it) and, unless set, oneDNN's
-``ONEDNN_PRIMITIVE_CACHE_CAPACITY`` to 8,192; makes ``keras.models.load_model`` find every crf_lr
+(bert4keras needs both: either alone breaks it); unless set, oneDNN's
+``ONEDNN_PRIMITIVE_CACHE_CAPACITY`` to 8,192 and, in a container whose CPU quota leaves fewer cores
+than the CPUs it may run on, TensorFlow's thread pools to the quota's cores
+(``crf_lr.speed.threads``); makes ``keras.models.load_model`` find every crf_lr
 layer, loss, metric, optimizer and schedule (``crf_lr.model.autoregister``); and exposes the public
 layers, losses and optimizer lazily, so that ``crf_lr.evaluation.metrics`` or ``crf_lr.tagging``
 load without TensorFlow.
@@ -15,6 +17,7 @@ import os
 import sys
 
 from crf_lr.model import autoregister as _autoregister
+from crf_lr.speed import threads as _threads
 
 __version__ = '0.1.0'
 ONEDNN_PRIMITIVE_CACHE_CAPACITY = 8192
@@ -38,6 +41,7 @@ def _set_up_environment():
     # more lengths compiled them again every epoch (docs/performance.md, "The first epoch against
     # a steady one"); a value already set is kept.
     os.environ.setdefault('ONEDNN_PRIMITIVE_CACHE_CAPACITY', str(ONEDNN_PRIMITIVE_CACHE_CAPACITY))
+    _threads.size_thread_pools()      # a CPU quota's cores, not the host's (read when TF starts)
 
 
 _set_up_environment()

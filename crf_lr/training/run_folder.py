@@ -9,6 +9,7 @@ import shutil
 import sys
 import time
 
+from crf_lr.speed import threads
 from crf_lr.utils.atomic import atomic_write, recover_folder
 
 
@@ -23,8 +24,13 @@ def command_line(argv=None, program=None):
 
 
 def machine():
-    """A short description of the machine: CPU count and model, platform, Python."""
-    return (f'{os.cpu_count()} CPU cores ({cpu_model()}), '
+    """A short description of the machine: its CPU cores (those the run may use, and the CPU
+    quota, where fewer: :func:`crf_lr.speed.threads.describe`) and model, platform, Python.
+
+        >>> machine()
+        '2 CPU cores (AMD EPYC), Linux 6.18.44, Python 3.11.7'
+    """
+    return (f'{threads.describe()} ({cpu_model()}), '
             f'{platform.system()} {platform.release()}, Python {platform.python_version()}')
 
 
