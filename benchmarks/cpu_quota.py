@@ -41,14 +41,14 @@ class NoCgroup(RuntimeError):
 @contextlib.contextmanager
 def quota_cgroup(cores):
     """A new cgroup allowing ``cores`` cores' worth of CPU time a 100 ms period (v1's ``cpu``
-    controller or v2, the first this process may create), as its folder: a process joins it by
-    writing its pid to ``cgroup.procs``. Removed at the end (empty by then).
+    controller or v2, the first this process may create), as its folder (:func:`inside` starts a
+    command in it). Removed at the end (empty by then).
 
     Raises:
         NoCgroup saying what is missing, where no cgroup with a CPU controller can be created.
 
         >>> with quota_cgroup(1) as folder:
-        ...     subprocess.run(command, preexec_fn=lambda: join(folder))
+        ...     subprocess.run(inside(folder, [sys.executable, 'job.py']))
     """
     from crf_lr.speed.threads import cgroup_mounts
     quota_us = round(cores * 100000)
@@ -71,15 +71,14 @@ def quota_cgroup(cores):
         finally:
             os.rmdir(folder)
         return
-    raise NoCgroup('no cgroup with a CPU controller can be created here: run as root on '
-                          'a machine whose cgroup file system is writable')
+    raise NoCgroup('no cgroup with a CPU controller can be created here: run as root on a '
+                   'machine whose cgroup file system is writable')
 
 
-def join(folder):
-    """Move this process into the cgroup ``folder`` (a ``preexec_fn``: the child, before it
-    runs its program)."""
-    with open(os.path.join(folder, 'cgroup.procs'), 'w') as f:
-        f.write(str(os.getpid()))
+def inside(folder, command):
+    """``command`` (a list) started by a shell that first moves itself into the cgroup
+    ``folder``."""
+    return ['sh', '-c', 'echo $$ > "$0/cgroup.procs" && exec "$@"', folder] + list(command)
 
 
 def worker():
@@ -141,13 +140,13 @@ def main():
              "crf_lr's": base}
     runs = {side: [] for side in sides}
     load = [load_average()]
+    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')
     try:
         with quota_cgroup(args.quota) as folder:
             for _ in range(args.rounds):
                 for side, environ in sides.items():
-                    done = subprocess.run(
-                        [sys.executable, __file__, '--worker'], env=environ, capture_output=True,
-                        text=True, check=True, preexec_fn=lambda: join(folder))
+                    done = subprocess.run(inside(folder, [sys.executable, __file__, '--worker']),
+                                          env=environ, capture_output=True, text=True, check=True)
                     runs[side].append(json.loads(done.stdout.strip().splitlines()[-1]))
     except NoCgroup as error:
         parser.error(str(error))
@@ -168,8 +167,8 @@ def main():
         print(f"{name}: TensorFlow's sizing over crf_lr's, same round: {ranged(ratios, 2)}")
     command = 'python benchmarks/cpu_quota.py ' + ' '.join(shlex.quote(a) for a in sys.argv[1:])
     write_lines(args.out, [json.dumps(dict(
-        command=command.strip(), started=datetime.datetime.now(datetime.timezone.utc).isoformat(
-            timespec='seconds'), machine=machine(), quota=args.quota, rounds=args.rounds,
+        command=command.strip(), started=started, machine=machine(), quota=args.quota,
+        rounds=args.rounds,
         load_average=load, rows=rows))])
 
 

@@ -15,6 +15,7 @@ load without TensorFlow.
 import importlib
 import os
 import sys
+import warnings
 
 from crf_lr.model import autoregister as _autoregister
 from crf_lr.speed import threads as _threads
@@ -41,7 +42,11 @@ def _set_up_environment():
     # more lengths compiled them again every epoch (docs/performance.md, "The first epoch against
     # a steady one"); a value already set is kept.
     os.environ.setdefault('ONEDNN_PRIMITIVE_CACHE_CAPACITY', str(ONEDNN_PRIMITIVE_CACHE_CAPACITY))
-    _threads.size_thread_pools()      # a CPU quota's cores, not the host's (read when TF starts)
+    try:                              # a CPU quota's cores, not the host's (read when TF starts)
+        _threads.size_thread_pools()
+    except Exception as error:        # noqa: BLE001  (an unforeseen /proc must not stop the import)
+        warnings.warn(f'crf_lr: the CPU quota could not be read ({error!r}); TensorFlow sizes its '
+                      f'thread pools by the CPUs')
 
 
 _set_up_environment()

@@ -8,7 +8,7 @@ a thread for every CPU the process may run on, whatever CPU time its cgroup allo
 Importing crf_lr, before TensorFlow starts its pools, calls :func:`size_thread_pools`:
 ``TF_NUM_INTRAOP_THREADS`` and ``TF_NUM_INTEROP_THREADS`` become the quota's cores, rounded up,
 where that is fewer than the CPUs the process may run on. A value already set is kept: set them
-yourself to choose.
+yourself to choose. TensorFlow reads them at its first op; crf_lr imported after that warns.
 
     >>> cpu_quota()           # cores' worth of CPU time a period; None where no quota is set
     1.5
@@ -18,6 +18,8 @@ yourself to choose.
 import math
 import os
 import re
+import sys
+import warnings
 
 PROC = '/proc/self'
 THREAD_VARIABLES = ('TF_NUM_INTRAOP_THREADS', 'TF_NUM_INTEROP_THREADS')
@@ -26,9 +28,9 @@ THREAD_VARIABLES = ('TF_NUM_INTRAOP_THREADS', 'TF_NUM_INTEROP_THREADS')
 def _read(path):
     """The text of ``path``, or None where it cannot be read."""
     try:
-        with open(path, encoding='utf-8') as f:
+        with open(path, encoding='utf-8', errors='surrogateescape') as f:   # any mount's path
             return f.read()
-    except (OSError, UnicodeDecodeError):
+    except OSError:
         return None
 
 
@@ -79,10 +81,14 @@ def _within(path, folder):
 
 def _folder(root, mount_point, path):
     """The folder of cgroup ``path`` under a mount of the hierarchy's ``root`` at
-    ``mount_point``; the mount point itself where ``path`` lies outside that root (a
-    container's view of its own cgroup)."""
-    relative = os.path.relpath(path, root) if _within(path, root) else '.'
-    return os.path.normpath(os.path.join(mount_point, relative))
+    ``mount_point``: below it where ``root`` holds ``path``; the mount point itself where
+    ``path`` is ``/`` (a cgroup namespace's own root, mounted from the host's view); None
+    where the mount shows another cgroup (or ``path`` lies outside the namespace: ``/..``)."""
+    if '..' in path.split('/'):
+        return None
+    if _within(path, root):
+        return os.path.normpath(os.path.join(mount_point, os.path.relpath(path, root)))
+    return mount_point if path == '/' else None
 
 
 def _quota_at(kind, folder):
@@ -119,12 +125,12 @@ def cpu_quota(proc=PROC):
     for kind, root, mount_point in cgroup_mounts(proc):
         if kind not in paths:
             continue
+        mount_point = os.path.normpath(mount_point)
         folder = _folder(root, mount_point, paths[kind])
-        while True:                              # up to the mount point: the smallest counts
+        while folder is not None:                 # up to the mount point: the smallest counts
             quotas.append(_quota_at(kind, folder))
-            if folder == mount_point or not _within(folder, mount_point):
-                break
-            folder = os.path.dirname(folder)
+            parent = os.path.dirname(folder)
+            folder = None if folder == mount_point or parent == folder else parent
     quotas = [quota for quota in quotas if quota is not None]
     return min(quotas) if quotas else None
 
@@ -156,7 +162,20 @@ def size_thread_pools(environ=os.environ, proc=PROC):
         return {}
     chosen = {name: str(cores) for name in THREAD_VARIABLES if not environ.get(name)}
     environ.update(chosen)
+    if chosen and _tensorflow_started():
+        warnings.warn(f'crf_lr was imported after TensorFlow started, whose thread pools keep a '
+                      f'thread for each of {affinity_cores()} CPUs under a CPU quota of '
+                      f'{cpu_quota(proc):g}: import crf_lr first, or set '
+                      f'TF_NUM_INTRAOP_THREADS=TF_NUM_INTEROP_THREADS={cores} before Python '
+                      f'starts', stacklevel=2)
     return chosen
+
+
+def _tensorflow_started():
+    """True where TensorFlow's eager context (and with it its thread pools) already started."""
+    context = sys.modules.get('tensorflow.python.eager.context')
+    started = getattr(context, 'context_safe', lambda: None)()
+    return bool(getattr(started, '_initialized', False))
 
 
 def describe(proc=PROC):
@@ -164,5 +183,5 @@ def describe(proc=PROC):
     below the machine's, e.g. '2 of 64 CPU cores (CPU quota 1.5)'."""
     total, usable, quota = os.cpu_count() or 1, usable_cores(proc), cpu_quota(proc)
     cores = f'{usable} of {total} CPU cores' if usable < total else f'{total} CPU cores'
-    return cores + (f' under a CPU quota of {quota:g}' if quota is not None and quota < total
-                    else '')
+    limits = quota is not None and quota < affinity_cores()
+    return cores + (f' under a CPU quota of {quota:g}' if limits else '')

@@ -82,14 +82,30 @@ def test_a_quota_above_the_cpus_of_the_affinity_changes_nothing(tmp_path, monkey
     proc = v2_host(tmp_path, '/', {'cgroup/cpu.max': '800000 100000\n'})
     assert threads.usable_cores(proc) == 4
     assert threads.size_thread_pools({}, proc) == {}
-    assert threads.describe(proc) == '4 of 64 CPU cores under a CPU quota of 8'
+    assert threads.describe(proc) == '4 of 64 CPU cores'          # the affinity limits, not 8
 
 
 def test_a_value_the_user_set_is_kept(tmp_path, many_cpus):
     proc = v2_host(tmp_path, '/', {'cgroup/cpu.max': '100000 100000\n'})
-    environ = {'TF_NUM_INTRAOP_THREADS': '8'}
+    environ = {'TF_NUM_INTRAOP_THREADS': '8', 'TF_NUM_INTEROP_THREADS': ''}   # empty: unset
     assert threads.size_thread_pools(environ, proc) == {'TF_NUM_INTEROP_THREADS': '1'}
     assert environ == {'TF_NUM_INTRAOP_THREADS': '8', 'TF_NUM_INTEROP_THREADS': '1'}
+
+
+def test_the_affinity_is_what_the_process_may_run_on(monkeypatch):
+    monkeypatch.setattr(os, 'sched_getaffinity', lambda pid: {0, 1, 2}, raising=False)
+    monkeypatch.setattr(os, 'cpu_count', lambda: 64)
+    assert threads.affinity_cores() == 3
+
+
+def test_a_quota_set_after_tensorflow_started_says_it_is_too_late(tmp_path, many_cpus,
+                                                                   monkeypatch):
+    from crf_lr.compat import tf
+    tf.constant(1.0) + 1                          # the eager context and its pools start
+    proc = v2_host(tmp_path, '/', {'cgroup/cpu.max': '100000 100000\n'})
+    with pytest.warns(UserWarning, match='imported after TensorFlow started.*CPU quota of 1: '
+                                         'import crf_lr first'):
+        threads.size_thread_pools({}, proc)
 
 
 def test_a_quota_under_one_core_still_gets_one_thread(tmp_path, many_cpus):
@@ -127,12 +143,56 @@ def test_both_hierarchies_the_smaller_quota(tmp_path, many_cpus):
     assert threads.cpu_quota(proc) == 2.5
 
 
-def test_a_path_outside_the_mounted_root_reads_the_mount_point(tmp_path, many_cpus):
-    """/proc/self/cgroup names /docker/ab123 where the mount's root is /docker/ab12: a sibling,
-    not a child, so the container's own mount point is read."""
+def test_a_mount_of_another_cgroup_is_not_read(tmp_path, many_cpus):
+    """The mount's root /docker/ab12 is a sibling of the process's /docker/ab123, not an
+    ancestor: that mount shows another cgroup, whose quota is not the process's."""
     proc = cgroup_host(tmp_path, [('cgroup2', '/docker/ab12', 'cgroup', '')], ['0::/docker/ab123'],
                        {'cgroup/cpu.max': '100000 100000\n',
                         'cgroup/docker/ab123/cpu.max': '900000 100000\n'})
+    assert threads.cpu_quota(proc) is None
+
+
+def test_another_cgroup_bind_mounted_beside_the_hierarchy_is_not_read(tmp_path, many_cpus):
+    mounts = [('cgroup2', '/', 'cgroup', ''), ('cgroup2', '/machine.slice/vm.scope', 'vm', '')]
+    proc = cgroup_host(
+        tmp_path, mounts, ['0::/user.slice/me.scope'],
+        {'cgroup/user.slice/me.scope/cpu.max': 'max 100000\n',
+         'vm/cpu.max': '50000 100000\n'})
+    assert threads.cpu_quota(proc) is None
+
+
+def test_a_namespace_root_mounted_from_the_host_reads_its_mount_point(tmp_path, many_cpus):
+    """In a cgroup namespace the process's path is / while the mount may show the host's path
+    of that cgroup as its root."""
+    proc = cgroup_host(tmp_path, [('cgroup', '/kubepods/pod7/c9', 'cpu', 'cpu')], ['3:cpu:/'],
+                       {'cpu/cpu.cfs_quota_us': '150000\n', 'cpu/cpu.cfs_period_us': '100000\n'})
+    assert threads.cpu_quota(proc) == 1.5
+
+
+def test_a_cgroup_outside_the_namespace_is_not_read(tmp_path, many_cpus):
+    """A process entered from outside the cgroup namespace sees its path as /../..."""
+    proc = v2_host(tmp_path, '/../../user.slice/x.scope', {'cgroup/cpu.max': '100000 100000\n'})
+    assert threads.cpu_quota(proc) is None
+
+
+def test_nothing_above_the_mount_point_is_read(tmp_path, many_cpus):
+    proc = v2_host(tmp_path, '/', {'cgroup/cpu.max': 'max 100000\n',
+                                   'cpu.max': '100000 100000\n'})        # beside the mount
+    assert threads.cpu_quota(proc) is None
+
+
+def test_the_cpuset_controller_is_not_the_cpu_one(tmp_path, many_cpus):
+    proc = cgroup_host(
+        tmp_path, [('cgroup', '/', 'cpu', 'cpu,cpuacct')], ['4:cpu,cpuacct:/a', '6:cpuset:/b'],
+        {'cpu/a/cpu.cfs_quota_us': '200000\n', 'cpu/a/cpu.cfs_period_us': '100000\n',
+         'cpu/b/cpu.cfs_quota_us': '100000\n', 'cpu/b/cpu.cfs_period_us': '100000\n'})
+    assert threads.cpu_quota(proc) == 2.0
+
+
+def test_a_mount_path_that_is_not_utf8_does_not_hide_the_quota(tmp_path, many_cpus):
+    proc = v2_host(tmp_path, '/', {'cgroup/cpu.max': '100000 100000\n'})
+    with open(os.path.join(proc, 'mountinfo'), 'ab') as f:
+        f.write(b'40 25 0:40 / /media/caf\xe9 rw - vfat /dev/sdb1 rw\n')
     assert threads.cpu_quota(proc) == 1.0
 
 
@@ -159,8 +219,9 @@ def test_no_cgroups_at_all(tmp_path, many_cpus):
 def test_importing_crf_lr_sizes_the_pools(monkeypatch, many_cpus):
     """The import's environment set-up calls size_thread_pools on os.environ."""
     monkeypatch.setattr(threads, 'cpu_quota', lambda proc=None: 1.0)
+    monkeypatch.setattr(threads, '_tensorflow_started', lambda: False)
     for name in threads.THREAD_VARIABLES:
-        monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv(name, '')          # unset for the code; restored after the test
     crf_lr._set_up_environment()
     assert [os.environ.get(name) for name in threads.THREAD_VARIABLES] == ['1', '1']
 
@@ -187,9 +248,8 @@ def test_in_a_real_one_core_quota_tensorflow_runs_one_thread_a_pool():
     environ = {k: v for k, v in os.environ.items() if k not in threads.THREAD_VARIABLES}
     try:
         with cpu_quota.quota_cgroup(1) as folder:
-            result = subprocess.run([sys.executable, '-c', script], env=environ, text=True,
-                                    capture_output=True, timeout=120,
-                                    preexec_fn=lambda: cpu_quota.join(folder))
+            result = subprocess.run(cpu_quota.inside(folder, [sys.executable, '-c', script]),
+                                    env=environ, text=True, capture_output=True, timeout=120)
     except cpu_quota.NoCgroup as error:
         pytest.skip(str(error))
     assert result.returncode == 0, result.stderr[-2000:]
