@@ -166,8 +166,8 @@ def size_thread_pools(environ=os.environ, proc=PROC):
         warnings.warn(f'crf_lr was imported after TensorFlow started, whose thread pools keep a '
                       f'thread for each of {affinity_cores()} CPUs under a CPU quota of '
                       f'{cpu_quota(proc):g}: import crf_lr first, or set '
-                      f'TF_NUM_INTRAOP_THREADS=TF_NUM_INTEROP_THREADS={cores} before Python '
-                      f'starts', stacklevel=2)
+                      f'TF_NUM_INTRAOP_THREADS and TF_NUM_INTEROP_THREADS to {cores} before '
+                      f'Python starts', stacklevel=2)
     return chosen
 
 
@@ -179,8 +179,9 @@ def _tensorflow_started():
 
 
 def describe(proc=PROC):
-    """The machine's cores for a run's record: '2 CPU cores', or with a quota or an affinity
-    below the machine's, e.g. '2 of 64 CPU cores (CPU quota 1.5)'."""
+    """The machine's cores for a run's record: '2 CPU cores', or where a CPU quota or the
+    affinity leaves fewer, e.g. '2 of 64 CPU cores under a CPU quota of 1.5' (the quota named
+    where it is below the CPUs the process may run on)."""
     total, usable, quota = os.cpu_count() or 1, usable_cores(proc), cpu_quota(proc)
     cores = f'{usable} of {total} CPU cores' if usable < total else f'{total} CPU cores'
     limits = quota is not None and quota < affinity_cores()
