@@ -39,6 +39,16 @@ def v2_host(tmp_path, path, files):
                        files)
 
 
+TENSORFLOW_STARTED = threads._tensorflow_started
+
+
+@pytest.fixture(autouse=True)
+def tensorflow_not_started(monkeypatch):
+    """Each test sizes the pools as if TensorFlow had not started (other tests of the worker
+    start it), but the one on the warning for that case."""
+    monkeypatch.setattr(threads, '_tensorflow_started', lambda: False)
+
+
 @pytest.fixture
 def many_cpus(monkeypatch):
     """A process that may run on 64 CPUs of a 64-core host."""
@@ -102,6 +112,8 @@ def test_a_quota_set_after_tensorflow_started_says_it_is_too_late(tmp_path, many
                                                                    monkeypatch):
     from crf_lr.compat import tf
     tf.constant(1.0) + 1                          # the eager context and its pools start
+    monkeypatch.setattr(threads, '_tensorflow_started', TENSORFLOW_STARTED)
+    assert TENSORFLOW_STARTED()
     proc = v2_host(tmp_path, '/', {'cgroup/cpu.max': '100000 100000\n'})
     with pytest.warns(UserWarning, match='imported after TensorFlow started.*CPU quota of 1: '
                                          'import crf_lr first'):
@@ -219,7 +231,6 @@ def test_no_cgroups_at_all(tmp_path, many_cpus):
 def test_importing_crf_lr_sizes_the_pools(monkeypatch, many_cpus):
     """The import's environment set-up calls size_thread_pools on os.environ."""
     monkeypatch.setattr(threads, 'cpu_quota', lambda proc=None: 1.0)
-    monkeypatch.setattr(threads, '_tensorflow_started', lambda: False)
     for name in threads.THREAD_VARIABLES:
         monkeypatch.setenv(name, '')          # unset for the code; restored after the test
     crf_lr._set_up_environment()
