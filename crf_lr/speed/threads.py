@@ -143,10 +143,14 @@ def affinity_cores():
         return os.cpu_count() or 1
 
 
+def _within_quota(cores, quota):
+    """``cores`` CPUs, or ``quota`` (cores' worth, or None) rounded up where that is fewer."""
+    return cores if quota is None else max(1, min(cores, math.ceil(quota)))
+
+
 def usable_cores(proc=PROC):
     """The CPUs this process may run on, or its CPU quota rounded up where that is fewer."""
-    cores, quota = affinity_cores(), cpu_quota(proc)
-    return cores if quota is None else max(1, min(cores, math.ceil(quota)))
+    return _within_quota(affinity_cores(), cpu_quota(proc))
 
 
 def size_thread_pools(environ=os.environ, proc=PROC):
@@ -157,15 +161,16 @@ def size_thread_pools(environ=os.environ, proc=PROC):
         >>> size_thread_pools()     # `docker run --cpus 2` on a 64-core host
         {'TF_NUM_INTRAOP_THREADS': '2', 'TF_NUM_INTEROP_THREADS': '2'}
     """
-    cores = usable_cores(proc)
-    if cores >= affinity_cores():
+    cpus, quota = affinity_cores(), cpu_quota(proc)
+    cores = _within_quota(cpus, quota)
+    if cores >= cpus:
         return {}
     chosen = {name: str(cores) for name in THREAD_VARIABLES if not environ.get(name)}
     environ.update(chosen)
     if chosen and _tensorflow_started():
         warnings.warn(f'crf_lr was imported after TensorFlow started, whose thread pools keep a '
-                      f'thread for each of {affinity_cores()} CPUs under a CPU quota of '
-                      f'{cpu_quota(proc):g}: import crf_lr first, or set '
+                      f'thread for each of {cpus} CPUs under a CPU quota of '
+                      f'{quota:g}: import crf_lr first, or set '
                       f'TF_NUM_INTRAOP_THREADS and TF_NUM_INTEROP_THREADS to {cores} before '
                       f'Python starts', stacklevel=2)
     return chosen
@@ -182,7 +187,8 @@ def describe(proc=PROC):
     """The machine's cores for a run's record: '2 CPU cores', or where a CPU quota or the
     affinity leaves fewer, e.g. '2 of 64 CPU cores under a CPU quota of 1.5' (the quota named
     where it is below the CPUs the process may run on)."""
-    total, usable, quota = os.cpu_count() or 1, usable_cores(proc), cpu_quota(proc)
+    total, cpus, quota = os.cpu_count() or 1, affinity_cores(), cpu_quota(proc)
+    usable = _within_quota(cpus, quota)
     cores = f'{usable} of {total} CPU cores' if usable < total else f'{total} CPU cores'
-    limits = quota is not None and quota < affinity_cores()
-    return cores + (f' under a CPU quota of {quota:g}' if limits else '')
+    return cores + (f' under a CPU quota of {quota:g}' if quota is not None and quota < cpus
+                    else '')
