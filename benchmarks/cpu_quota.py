@@ -28,10 +28,13 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+from predict_start import ranged  # noqa: E402
 from timing import load_average, machine, write_lines  # noqa: E402
 
+# importing crf_lr sizes a worker's pools to its quota where unset, before TensorFlow loads
+from crf_lr.speed.threads import THREAD_VARIABLES, affinity_cores, cgroup_mounts  # noqa: E402
+
 CHARS = '中共中央总书记国家主席江泽民发表新年讲话今天天气很好我们喜欢北京'
-THREAD_VARIABLES = ('TF_NUM_INTRAOP_THREADS', 'TF_NUM_INTEROP_THREADS')
 
 
 class NoCgroup(RuntimeError):
@@ -50,7 +53,6 @@ def quota_cgroup(cores):
         >>> with quota_cgroup(1) as folder:
         ...     subprocess.run(inside(folder, [sys.executable, 'job.py']))
     """
-    from crf_lr.speed.threads import cgroup_mounts
     quota_us = round(cores * 100000)
     for kind, _, point in cgroup_mounts():
         folder = os.path.join(point, f'crf_lr_quota_{os.getpid()}')
@@ -84,14 +86,13 @@ def inside(folder, command):
 def worker():
     """One side's timings: {'threads': TensorFlow's two pool sizes, 'step_ms': [...],
     'predict_ms': [...] (one sentence each)}."""
-    import crf_lr  # noqa: F401  (environment before TensorFlow: crf_lr's sizing, where unset)
     import models
     from crf_lr.compat import keras, tf
     from crf_lr.data.pieces import UnitEncoder
     from crf_lr.model.encoders import load_encoder
     from crf_lr.model.heads import make_head, piece_states
     from crf_lr.serving.tagger import Tagger
-    threads = [int(os.environ.get(name) or len(os.sched_getaffinity(0)))    # unset: TF's own
+    threads = [int(os.environ.get(name) or affinity_cores())    # unset: TensorFlow's own
                for name in THREAD_VARIABLES]
     _, step = models.probe_step(tf, keras, 'CRF (crf_lr)', 'float32')
     step_ms = []
@@ -116,11 +117,6 @@ def worker():
     return dict(threads=threads, step_ms=step_ms, predict_ms=predict_ms)
 
 
-def ranged(values, digits=0):
-    """``median [min–max]``."""
-    return f'{np.median(values):.{digits}f} [{min(values):.{digits}f}–{max(values):.{digits}f}]'
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--quota', type=float, default=1.0, help="cores' worth of CPU time")
@@ -134,7 +130,7 @@ def main():
     if args.worker:
         print(json.dumps(worker()))
         return
-    tensorflow_threads = str(args.host_threads or len(os.sched_getaffinity(0)))
+    tensorflow_threads = str(args.host_threads or affinity_cores())
     base = {k: v for k, v in os.environ.items() if k not in THREAD_VARIABLES}
     sides = {"TensorFlow's": dict(base, **dict.fromkeys(THREAD_VARIABLES, tensorflow_threads)),
              "crf_lr's": base}
@@ -158,13 +154,13 @@ def main():
     for side, done in runs.items():
         step = [np.median(r['step_ms']) for r in done]
         predict = [np.median(r['predict_ms']) for r in done]
-        print(f'| {side} | {done[0]["threads"][0]} | {ranged(step)} | {ranged(predict, 2)} |')
+        print(f'| {side} | {done[0]["threads"][0]} | {ranged(step, 0)} | {ranged(predict)} |')
         rows.append(dict(side=side, threads=done[0]['threads'], step_ms=step,
                          predict_ms=predict))
     ours = rows[1]
     for name in ('step_ms', 'predict_ms'):
         ratios = [a / b for a, b in zip(rows[0][name], ours[name])]
-        print(f"{name}: TensorFlow's sizing over crf_lr's, same round: {ranged(ratios, 2)}")
+        print(f"{name}: TensorFlow's sizing over crf_lr's, same round: {ranged(ratios)}")
     command = 'python benchmarks/cpu_quota.py ' + ' '.join(shlex.quote(a) for a in sys.argv[1:])
     write_lines(args.out, [json.dumps(dict(
         command=command.strip(), started=started, machine=machine(), quota=args.quota,

@@ -76,9 +76,9 @@ def first_prediction(folder):
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def ranged(values):
-    """``median [min-max]`` of seconds."""
-    return f'{np.median(values):.2f} [{min(values):.2f}–{max(values):.2f}]'
+def ranged(values, digits=2):
+    """``median [min–max]``, to ``digits`` decimals (seconds: 2)."""
+    return f'{np.median(values):.{digits}f} [{min(values):.{digits}f}–{max(values):.{digits}f}]'
 
 
 def main():

@@ -160,11 +160,10 @@ def machine():
     on), CPU model / family / MHz and native bf16 units (from /proc/cpuinfo), whether it runs
     under a hypervisor, its CPU quota (cores' worth a period, None without one), OS and Python."""
     from crf_lr.model.precision import cpu_flags, native_bf16   # what --precision auto reads
-    from crf_lr.speed.threads import cpu_quota
+    from crf_lr.speed.threads import affinity_cores, cpu_quota
     from crf_lr.training.run_folder import cpu_model, cpuinfo_fields
     info, flags = cpuinfo_fields(), cpu_flags()
-    allowed = os.sched_getaffinity(0) if hasattr(os, 'sched_getaffinity') else None  # Linux only
-    return {'nproc': os.cpu_count(), 'cpus_allowed': len(allowed) if allowed else os.cpu_count(),
+    return {'nproc': os.cpu_count(), 'cpus_allowed': affinity_cores(),
             'cpu_model': cpu_model(),
             'cpu_family': info.get('cpu family'), 'cpu_mhz': info.get('cpu MHz'),
             'avx512': 'avx512f' in flags,

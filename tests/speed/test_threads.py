@@ -246,7 +246,7 @@ def test_the_run_record_names_the_quota(monkeypatch, many_cpus):
 def test_in_a_real_one_core_quota_tensorflow_runs_one_thread_a_pool():
     """A process started in a 1-core quota imports crf_lr, then TensorFlow, runs a step: its
     environment says 1 and TensorFlow's op-scheduling pool has one thread (tf_Compute)."""
-    if not hasattr(os, 'sched_getaffinity') or len(os.sched_getaffinity(0)) < 2:
+    if threads.affinity_cores() < 2:
         pytest.skip('a quota below the CPUs needs a process that may run on 2 CPUs or more')
     script = (
         'import collections, os, crf_lr\n'
