@@ -37,7 +37,7 @@ def main(argv=None):
     from crf_lr.data.files import resolve_data_dir
     from crf_lr.evaluation.diagnostics import (count_violations, diagnose, format_sanity,
                                                format_transitions)
-    from crf_lr.training.distribute import make_strategy, worker_folder
+    from crf_lr.training.distribute import make_strategy, strategy_line, worker_folder
     from crf_lr.model.heads import make_head
     from crf_lr.evaluation.metrics import segmentation_scores
     from crf_lr.training.run_folder import RunLog, refuse_other_arguments
@@ -54,7 +54,7 @@ def main(argv=None):
                            args.test_file, args.format, not args.strict, args.data_dir,
                            args.train_limit, args.eval_limit, args.holdout, args.sample_seed,
                            task='segmentation')
-    print(data.describe())
+    print(f'{data.describe()}\n{strategy_line(strategy)}')
     config = dict(vars(args), script='task_cws_crf')
     if not args.overwrite:                  # refused now, before an encoder loads for nothing
         refuse_other_arguments(worker_folder(args.output, strategy), config)

@@ -55,7 +55,7 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     from crf_lr.evaluation.calibration import bound_note, calibrate, reliability_series
-    from crf_lr.training.distribute import make_strategy, worker_folder
+    from crf_lr.training.distribute import make_strategy, strategy_line, worker_folder
     from crf_lr.model.heads import make_head
     from crf_lr.evaluation.metrics import (confusion_matrix, format_confusion_matrix,
                                            relaxed_scores, span_scores)
@@ -74,7 +74,7 @@ def main(argv=None):
         data = load_splits(args.dataset, args.train_file, args.dev_file, args.test_file,
                            args.format, not args.strict, args.data_dir, args.train_limit,
                            args.eval_limit, args.holdout, args.sample_seed, task='ner')
-    print(data.describe() + f'\ntypes: {list(data.types)}')
+    print(data.describe() + f'\ntypes: {list(data.types)}\n{strategy_line(strategy)}')
     config = dict(vars(args), script='task_ner')
     if not args.overwrite:                  # refused now, before an encoder loads for nothing
         refuse_other_arguments(worker_folder(args.output, strategy), config)

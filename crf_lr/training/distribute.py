@@ -4,7 +4,8 @@ scripts' ``--strategy`` flag, and where each worker writes (docs/distribute.md).
 Build and compile the model inside ``strategy.scope()``; :func:`crf_lr.training.loop.fit` then
 trains it on every replica, each global batch (``--batch-size``) split between them.
 
-    >>> strategy = make_strategy('mirrored')   # prints 'strategy: mirrored, 2 replicas (...)'
+    >>> strategy = make_strategy('mirrored')
+    >>> print(strategy_line(strategy))        # 'strategy: mirrored, 2 replicas (...)'
     >>> with strategy.scope():
     ...     model = keras.Model(encoder.inputs, head.build(piece_states(encoder)))
     ...     model.compile(LayerwiseAdam(1e-3), loss=head.loss)
@@ -16,7 +17,7 @@ STRATEGIES = ('default', 'mirrored', 'multiworker')
 
 
 def make_strategy(name='default'):
-    """The ``tf.distribute`` strategy called ``name``; prints one line with its replicas.
+    """The ``tf.distribute`` strategy called ``name`` (:func:`strategy_line` describes it).
 
     - ``default``: TensorFlow's default strategy (one device).
     - ``mirrored``: ``MirroredStrategy`` over this machine's GPUs, or, without GPUs, over its
@@ -28,7 +29,7 @@ def make_strategy(name='default'):
     Raises:
         ValueError for another name, or for ``multiworker`` without ``TF_CONFIG``.
 
-        >>> strategy = make_strategy('multiworker')   # 'strategy: multiworker, worker 0 (chief)...'
+        >>> strategy = make_strategy('multiworker')
     """
     if name not in STRATEGIES:
         raise ValueError(f'strategy {name!r}: expected one of {", ".join(STRATEGIES)}')
@@ -37,14 +38,28 @@ def make_strategy(name='default'):
                          'variable, which is not set (docs/distribute.md shows one)')
     from crf_lr.compat import tf
     if name == 'default':
-        print('strategy: default, 1 replica (the device TensorFlow places it on)')
         return tf.distribute.get_strategy()
     if name == 'mirrored':
         devices = (tf.config.list_logical_devices('GPU')
                    or tf.config.list_logical_devices('CPU'))
-        strategy = tf.distribute.MirroredStrategy([d.name for d in devices])
+        return tf.distribute.MirroredStrategy([d.name for d in devices])
+    return tf.distribute.MultiWorkerMirroredStrategy()
+
+
+def strategy_line(strategy):
+    """One line naming ``strategy`` (from :func:`make_strategy`), its replicas, its workers and
+    devices, as the task scripts print it once their data is read.
+
+        >>> strategy_line(make_strategy('mirrored'))
+        'strategy: mirrored, 2 replicas (/job:localhost/replica:0/task:0/device:CPU:0, ...)'
+    """
+    from crf_lr.compat import tf
+    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        name = 'multiworker'
+    elif isinstance(strategy, tf.distribute.MirroredStrategy):
+        name = 'mirrored'
     else:
-        strategy = tf.distribute.MultiWorkerMirroredStrategy()
+        return 'strategy: default, 1 replica (the device TensorFlow places it on)'
     replicas = strategy.num_replicas_in_sync
     line = f'strategy: {name}, {replicas} replica{"s" if replicas > 1 else ""}'
     resolver = strategy.cluster_resolver
@@ -52,8 +67,7 @@ def make_strategy(name='default'):
         workers = sum(len(tasks) for tasks in resolver.cluster_spec().as_dict().values())
         line += (f' on {workers} workers; this is {resolver.task_type} {resolver.task_id}'
                  f'{" (chief)" if is_chief(strategy) else ""}')
-    print(f'{line} ({", ".join(strategy.extended.worker_devices)})')
-    return strategy
+    return f'{line} ({", ".join(strategy.extended.worker_devices)})'
 
 
 def is_chief(strategy):

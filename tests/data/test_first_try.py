@@ -194,6 +194,18 @@ def test_a_maxlen_beyond_the_encoders_positions_stops_before_training(tmp_path):
     assert not log.exists() or log.read_text() == ''
 
 
+@pytest.mark.parametrize('script', ['task_ner', 'task_cws_crf'])
+def test_a_bad_file_is_the_first_line_the_script_says(tmp_path, capsys, script):
+    """A training file with a line of three columns: the error names its path and line, and no
+    line about the run (the strategy came first) is printed before it."""
+    from helpers.tiny_models import load_script
+    train = write(tmp_path, 'train.txt', 'Boston B-LOC\nis O\nbig O extra\n\n')
+    with pytest.raises(SystemExit, match=re.escape(f'{train}:3:')):
+        load_script(script).main(['--train-file', train, '--format', 'conll',
+                                  '--output', str(tmp_path / 'run')])
+    assert capsys.readouterr().out == ''
+
+
 # ---------------------------------------------------------------------------------------------
 # Quiet by default
 

@@ -35,10 +35,11 @@ def mirrored_losses():
     from crf_lr.compat import tf
     cpu = tf.config.list_physical_devices('CPU')[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-    from crf_lr.training.distribute import make_strategy
+    from crf_lr.training.distribute import make_strategy, strategy_line
     from crf_lr.training.loop import train_steps
     from helpers.step_cases import head_model, random_batches
     strategy = make_strategy('mirrored')
+    print(strategy_line(strategy))
     results = dict(replicas=strategy.num_replicas_in_sync)
     for name in SEQUENCE_HEADS:
         one, head = head_model(name)
@@ -107,6 +108,14 @@ def _write_tiny_encoder(folder):
 def _step_losses(output):
     with open(os.path.join(output, 'log.jsonl'), encoding='utf-8') as f:
         return [loss for line in f for loss in json.loads(line)['step_losses']]
+
+
+def test_the_default_strategy_line_and_an_unknown_name():
+    from crf_lr.training.distribute import make_strategy, strategy_line
+    assert (strategy_line(make_strategy('default'))
+            == 'strategy: default, 1 replica (the device TensorFlow places it on)')
+    with pytest.raises(ValueError, match="strategy 'tpu': expected one of default, mirrored"):
+        make_strategy('tpu')
 
 
 def test_two_workers_finish_agree_and_train_like_one_device(tmp_path):
