@@ -148,6 +148,17 @@ def _check_labelled(data):
                                   'none)')
 
 
+def _check_entities(train, name, types, train_limit):
+    """A ValueError where the training sentences hold no entity: a tagger has nothing to learn
+    (and a head of no types cannot be built)."""
+    if not types:
+        raise ValueError(f'{name}: no entity in the training file (every tag is O): nothing for '
+                         f'a tagger to learn; give a file with entity tags')
+    if not any(example.spans for example in train):
+        raise ValueError(f'{name}: no entity in the {len(train)} training sentences --train-limit '
+                         f'{train_limit} sampled: raise --train-limit')
+
+
 def _benchmark(dataset, data_dir, repair):
     spec = dataset_spec(dataset)
     train = load_dataset(spec.name, spec.train, data_dir, repair)
@@ -186,7 +197,8 @@ def load_splits(dataset=None, train_file=None, dev_file=None, test_file=None, fo
             which sentences train.
         sample_seed: seed of the sample and the hold-out.
         task: 'ner' or 'segmentation': the user's training file must be in one of that task's
-            formats (an error saying which script to use otherwise). None: any.
+            formats (an error saying which script to use otherwise), and for 'ner' its training
+            sentences must hold an entity. None: any.
     Returns:
         :class:`Splits`. Raises ValueError before any training when a split is empty or the
         hold-out leaves no training sentence.
@@ -220,6 +232,8 @@ def load_splits(dataset=None, train_file=None, dev_file=None, test_file=None, fo
     for role, part in (('train', train), ('dev', dev), ('test', test)):
         if part is not None and not part:
             raise ValueError(f'the {role} split ({names[role]}) holds no sentence')
+    if task == 'ner':
+        _check_entities(train, names['train'], types, train_limit)
     repairs = _repairs(train, dev, test)                  # of the sentences the run uses
     repaired_at = [place for part in (train, dev, test) for e in part or ()
                    for place in e.repaired_at]

@@ -206,6 +206,18 @@ def test_a_bad_file_is_the_first_line_the_script_says(tmp_path, capsys, script):
     assert capsys.readouterr().out == ''
 
 
+@pytest.mark.parametrize('head', ['crf', 'efficient_global_pointer'])
+def test_a_training_file_of_o_tags_only_stops_in_one_line(tmp_path, capsys, head):
+    """Nothing to learn: one line before a model is built (a 112-line traceback from the CRF's
+    loss, or a head of 0 types, before)."""
+    from helpers.tiny_models import load_script
+    train = write(tmp_path, 'train.txt', '今 O\n天 O\n\n好 O\n\n' * 5)
+    with pytest.raises(SystemExit, match='no entity in the training file'):
+        load_script('task_ner').main(['--train-file', train, '--head', head,
+                                      '--output', str(tmp_path / 'run')])
+    assert capsys.readouterr().out == '' and not (tmp_path / 'run').exists()
+
+
 # ---------------------------------------------------------------------------------------------
 # Quiet by default
 

@@ -3,6 +3,7 @@ and hold-out, and the errors raised before any training starts."""
 import os
 import re
 
+import numpy as np
 import pytest
 
 from crf_lr.data import files as datasets_files
@@ -83,6 +84,28 @@ def test_benchmark_roles_come_from_the_spec(tmp_path):
     assert data.types == benchmarks.dataset_spec('cluener').types
     with pytest.raises(ValueError, match='needs a dataset name or a train_file'):
         load_splits()
+
+
+def test_a_training_file_without_an_entity_is_an_error_for_ner(tmp_path):
+    """Every tag O (char-bio), every "label" empty (JSON), or a --train-limit sample of only O
+    sentences: one line before any model is built (a head of no types, a traceback, before)."""
+    plain = _char_bio(tmp_path / 'train.txt', [[('今天', None), ('好', None)]] * 5)
+    with pytest.raises(ValueError, match=rf'^{plain} \(.*\): no entity in the training file '
+                                         r'\(every tag is O\): nothing for a tagger to learn'):
+        load_splits(train_file=plain, task='ner')
+    assert load_splits(train_file=plain).types == ()          # a library call checks nothing
+    records = tmp_path / 'records.jsonl'
+    records.write_text('{"text": "张三", "label": {}}\n' * 5, encoding='utf-8')
+    with pytest.raises(ValueError, match='no entity in the training file'):
+        load_splits(train_file=str(records), task='ner')
+    mostly_plain = _char_bio(tmp_path / 'mostly.txt',
+                             [[('今天', None)]] * 40 + [[('张三', 'PER'), ('好', None)]])
+    seed = next(seed for seed in range(100) if 40 not in np.random.default_rng(seed).permutation(
+        41)[:3])                                          # a sample of 3 without the PER sentence
+    with pytest.raises(ValueError, match=r'no entity in the 3 training sentences --train-limit 3 '
+                                         r'sampled: raise --train-limit$'):
+        load_splits(train_file=mostly_plain, dev_file=mostly_plain, train_limit=3,
+                    sample_seed=seed, task='ner')
 
 
 def test_a_dev_file_in_another_kind_of_format_or_for_another_task_is_named(tmp_path):
