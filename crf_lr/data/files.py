@@ -110,10 +110,8 @@ class Dataset:
 # Files: decoding with line numbers, the data folder, the packaged fallback
 
 def read_text(path):
-    """Text of ``path``: UTF-8 (a BOM dropped), or UTF-16 / UTF-32 opening with its BOM; other
-    bytes a DataFormatError naming the line and what the file seems to be (GB18030, Latin-1).
-    UTF-16 surrogates written as UTF-8 (CESU-8) are read: a pair as the character it encodes, a
-    lone one as U+FFFD (a character broken in transit, which the character readers note).
+    """Text of the file ``path`` as :func:`decode_text` decodes it; a DataFormatError where it is
+    missing or a folder.
 
         >>> read_text('data/char-bio/dev.txt')[:7]
         '胡 B-PER'
@@ -123,13 +121,26 @@ def read_text(path):
     if not os.path.exists(path):
         raise DataFormatError(path, None, 'no such file')
     with open(path, 'rb') as f:
-        data = f.read()
+        return decode_text(f.read(), path, file=True)
+
+
+def decode_text(data, name, file=False):
+    """``data`` (bytes read from the stream ``name``, e.g. ``'stdin'``, or the file ``name``
+    where ``file``) as text: UTF-8
+    (a BOM dropped), or UTF-16 / UTF-32 opening with its BOM; other bytes a DataFormatError
+    naming the line and what the text seems to be (GB18030, Latin-1, or UTF-8 but for some
+    lines). UTF-16 surrogates written as UTF-8 (CESU-8) are read: a pair as the character it
+    encodes, a lone one as U+FFFD (a character broken in transit, which the character readers
+    note).
+
+        >>> decode_text(sys.stdin.buffer.read(), 'stdin')
+    """
     wide = next((encoding for mark, encoding in _WIDE_BOMS if data.startswith(mark)), None)
     if wide:
         try:
             return data.decode(wide)
         except UnicodeDecodeError:
-            raise DataFormatError(path, None, f'opens with a {wide.upper()} byte-order mark but is '
+            raise DataFormatError(name, None, f'opens with a {wide.upper()} byte-order mark but is '
                                               f'not {wide.upper()}: save it as UTF-8') from None
     try:
         return data.decode('utf-8-sig')
@@ -141,8 +152,8 @@ def read_text(path):
     except UnicodeDecodeError as error:
         line = data.count(b'\n', 0, error.start) + 1
         bad = data[error.start:error.start + 2]
-        raise DataFormatError(path, line, f'not UTF-8: {bad!r} cannot be decoded'
-                                          f'{_encoding_hint(path, data)}') from None
+        raise DataFormatError(name, line, f'not UTF-8: {bad!r} cannot be decoded'
+                                          f'{_encoding_hint(name, data, file)}') from None
 
 
 # byte-order marks of the wide encodings, UTF-32's first (UTF-16 LE's mark begins UTF-32 LE's)
@@ -150,19 +161,37 @@ _WIDE_BOMS = ((b'\xff\xfe\x00\x00', 'utf-32'), (b'\x00\x00\xfe\xff', 'utf-32'),
               (b'\xff\xfe', 'utf-16'), (b'\xfe\xff', 'utf-16'))
 
 
-def _encoding_hint(path, data):
-    """What a file that is not UTF-8 seems to be, for the error: binary, GB18030 (GBK) Chinese
-    (its non-ASCII bytes in pairs, each from 0xA1, as GB2312's characters are), or Latin-1."""
-    name = os.path.basename(path)
+def _encoding_hint(name, data, file):
+    """What text that is not UTF-8 seems to be, for the error: binary; UTF-8 but for a few
+    lines (files joined, a line pasted from elsewhere), which are listed; GB18030 (GBK) Chinese
+    (its non-ASCII bytes in pairs, each from 0xA1, as GB2312's characters are); or Latin-1."""
     if b'\x00' in data:
         return ' (it holds NUL bytes: a binary file, or UTF-16 without its byte-order mark)'
+    wide = [number for number, line in enumerate(data.split(b'\n'), 1)
+            if re.search(rb'[\x80-\xff]', line)]                 # lines of non-ASCII bytes
+    broken = [number for number in wide if not _utf8(data.split(b'\n')[number - 1])]
+    if 2 * len(broken) < len(wide):
+        lines = place_list([str(number) for number in broken], 5)
+        return (f'; only line {lines} of the {len(wide)} lines with non-ASCII text is not UTF-8: '
+                f'fix or remove it' if len(broken) == 1 else
+                f'; only lines {lines} ({len(broken)}) of the {len(wide)} lines with non-ASCII '
+                f'text are not UTF-8: fix or remove them')
     runs = re.findall(rb'[\x80-\xff]+', data)
     paired = sum(len(run) for run in runs if len(run) % 2 == 0 and min(run) >= 0xa1)
-    if 5 * paired >= 4 * sum(len(run) for run in runs):
-        return (f'; it reads as GB18030 (GBK) Chinese text: convert it, e.g. iconv -f GB18030 '
-                f'-t UTF-8 {name} > utf8.txt')
-    return (f'; if it is Latin-1 (Windows-1252) text, convert it, e.g. iconv -f CP1252 -t UTF-8 '
-            f'{name} > utf8.txt')
+    chinese = 5 * paired >= 4 * sum(len(run) for run in runs)
+    encoding = 'GB18030' if chinese else 'CP1252'
+    command = (f'e.g. iconv -f {encoding} -t UTF-8 {os.path.basename(name)} > utf8.txt' if file
+               else f'pipe it through iconv -f {encoding} -t UTF-8')
+    return (f'; it reads as GB18030 (GBK) Chinese text: convert it, {command}' if chinese else
+            f'; if it is Latin-1 (Windows-1252) text, convert it, {command}')
+
+
+def _utf8(line):
+    try:
+        line.decode('utf-8', 'surrogatepass')
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _lines(path):

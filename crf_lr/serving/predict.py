@@ -245,12 +245,13 @@ def main(argv=None):
         check_model_folder(args.model_dir)              # before TensorFlow loads: answers at once
     except (FileNotFoundError, ValueError) as error:
         _model_error(parser, error)
-    from crf_lr.data.files import DataFormatError, read_text
-    try:
-        lines = (read_text(args.file) if args.file else sys.stdin.read()).splitlines()
+    from crf_lr.data.files import DataFormatError, decode_text, read_text
+    try:                      # stdin as bytes: decoded as a file is (BOM, encodings, the line)
+        lines = (read_text(args.file) if args.file else
+                 decode_text(sys.stdin.buffer.read(), 'stdin')).splitlines()
     except DataFormatError as error:                         # it names the file (and line)
         parser.exit(2, f'{parser.prog}: error: {error}\n')
-    except (OSError, ValueError) as error:                   # ValueError: stdin not decodable
+    except OSError as error:
         parser.exit(2, f'{parser.prog}: error: cannot read {args.file or "stdin"}: {error}\n')
     labelled = args.file and _labelled_corpus(args.file, lines)
     if labelled:

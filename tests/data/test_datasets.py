@@ -180,6 +180,11 @@ def test_bad_encoding_names_file_and_line(tmp_path):
     with raises_at(gbk, 1, 'reads as GB18030 \\(GBK\\) Chinese text: convert it, e.g. iconv -f '
                            'GB18030 -t UTF-8 gbk.txt > utf8.txt'):
         read_bio(gbk)
+    joined = write(tmp_path, 'joined.txt', '张\tB-PER\n三\tI-PER\n\n'.encode('utf-8') * 3
+                   + '李\tB-PER\n'.encode('gb18030') + '四\tI-PER\n'.encode('utf-8'))
+    with raises_at(joined, 10, "not UTF-8: b'.xc0.xee' cannot be decoded; only line 10 of the 8 "
+                               'lines with non-ASCII text is not UTF-8: fix or remove it$'):
+        read_bio(joined)              # mostly UTF-8: no advice to convert the whole file
     utf16 = write(tmp_path, 'utf16.txt', '张\tB-PER\n三\tI-PER\n'.encode('utf-16'))  # BOM first
     assert read_bio(utf16)[0].spans == [(0, 2, 'PER')]
     with pytest.raises(DataFormatError, match=f'^{tmp_path}: a folder, not a file'):

@@ -613,6 +613,28 @@ def test_a_labelled_corpus_given_as_text_is_named(saved, tmp_path, capsys, conte
             '--test-file') in capsys.readouterr().err
 
 
+def test_stdin_is_decoded_as_a_file_is(saved, tmp_path, capsys, monkeypatch):
+    """Text piped in: a BOM dropped (the offsets are the file's), GB18030 bytes an error naming
+    the line and the conversion (it was tagged as garbage, exit status 0)."""
+    import io
+    import sys
+    from crf_lr.serving.predict import main
+    text = '张三去北京\n李四在上海\n'
+    path = tmp_path / 'text.txt'
+    path.write_text(text, encoding='utf-8')
+    from_file = main([saved['ner_crf'], str(path), '--format', 'json'])
+    capsys.readouterr()
+    monkeypatch.setattr(sys, 'stdin', io.TextIOWrapper(io.BytesIO(text.encode('utf-8-sig'))))
+    assert main([saved['ner_crf'], '--format', 'json']) == from_file
+    monkeypatch.setattr(sys, 'stdin', io.TextIOWrapper(io.BytesIO(text.encode('gb18030'))))
+    with pytest.raises(SystemExit) as exit_info:
+        main([saved['ner_crf']])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.endswith(
+        "stdin:1: not UTF-8: b'\\xd5\\xc5' cannot be decoded; it reads as GB18030 (GBK) Chinese "
+        "text: convert it, pipe it through iconv -f GB18030 -t UTF-8\n")
+
+
 def test_text_whose_first_line_opens_like_json_is_tagged(saved, tmp_path, capsys):
     """A first line opening with '{"' that is no whole JSON record is text (it was refused as
     a JSON corpus)."""
