@@ -40,7 +40,7 @@ def main(argv=None):
     from crf_lr.training.distribute import make_strategy, strategy_line, worker_folder
     from crf_lr.model.heads import make_head
     from crf_lr.evaluation.metrics import segmentation_scores
-    from crf_lr.training.run_folder import RunLog, refuse_other_arguments
+    from crf_lr.training.run_folder import RunLog, file_contents, refuse_other_arguments
     from crf_lr.training.loop import epoch_batches, fit
     from crf_lr.data.splits import load_splits
     from crf_lr.serving.tagger import Tagger
@@ -55,7 +55,7 @@ def main(argv=None):
                            args.train_limit, args.eval_limit, args.holdout, args.sample_seed,
                            task='segmentation')
     print(f'{data.describe()}\n{strategy_line(strategy)}')
-    config = dict(vars(args), script='task_cws_crf')
+    config = dict(vars(args), script='task_cws_crf', **file_contents(data.files))
     if not args.overwrite:                  # refused now, before an encoder loads for nothing
         refuse_other_arguments(worker_folder(args.output, strategy), config)
     data_dir = None if args.train_file else resolve_data_dir(args.data_dir)

@@ -60,7 +60,7 @@ def main(argv=None):
     from crf_lr.evaluation.metrics import (confusion_matrix, format_confusion_matrix,
                                            relaxed_scores, span_scores)
     from crf_lr.evaluation.plots import plot_reliability
-    from crf_lr.training.run_folder import RunLog, refuse_other_arguments
+    from crf_lr.training.run_folder import RunLog, file_contents, refuse_other_arguments
     from crf_lr.training.loop import epoch_batches, fit
     from crf_lr.decoding.spans import outermost
     from crf_lr.data.splits import load_splits
@@ -75,7 +75,7 @@ def main(argv=None):
                            args.format, not args.strict, args.data_dir, args.train_limit,
                            args.eval_limit, args.holdout, args.sample_seed, task='ner')
     print(data.describe() + f'\ntypes: {list(data.types)}\n{strategy_line(strategy)}')
-    config = dict(vars(args), script='task_ner')
+    config = dict(vars(args), script='task_ner', **file_contents(data.files))
     if not args.overwrite:                  # refused now, before an encoder loads for nothing
         refuse_other_arguments(worker_folder(args.output, strategy), config)
 

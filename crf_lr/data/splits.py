@@ -32,6 +32,7 @@ class Splits:
         names: dict role -> description of where its examples come from.
         repairs: Counter-like dict note -> count of tags repaired while reading.
         repaired_at: list of ``'path:line'`` str, every tag repaired (``Example.repaired_at``).
+        files: dict role -> path of the file its examples were read from.
     """
     train: list
     dev: list
@@ -42,6 +43,7 @@ class Splits:
     names: dict
     repairs: dict = dataclasses.field(default_factory=dict)
     repaired_at: list = dataclasses.field(default_factory=list)
+    files: dict = dataclasses.field(default_factory=dict)
 
     def describe(self):
         """One line per role: how many sentences and from where; each kind of note counted with its
@@ -214,6 +216,8 @@ def load_splits(dataset=None, train_file=None, dev_file=None, test_file=None, fo
     else:
         raise ValueError('load_splits needs a dataset name or a train_file')
     types, nested = tuple(train.types), nested or _nested(train)
+    files = {role: data.path for role, data in (('train', train), ('dev', dev), ('test', test))
+             if data is not None}
     examples = list(train)
     order = np.random.default_rng(sample_seed).permutation(len(examples))
     if dev is None:
@@ -237,4 +241,4 @@ def load_splits(dataset=None, train_file=None, dev_file=None, test_file=None, fo
     repairs = _repairs(train, dev, test)                  # of the sentences the run uses
     repaired_at = [place for part in (train, dev, test) for e in part or ()
                    for place in e.repaired_at]
-    return Splits(train, dev, test, types, units, nested, names, repairs, repaired_at)
+    return Splits(train, dev, test, types, units, nested, names, repairs, repaired_at, files)

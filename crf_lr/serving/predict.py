@@ -257,7 +257,8 @@ def main(argv=None):
     if labelled:
         parser.exit(2, f'{parser.prog}: error: {args.file} is a labelled corpus (format '
                        f'{labelled}), not raw text: predict reads one sentence a line; to score '
-                       'a labelled file, pass it to the task script as --test-file\n')
+                       'a labelled file, run the task script\'s command again with --test-file '
+                       f'{args.file} (a finished run scores it, training nothing)\n')
     quiet_tensorflow(args.verbose, native=argv is None)  # keep TensorFlow's log off the console
     from crf_lr.model.precision import set_precision
     from crf_lr.serving.tagger import Tagger

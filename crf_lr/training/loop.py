@@ -181,10 +181,10 @@ def fit(model, run, batches_for_epoch, evaluate, epochs, metric, save_best, extr
 
 def _scored_test(path):
     """True where the ``results.json`` at ``path`` holds test scores (a run killed before its
-    final test has none)."""
+    final test has none, one without a test file null)."""
     try:
         with open(path, encoding='utf-8') as f:
-            return 'test' in json.load(f)
+            return json.load(f).get('test') is not None
     except (OSError, ValueError):
         return False
 

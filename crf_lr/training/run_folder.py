@@ -1,6 +1,7 @@
 """The run folder: arguments, the per-epoch log, results and checkpoints (`RunLog`), all written
 atomically; the machine a run ran on.
 """
+import hashlib
 import json
 import os
 import platform
@@ -78,7 +79,27 @@ def cpu_model(cpuinfo='/proc/cpuinfo'):
 
 # Flags that may change between a run and its resumption.
 RESUMABLE_CHANGES = ('epochs', 'output', 'overwrite', 'data_dir', 'verbose', 'stop_gain',
-                     'stop_epochs')
+                     'stop_epochs', 'test_file', 'test_file_content')   # the test selects nothing
+_CONTENT = '_file_content'        # the keys of file_contents: a run.json before them has none
+
+
+def file_contents(files):
+    """``{'<role>_file_content': '<size> bytes, sha256 <first 16 hex digits>'}`` of each file of
+    ``files`` (role -> path, as ``crf_lr.data.splits.Splits.files``): added to a run's arguments,
+    so that a run folder whose training or dev file has changed since is not resumed.
+
+        >>> file_contents({'train': 'data/char-bio/train.txt'})
+        {'train_file_content': '... bytes, sha256 ...'}
+    """
+    contents = {}
+    for role, path in files.items():
+        digest = hashlib.sha256()
+        with open(path, 'rb') as f:
+            for block in iter(lambda: f.read(1 << 20), b''):
+                digest.update(block)
+        contents[f'{role}{_CONTENT}'] = (f'{os.path.getsize(path):,} bytes, sha256 '
+                                         f'{digest.hexdigest()[:16]}')
+    return contents
 
 
 def _shown(value):
@@ -108,7 +129,8 @@ def refuse_other_arguments(output, config):
     with open(run_path, encoding='utf-8') as f:
         previous = json.load(f)['config']
     changed = sorted(k for k in set(previous) | set(config)
-                     if k not in RESUMABLE_CHANGES and previous.get(k) != config.get(k))
+                     if k not in RESUMABLE_CHANGES and previous.get(k) != config.get(k)
+                     and (k in previous or not k.endswith(_CONTENT)))
     if changed:
         raise SystemExit(
             f'{output} holds a trained run (its epochs or model) made with other arguments ('

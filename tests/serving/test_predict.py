@@ -609,8 +609,9 @@ def test_a_labelled_corpus_given_as_text_is_named(saved, tmp_path, capsys, conte
         main([saved['ner'], str(corpus)])
     assert exit_info.value.code == 2
     assert (f'{corpus} is a labelled corpus (format {format}), not raw text: predict reads one '
-            'sentence a line; to score a labelled file, pass it to the task script as '
-            '--test-file') in capsys.readouterr().err
+            "sentence a line; to score a labelled file, run the task script's command again "
+            f'with --test-file {corpus} (a finished run scores it, training nothing)'
+            ) in capsys.readouterr().err
 
 
 def test_stdin_is_decoded_as_a_file_is(saved, tmp_path, capsys, monkeypatch):

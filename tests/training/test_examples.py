@@ -10,6 +10,7 @@ line numbers.
 """
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -367,6 +368,37 @@ def test_a_folder_of_another_trained_run_is_refused_before_the_encoder_loads(
                                  else _user_common(tiny, output) + _user_files(tiny))
     assert json.loads((output / 'run.json').read_text(encoding='utf-8')) == dict(
         config=dict(lr=0.5))
+
+
+def test_a_changed_training_file_is_refused_and_a_new_test_file_scored_without_training(
+        tiny, tmp_path, capsys):
+    """A rerun resumed on the recorded arguments alone, so a training file edited since was
+    'trained' on the old one and its new counts recorded: the files' sizes and sha256 are
+    arguments of the run. Another --test-file is not (it selects nothing): a finished run scores
+    it, training nothing, as predict's message for a labelled file says."""
+    import shutil
+    ner, output = load_script('task_ner'), tmp_path / 'run'
+    files = tmp_path / 'files'
+    shutil.copytree(tiny['files'], files)
+    command = _user_common(tiny, output, epochs=1) + [
+        '--train-file', str(files / 'train.txt'), '--dev-file', str(files / 'dev.txt')]
+    ner.main(command)
+    recorded = json.loads((output / 'run.json').read_text(encoding='utf-8'))['config']
+    assert re.fullmatch(r'[\d,]+ bytes, sha256 [0-9a-f]{16}', recorded['train_file_content'])
+    with open(files / 'train.txt', 'a', encoding='utf-8') as f:
+        f.write('\n张 B-PER\n三 I-PER\n')
+    with pytest.raises(SystemExit, match=r"other arguments \(train_file_content: '[\d,]+ bytes, "
+                                         r"sha256 \w+' there, '[\d,]+ bytes, sha256 \w+' now\)"):
+        ner.main(command)
+    shutil.copy(os.path.join(tiny['files'], 'train.txt'), files / 'train.txt')
+    capsys.readouterr()
+    results = ner.main(command + ['--test-file', str(files / 'test.txt')])
+    said = capsys.readouterr().out
+    assert 'had finished its 1 epochs: nothing to train' in said
+    assert 'scored once with the selected model (a rerun: no epoch trained)' in said
+    assert results['test']['f1'] >= 0 and len(_records(output)) == 1
+    assert json.loads((output / 'run.json').read_text(encoding='utf-8'))['config'][
+        'test_file'] == str(files / 'test.txt')
 
 
 LONG_NAME = '北京上海张三我们喜欢天气的'                       # 13 characters
