@@ -13,9 +13,9 @@ in one of :data:`FORMATS` into a :class:`Dataset`. Conventions shared by all rea
   the file holds no gold (raw text, unlabeled test records).
 - Empty sentences (blank lines, a run of several blank lines, JSON records with empty text) are
   skipped: they never become examples (a record with empty text is noted: a record is a
-  sentence, where a blank line is a separator), and ``Example.source`` keeps the real ``path:line`` of what
-  was read. A line of only whitespace and/or byte-order marks (U+FEFF, left by concatenating files)
-  is blank in every format, and a BOM opening any line is dropped.
+  sentence, where a blank line is a separator), and ``Example.source`` keeps the real
+  ``path:line`` of what was read. A line of only whitespace and/or byte-order marks (U+FEFF,
+  left by concatenating files) is blank in every format, and a BOM opening any line is dropped.
 - Malformed input raises :class:`DataFormatError` (a ``ValueError``) whose message starts with
   ``path:line:`` (``path:`` for a fault of the whole file) and echoes at most ~80 characters of the
   file; so do undecodable bytes (naming GB18030 text, which ``iconv`` converts). Files are
