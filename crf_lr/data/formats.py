@@ -109,6 +109,20 @@ def _json_object(line):
         return False
 
 
+def _check_untagged(path):
+    """A DataFormatError where ``path``, given as 'segmented' (which reads any line as words),
+    is detected as a tagged or JSON corpus: its tags would be read as words."""
+    try:
+        found, why = detect_format(path, reason=True)
+    except DataFormatError:                  # unclear to the detection: read as the user says
+        return
+    if found != 'segmented':
+        what = 'records' if found == 'jsonl' else 'tags'
+        raise DataFormatError(path, None, f'given as segmented (words between spaces), but it '
+                                          f'reads as {found} ({why}): its {what} would be read '
+                                          f'as words; drop --format (format= in Python)')
+
+
 def detect_format(path, reason=False):
     """The format of a user's corpus file, one of :data:`FORMATS`, or an error saying why it is
     unclear.
@@ -318,6 +332,8 @@ def read_corpus(path, format=None, types=None, repair=True):
         format, why = detect_format(path, reason=True)
     if format not in _FORMAT_READERS:
         raise ValueError(f'unknown format {format!r}: expected one of {", ".join(FORMATS)}')
+    if format == 'segmented' and not why:
+        _check_untagged(path)
     units, reader = _FORMAT_READERS[format]
     examples = reader(path, None if types is None else tuple(types), repair)
     if not examples:

@@ -105,15 +105,16 @@ def _user_files(train_file, dev_file, test_file, format, repair, task):
 
 
 def _family(format):
-    """Formats that read one another's files alike: the character-tag ones, the segmentation
-    ones, conll, jsonl."""
-    return ('char-tags' if format in ('char-bio', 'char-bmes', 'char-bioes') else
+    """Formats whose files hold the same kind of examples: character NER (the character-tag
+    ones and JSON records, both spans over characters), the segmentation ones, conll."""
+    return ('characters' if format in ('char-bio', 'char-bmes', 'char-bioes', 'jsonl') else
             'segmentation' if format in SEGMENTATION_FORMATS else format)
 
 
 def _format_like(path, train):
     """The format to read a dev or test file in: its own, where it is of the training file's
-    kind (a char-bioes dev file beside a char-bio training file; segmented beside char-seg). An
+    kind (a char-bioes or JSON dev file beside a char-bio training file; segmented beside
+    char-seg). An
     error where the file's own format is of another kind (a char-bio dev file beside a segmented
     training file) or unclear (raw text beside a segmented training file)."""
     found = detect_format(path)

@@ -132,6 +132,12 @@ def test_a_dev_file_in_another_kind_of_format_or_for_another_task_is_named(tmp_p
                                                        'no line ends with a tag and none holds '
                                                        r'several words \(raw text\?\)'):
         load_splits(train_file=str(segmented), test_file=str(raw), task='segmentation')
+    spans = tmp_path / 'dev.jsonl'                  # JSON beside char-bio: both character NER
+    spans.write_text('{"text": "李四去北京", "spans": [[0, 2, "PER"], [3, 5, "LOC"]]}\n',
+                     encoding='utf-8')
+    assert load_splits(train_file=train, dev_file=str(spans)).dev[0].spans == [
+        (0, 2, 'PER'), (3, 5, 'LOC')]
+    assert len(load_splits(train_file=str(spans), dev_file=train).dev) == 30
     records = tmp_path / 'records.jsonl'
     records.write_text('{"text": "张三", "label": {"name": {"张三": [[0, 1]]}}}\n'
                        '{"text": "李四"}\n', encoding='utf-8')

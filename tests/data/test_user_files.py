@@ -352,6 +352,19 @@ def test_a_character_format_given_to_a_file_of_words_says_what_reads_words(tmp_p
         'tag unspaced text)') == hint
 
 
+@pytest.mark.parametrize('format, what', [('char-bio', 'tags'), ('conll', 'tags'),
+                                           ('jsonl', 'records'), ('char-seg', 'tags')])
+def test_segmented_given_to_a_tagged_or_json_file_is_refused(format, what):
+    """'segmented' reads any line as words: a char-bio file given so trained on 'O' and 'B-LOC'
+    as words. A file detected as another format is refused; segmented text is read."""
+    path = sample(format, 'dev')
+    with pytest.raises(DataFormatError, match=(
+            rf'^{re.escape(path)}: given as segmented \(words between spaces\), but it reads as '
+            rf'{format} \(.*\): its {what} would be read as words; drop --format')):
+        read_corpus(path, format='segmented')
+    assert len(read_corpus(sample('segmented', 'dev'), format='segmented')) > 0
+
+
 def test_conll_documents_tabs_and_no_break_spaces(tmp_path):
     data = read_corpus(write(tmp_path, 'docs.txt', 'EU B-ORG\n-DOCSTART- O\nPeter B-PER\n'))
     assert [e.tokens for e in data] == [['EU'], ['Peter']]               # two sentences
