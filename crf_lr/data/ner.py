@@ -531,6 +531,23 @@ def _noting_empty(example, empty, path):
 read_cluener = read_cmeee = read_json_records      # the benchmarks' names for it
 
 
+def json_texts(path):
+    """The ``"text"`` of every record of a JSON corpus none of whose records holds entities (an
+    unlabelled test file, such as CLUENER's ``test.json``), in order, empty ones too; None where
+    a record holds them (``"label"``, ``"spans"`` or ``"entities"``). A record without a text
+    is a DataFormatError naming its line.
+
+        >>> json_texts('cluener2020/test.json')[1]
+        '尼日利亚海军发言人当天在阿布贾向尼日利亚通讯社证实了这一消息。'
+    """
+    texts = []
+    for number, record in _json_records(path):
+        if any(key in record for key in _LABEL_KEYS):
+            return None
+        texts.append(_record_text(record, path, number))
+    return texts
+
+
 _JSON_SPACE = re.compile(r'[ \t\n\r]*')
 
 

@@ -254,6 +254,14 @@ def main(argv=None):
     except OSError as error:
         parser.exit(2, f'{parser.prog}: error: cannot read {args.file or "stdin"}: {error}\n')
     labelled = args.file and _labelled_corpus(args.file, lines)
+    if labelled == 'jsonl':                    # records without entities: their texts, in order
+        from crf_lr.data.ner import json_texts
+        try:
+            texts = json_texts(args.file)
+        except DataFormatError as error:
+            parser.exit(2, f'{parser.prog}: error: {error}\n')
+        if texts is not None:
+            lines, labelled = texts, None
     if labelled:
         parser.exit(2, f'{parser.prog}: error: {args.file} is a labelled corpus (format '
                        f'{labelled}), not raw text: predict reads one sentence a line; to score '

@@ -636,6 +636,23 @@ def test_stdin_is_decoded_as_a_file_is(saved, tmp_path, capsys, monkeypatch):
         "text: convert it, pipe it through iconv -f GB18030 -t UTF-8\n")
 
 
+def test_json_records_without_entities_are_read_as_texts(saved, tmp_path, capsys):
+    """CLUENER's test.json (records of "id" and "text"): one answer per record, in order, an
+    empty text too; predict refused it as a labelled corpus, and the task script as a test file
+    without entities."""
+    from crf_lr.serving.predict import main
+    path = tmp_path / 'test.json'
+    path.write_text('{"id": 0, "text": "张三去北京"}\n{"id": 1, "text": ""}\n'
+                    '{"id": 2, "text": "李四\\n在上海"}\n', encoding='utf-8')
+    main([saved['ner'], str(path), '--format', 'json'])
+    records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r['text'] for r in records] == ['张三去北京', '', '李四\n在上海']
+    path.write_text('{"id": 0, "text": "张三"}\n{"id": 1}\n', encoding='utf-8')
+    with pytest.raises(SystemExit):
+        main([saved['ner'], str(path)])
+    assert f'{path}:2: ' in capsys.readouterr().err
+
+
 def test_text_whose_first_line_opens_like_json_is_tagged(saved, tmp_path, capsys):
     """A first line opening with '{"' that is no whole JSON record is text (it was refused as
     a JSON corpus)."""
