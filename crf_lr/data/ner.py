@@ -345,6 +345,8 @@ def _span_fault(span, text):
         return f'is outside a text of {len(text)} characters ({bounds})'
     if not isinstance(span.kind, str) or not span.kind:
         return 'needs a type: a non-empty string'
+    if span.kind != span.kind.strip():
+        return f'has the type {echo(span.kind, show=_json)}: a type with spaces around it'
     if span.mention is not None and text[span.start:end] != span.mention:
         return f'covers {echo(text[span.start:end])}, not its mention (misaligned offsets?)'
     return ''
@@ -404,7 +406,11 @@ def _record_spans(record, path, number):
         return [_entity_span(entity, path, number) for entity in _listed(record['entities'])]
     labels = record.get('label') or {}
     if not isinstance(labels, dict) or not all(isinstance(m, dict) for m in labels.values()):
-        raise DataFormatError(path, number, 'expected "label": {type: {mention: [[start, end]]}}')
+        listed = isinstance(labels, list) and all(isinstance(s, list) and len(s) == 3
+                                                  for s in labels)
+        raise DataFormatError(path, number, 'expected "label": {type: {mention: [[start, end]]}}'
+                              + ('; a list of [start, end, type] (doccano) goes under "spans" '
+                                 '(its end exclusive)' if listed else ''))
     return [_label_span(pair, kind, mention, pairs, path, number)
             for kind, by_mention in labels.items() for mention, pairs in by_mention.items()
             for pair in _listed(pairs)]

@@ -305,10 +305,19 @@ def test_outside_the_text_says_which_ends_the_format_counts(tmp_path):
     ([[0, 2, '']], r'span \[0, 2, ""\] needs a type: a non-empty string'),
     ([[0, 2, 7]], r'span \[0, 2, 7\] needs a type'),
     ([[0, 2]], r'expected "spans": \[\[start, end, type\], ...\] \(end exclusive\), got \[0, 2\]'),
+    ([[0, 2, ' LOC']], r'span \[0, 2, " LOC"\] has the type " LOC": a type with spaces around it$'),
 ])
 def test_exclusive_spans_empty_or_without_type_name_line(tmp_path, spans, fault):
     path = write(tmp_path, 'F.jsonl', json.dumps({'text': '北京大学', 'spans': spans}) + '\n')
     with raises_at(path, 1, fault):
+        read_cluener(path)
+
+
+def test_a_doccano_label_list_is_pointed_to_spans(tmp_path):
+    path = write(tmp_path, 'F.jsonl', json.dumps({'text': '北京大学', 'label': [[0, 2, 'LOC']]}))
+    with raises_at(path, 1, r'expected "label": \{type: \{mention: \[\[start, end\]\]\}\}; a list '
+                            r'of \[start, end, type\] \(doccano\) goes under "spans" \(its end '
+                            r'exclusive\)$'):
         read_cluener(path)
 
 
