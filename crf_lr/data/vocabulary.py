@@ -106,8 +106,8 @@ def unspaced_warning(encoder, lines):
         return None
     return (f"warning: most of the input is CJK text without spaces, which a word model reads as "
             f"one word per run (e.g. {long[0][:12]!r}, {len(long)} of {len(words)} words): its "
-            f"tags there mean little; a character model reads such text (task scripts choose "
-            f"--encoder {CHINESE} for Chinese files)")
+            f"tags there mean little; space the words as its training file did, or predict with "
+            f"a model trained on a character file (one character and its tag a line)")
 
 
 def _packaged_vocab(name):

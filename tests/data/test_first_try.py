@@ -162,7 +162,10 @@ def test_a_word_model_warns_of_cjk_text_without_spaces(tmp_path):
     warning = unspaced_warning(words, unspaced)
     assert warning.startswith("warning: most of the input is CJK text without spaces, which a "
                               "word model reads as one word per run (e.g. '中共中央总书记江泽民在北', "  # noqa: E501 (CJK: ruff counts 2 columns each)
-                              "2 of 2 words)") and '\n' not in warning
+                              "2 of 2 words): its tags there mean little; space the words as "
+                              "its training file did, or predict with a model trained on a "
+                              "character file (one character and its tag a line)"
+                              ) and '\n' not in warning
     assert unspaced_warning(words, ['中共中央 总书记 江泽民 在 北京 会见 了 安南']) is None
     assert unspaced_warning(words, ['Peter runs in London.', '北京']) is None
     assert unspaced_warning(chars, unspaced) is None
