@@ -277,6 +277,7 @@ def create_app(tagger, model_dir, max_batch=64, batch_wait_ms=2.0, limits=None, 
     """
     from starlette.applications import Starlette
     from starlette.exceptions import HTTPException
+    from starlette.requests import ClientDisconnect
     from starlette.responses import FileResponse, JSONResponse, Response
     from starlette.routing import Mount, Route
     from starlette.staticfiles import StaticFiles
@@ -344,6 +345,8 @@ def create_app(tagger, model_dir, max_batch=64, batch_wait_ms=2.0, limits=None, 
                                      {'Retry-After': '1'})
             except BadRequest as bad:
                 return error(bad.status, str(bad), bad.headers)
+            except ClientDisconnect:                 # gone before its body came whole
+                return error(499, 'the client closed the connection')
             deadline = began + min(timeout_s, options.get('timeout_s', timeout_s))
             items, outputs = await loop.run_in_executor(cpu, windows_of_texts, texts,
                                                         options.get('marginals', False))
@@ -447,12 +450,27 @@ def bind(host, port):
     try:
         sock.bind((host, port))
     except OSError as error:
-        sock.close()
-        hint = ('another process listens there: stop it or choose another --port'
-                if error.errno == errno.EADDRINUSE else 'check --host and --port')
-        raise SystemExit(f'python -m crf_lr.serve: error: cannot listen on {host}:{port}: '
-                         f'{error.strerror or error} ({hint})') from None
+        raise _cannot_listen(sock, host, port, error, 'another process listens there') from None
     return sock
+
+
+def listen(sock, host, port):
+    """``sock`` (from :func:`bind`) listening; SystemExit with one line where another process
+    began to listen on the port after the bind (a second server started while the first loaded
+    its model: both could bind, only one can listen)."""
+    try:
+        sock.listen(2048)
+    except OSError as error:
+        raise _cannot_listen(sock, host, port, error, 'another process began to listen there '
+                                                      'while the model loaded') from None
+
+
+def _cannot_listen(sock, host, port, error, taken):
+    sock.close()
+    hint = (f'{taken}: stop it or choose another --port' if error.errno == errno.EADDRINUSE
+            else 'check --host and --port')
+    return SystemExit(f'python -m crf_lr.serve: error: cannot listen on {host}:{port}: '
+                      f'{error.strerror or error} ({hint})')
 
 
 MALFORMED = json.dumps({'error': 'malformed HTTP request (a request line or header that cannot '
@@ -629,7 +647,7 @@ def main(argv=None):
                      max_queue=args.max_queue, timeout_s=args.timeout_s,
                      body_timeout_s=args.body_timeout_s, card_details=args.card_details,
                      load_seconds=time.perf_counter() - began)
-    sock.listen(2048)                                  # connections queue from here on
+    listen(sock, args.host, args.port)                 # connections queue from here on
     port = sock.getsockname()[1]                       # the one chosen, for --port 0
     print(f'serving {args.model_dir} on http://{args.host}:{port}/ (Ctrl-C stops)\n{precision}'
           + ('\nweights: bf16 constants of the prediction step (faster one text at a time, more '

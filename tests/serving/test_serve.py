@@ -328,6 +328,25 @@ def test_a_busy_port_is_one_line_before_the_model_loads(trained_ner_dir):
     assert time.time() - started < 30                             # TensorFlow never loaded
 
 
+def test_a_port_taken_while_the_model_loaded_is_one_line():
+    """Two servers started together: both bind (SO_REUSEADDR, neither listens yet), the first
+    to load its model listens, the second's listen failed with a traceback."""
+    from crf_lr.serving.serve import bind, listen
+    first = bind('127.0.0.1', 0)
+    port = first.getsockname()[1]
+    second = bind('127.0.0.1', port)
+    try:
+        listen(first, '127.0.0.1', port)
+        with pytest.raises(SystemExit, match=(
+                rf'^python -m crf_lr.serve: error: cannot listen on 127.0.0.1:{port}: Address '
+                r'already in use \(another process began to listen there while the model '
+                r'loaded: stop it or choose another --port\)$')):
+            listen(second, '127.0.0.1', port)
+        assert second.fileno() == -1                               # closed
+    finally:
+        first.close()
+
+
 @pytest.mark.parametrize('port', ['99999', '-1'])
 def test_a_port_out_of_range_is_one_line(port, capsys):
     from crf_lr.serving.serve import main
@@ -697,6 +716,30 @@ def test_a_client_that_leaves_has_its_work_dropped_and_short_requests_go_on(serv
     # bound leaves room for a loaded machine (the suite's other worker trains beside it)
     assert latencies and latencies[0] < 5.0, latencies
     assert _metric(served, 'crf_lr_queue_texts') == 0
+
+
+def test_a_client_gone_mid_body_is_a_499_without_a_traceback(served):
+    """Half of a declared body, then a reset: a 499 in the metrics (it was a 500, each with a
+    40-line traceback in the log, which the fixture checks at its end)."""
+    import httpx
+    import struct
+    port = int(served.rsplit(':', 1)[1])
+
+    def count(status):
+        series = f'crf_lr_requests_total{{route="/v1/predict",status="{status}"}} '
+        return sum(float(line.split()[-1]) for line in
+                   httpx.get(f'{served}/metrics').text.splitlines() if line.startswith(series))
+    before = count('499'), count('500')
+    for _ in range(3):
+        with socket.create_connection(('127.0.0.1', port), timeout=10) as client:
+            client.sendall(b'POST /v1/predict HTTP/1.1\r\nHost: x\r\nContent-Type: '
+                           b'application/json\r\nContent-Length: 1000\r\n\r\n{"texts": ["')
+            time.sleep(0.2)
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack('ii', 1, 0))
+    deadline = time.time() + 10
+    while count('499') < before[0] + 3 and time.time() < deadline:
+        time.sleep(0.1)
+    assert (count('499'), count('500')) == (before[0] + 3, before[1])
 
 
 def test_a_connection_stopped_mid_headers_is_closed(served):
