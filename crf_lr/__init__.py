@@ -2,7 +2,8 @@
 
 Importing the package sets ``TF_KERAS=1`` and ``TF_USE_LEGACY_KERAS=1`` before TensorFlow loads
 (bert4keras needs both: either alone breaks it); unless set, oneDNN's
-``ONEDNN_PRIMITIVE_CACHE_CAPACITY`` to 8,192 and, in a container whose CPU quota leaves fewer cores
+``ONEDNN_PRIMITIVE_CACHE_CAPACITY`` to 8,192 (``crf_lr.speed.primitive_cache``; the server keeps
+oneDNN's 1,024) and, in a container whose CPU quota leaves fewer cores
 than the CPUs it may run on, TensorFlow's thread pools to the quota's cores
 (``crf_lr.speed.threads``); makes ``keras.models.load_model`` find every crf_lr
 layer, loss, metric, optimizer and schedule (``crf_lr.model.autoregister``); and exposes the public
@@ -18,10 +19,10 @@ import sys
 import warnings
 
 from crf_lr.model import autoregister as _autoregister
+from crf_lr.speed import primitive_cache as _primitive_cache
 from crf_lr.speed import threads as _threads
 
 __version__ = '0.1.0'
-ONEDNN_PRIMITIVE_CACHE_CAPACITY = 8192
 
 
 def _set_up_environment():
@@ -37,11 +38,7 @@ def _set_up_environment():
             'TF_KERAS=1 and TF_USE_LEGACY_KERAS=1 in the environment before starting Python.')
     os.environ['TF_KERAS'] = '1'
     os.environ['TF_USE_LEGACY_KERAS'] = '1'
-    # oneDNN's cache of the kernels it compiles per product shape (primitives), read at the first
-    # one: its default 1,024 holds a bf16 training step's for about 45 batch lengths, and a run of
-    # more lengths compiled them again every epoch (docs/performance.md, "The first epoch against
-    # a steady one"); a value already set is kept.
-    os.environ.setdefault('ONEDNN_PRIMITIVE_CACHE_CAPACITY', str(ONEDNN_PRIMITIVE_CACHE_CAPACITY))
+    _primitive_cache.size_for_training()      # 8,192 kernels per process, unless set
     try:                              # a CPU quota's cores, not the host's (read when TF starts)
         _threads.size_thread_pools()
     except Exception as error:        # noqa: BLE001  (an unforeseen /proc must not stop the import)

@@ -31,6 +31,7 @@ import time
 
 from crf_lr.utils.cli import ArgumentParser, add_precision_option
 from crf_lr.serving.model_folder import check_model_folder
+from crf_lr.speed.primitive_cache import size_for_serving
 from crf_lr.serving.api import (BadRequest, answer_record, check_content_type, openapi,
                                 parse_request, read_body)
 
@@ -630,6 +631,7 @@ def main(argv=None):
         parser.error(f"{error} (the server needs pip install 'crf_lr[serve]')"
                      if isinstance(error, ImportError) else str(error))
     sock = bind(args.host, args.port)                  # before the model loads: answers at once
+    size_for_serving()                 # oneDNN's 1,024 kernels: a server's shapes have no end
     from crf_lr.utils.cli import quiet_tensorflow
     quiet_tensorflow(args.verbose, native=argv is None)   # not when a test calls main
     from crf_lr.model.precision import set_precision

@@ -18,7 +18,10 @@ def test_environment_variables_are_set_before_tensorflow():
 
 # 1,100 bf16 products of as many shapes, twice: oneDNN's primitives created in each pass
 _PRIMITIVE_PASSES = """
-import crf_lr, tensorflow as tf
+import sys, crf_lr, tensorflow as tf
+if sys.argv[1:] == ['serving']:
+    from crf_lr.speed.primitive_cache import size_for_serving
+    size_for_serving()
 b = tf.ones([64, 8], tf.bfloat16)
 f = tf.function(lambda x: tf.matmul(x, b), input_signature=[tf.TensorSpec([None, 64], tf.bfloat16)])
 for name in ('FIRST', 'SECOND'):
@@ -28,14 +31,15 @@ for name in ('FIRST', 'SECOND'):
 """
 
 
-def _primitives_created(capacity):
+def _primitives_created(capacity, *argv):
     """oneDNN's cache misses (primitives created) in each pass of :data:`_PRIMITIVE_PASSES`,
-    with ``ONEDNN_PRIMITIVE_CACHE_CAPACITY=capacity`` set beforehand (None: not set)."""
+    with ``ONEDNN_PRIMITIVE_CACHE_CAPACITY=capacity`` set beforehand (None: not set), ``argv``
+    its arguments (``'serving'``: sized as ``crf_lr.serve`` sizes it)."""
     env = {k: v for k, v in os.environ.items() if k != 'ONEDNN_PRIMITIVE_CACHE_CAPACITY'}
     env.update(ONEDNN_VERBOSE='profile_create', TF_CPP_MIN_LOG_LEVEL='3')
     if capacity is not None:
         env['ONEDNN_PRIMITIVE_CACHE_CAPACITY'] = str(capacity)
-    out = subprocess.run([sys.executable, '-c', _PRIMITIVE_PASSES], capture_output=True,
+    out = subprocess.run([sys.executable, '-c', _PRIMITIVE_PASSES, *argv], capture_output=True,
                          text=True, env=env, timeout=300, check=True).stdout
     first, _, second = out.split('FIRST\n')[1].partition('SECOND\n')
     return first.count('create:cache_miss'), second.count('create:cache_miss')
@@ -51,6 +55,16 @@ def test_onednn_keeps_the_primitives_of_more_shapes_than_its_default_unless_set(
     assert (first, second) == (1100, 0)
     first, second = _primitives_created(1024)
     assert first == 1100 and second > 0
+
+
+def test_a_server_keeps_onednns_own_cache_unless_the_user_set_one():
+    """crf_lr.serve's shapes have no end, and each cached primitive holds memory (8,192 grew a
+    server to 3.5 GB): it keeps oneDNN's 1,024, and a user's value."""
+    first, second = _primitives_created(None, 'serving')
+    if first == 0:
+        pytest.skip("this CPU's TensorFlow runs bf16 products without oneDNN's primitives")
+    assert first == 1100 and second > 0
+    assert _primitives_created(8192, 'serving') == (1100, 0)
 
 
 def test_import_after_keras3_gives_clear_error():
