@@ -105,6 +105,14 @@ class MicroBatcher:
     def full(self):
         return self.max_queue is not None and self.waiting >= self.max_queue
 
+    def refuses(self, count):
+        """Why a request of ``count`` texts is refused now (others wait, and with it more than
+        ``max_queue`` texts would), else None."""
+        if self.max_queue is not None and self.waiting and self.waiting + count > self.max_queue:
+            texts = '1 text waits' if self.waiting == 1 else f'{self.waiting} texts wait'
+            return f'{texts} already (--max-queue {self.max_queue})'
+        return None
+
     async def __call__(self, items, count=None, deadline=None):
         """The results of ``items``, in order; :class:`QueueFull`; TimeoutError once
         ``deadline`` passes before the last item runs. ``count``: the texts the request holds
@@ -112,8 +120,9 @@ class MicroBatcher:
         count = len(items) if count is None else count
         if not items:
             return []
-        if self.max_queue is not None and self.waiting and self.waiting + count > self.max_queue:
-            raise QueueFull(f'{self.waiting} texts wait already (--max-queue {self.max_queue})')
+        refused = self.refuses(count)
+        if refused:
+            raise QueueFull(refused)
         pending = _Pending(items, count, deadline, asyncio.get_running_loop().create_future())
         self.pending.append(pending)
         self.waiting += count
@@ -341,9 +350,9 @@ def create_app(tagger, model_dir, max_batch=64, batch_wait_ms=2.0, limits=None, 
                 except ValueError as bad:
                     raise BadRequest(400, str(bad).replace('--min-confidence', '"min_confidence"')
                                      .replace('--marginals', '"marginals"')) from None
-                if batcher.full:
-                    raise BadRequest(503, f'{batcher.waiting} texts wait already: retry later',
-                                     {'Retry-After': '1'})
+                refused = batcher.refuses(len(texts))          # before its texts are cut
+                if refused:
+                    raise BadRequest(503, f'{refused}: retry later', {'Retry-After': '1'})
             except BadRequest as bad:
                 return error(bad.status, str(bad), bad.headers)
             except ClientDisconnect:                 # gone before its body came whole
@@ -407,7 +416,12 @@ def create_app(tagger, model_dir, max_batch=64, batch_wait_ms=2.0, limits=None, 
         return JSONResponse(schema)
 
     async def http_error(request, exc):
-        return error(exc.status_code, exc.detail, exc.headers)
+        detail = exc.detail
+        if exc.status_code == 405:
+            detail += f': {request.url.path} takes {exc.headers["Allow"]}'
+        elif exc.status_code == 404 and request.url.path.rstrip('/') in paths:
+            detail += f': did you mean {request.url.path.rstrip("/")}?'
+        return error(exc.status_code, detail, exc.headers)
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
@@ -423,6 +437,7 @@ def create_app(tagger, model_dir, max_batch=64, batch_wait_ms=2.0, limits=None, 
               Mount('/static', StaticFiles(directory=STATIC), name='static')]
     app = Starlette(routes=routes, lifespan=lifespan,
                     exception_handlers={HTTPException: http_error})
+    app.router.redirect_slashes = False       # a JSON 404 naming the path, not an empty 307
     paths = {route.path for route in routes}
 
     async def counted(scope, receive, send):

@@ -220,11 +220,16 @@ def test_json_with_any_spelling_of_utf8_is_read(ner, content_type):
 
 
 def test_wrong_method_and_path_are_json_errors(ner):
+    """Each says what to do: the method the path takes, the path meant by a trailing slash
+    (it was an empty-bodied 307)."""
     client = ner[1]
-    assert _one_line_error(client.get('/v1/predict'), 405) and \
-        client.get('/v1/predict').headers['allow'] == 'POST'
+    assert _one_line_error(client.get('/v1/predict'), 405) == (
+        'Method Not Allowed: /v1/predict takes POST')
+    assert client.get('/v1/predict').headers['allow'] == 'POST'
     assert set(client.post('/v1/model').headers['allow'].split(', ')) == {'GET', 'HEAD'}
-    _one_line_error(client.get('/v2/nothing'), 404)
+    assert _one_line_error(client.get('/v2/nothing'), 404) == 'Not Found'
+    assert _one_line_error(client.post('/v1/predict/', json={'texts': ['张三']}), 404) == (
+        'Not Found: did you mean /v1/predict?')
 
 
 def test_openapi_describes_the_request_and_its_options(ner):
@@ -595,6 +600,28 @@ def stalled(ner, monkeypatch):
     with TestClient(create_app(tagger, model_dir, max_queue=2, batch_wait_ms=0)) as client:
         yield client, release
         release.set()
+
+
+def test_a_request_beyond_the_queue_is_refused_before_its_texts_are_cut(stalled, ner,
+                                                                        monkeypatch):
+    """One text waits, the queue holds 2: a request of 2 texts is a 503 at once, without its
+    windows cut first in the thread that decodes other requests' answers."""
+    client, release = stalled
+    tagger, cut = ner[0], []
+    original = tagger.windows
+    monkeypatch.setattr(tagger, 'windows', lambda sequences: cut.append(len(sequences)) or
+                        original(sequences))
+    held = threading.Thread(target=client.post, args=('/v1/predict',),
+                            kwargs=dict(json={'texts': ['停']}))
+    held.start()
+    deadline = time.time() + 30
+    while client.get('/readyz').json().get('queue_texts') != 1 and time.time() < deadline:
+        time.sleep(0.01)
+    answer = client.post('/v1/predict', json={'texts': ['张三', '李四']})
+    assert _one_line_error(answer, 503) == ('1 text waits already (--max-queue 2): retry later')
+    release.set()
+    held.join()
+    assert cut == [1]                                 # the held request's text only
 
 
 def test_a_full_queue_is_a_503_with_retry_after_and_not_ready(stalled):
