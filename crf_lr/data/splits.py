@@ -114,9 +114,8 @@ def _family(format):
 def _format_like(path, train):
     """The format to read a dev or test file in: its own, where it is of the training file's
     kind (a char-bioes or JSON dev file beside a char-bio training file; segmented beside
-    char-seg). An
-    error where the file's own format is of another kind (a char-bio dev file beside a segmented
-    training file) or unclear (raw text beside a segmented training file)."""
+    char-seg). An error where the file's own format is of another kind (a char-bio dev file
+    beside a segmented training file) or unclear (raw text beside a segmented training file)."""
     found = detect_format(path)
     if _family(found) != _family(train.format):
         raise DataFormatError(path, None, f'format {found} detected, but the training file '

@@ -417,8 +417,9 @@ def create_app(tagger, model_dir, max_batch=64, batch_wait_ms=2.0, limits=None, 
 
     async def http_error(request, exc):
         detail = exc.detail
-        if exc.status_code == 405:
-            detail += f': {request.url.path} takes {exc.headers["Allow"]}'
+        allowed = (exc.headers or {}).get('Allow')
+        if exc.status_code == 405 and allowed:
+            detail += f': {request.url.path} takes {allowed}'
         elif exc.status_code == 404 and request.url.path.rstrip('/') in paths:
             detail += f': did you mean {request.url.path.rstrip("/")}?'
         return error(exc.status_code, detail, exc.headers)
