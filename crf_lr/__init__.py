@@ -23,6 +23,7 @@ from crf_lr.speed import primitive_cache as _primitive_cache
 from crf_lr.speed import threads as _threads
 
 __version__ = '0.1.0'
+ONEDNN_PRIMITIVE_CACHE_CAPACITY = _primitive_cache.TRAINING_CAPACITY    # what importing sets
 
 
 def _set_up_environment():

@@ -167,15 +167,15 @@ def _encoding_hint(name, data, file):
     (its non-ASCII bytes in pairs, each from 0xA1, as GB2312's characters are); or Latin-1."""
     if b'\x00' in data:
         return ' (it holds NUL bytes: a binary file, or UTF-16 without its byte-order mark)'
-    wide = [number for number, line in enumerate(data.split(b'\n'), 1)
+    wide = [(number, line) for number, line in enumerate(data.split(b'\n'), 1)
             if re.search(rb'[\x80-\xff]', line)]                 # lines of non-ASCII bytes
-    broken = [number for number in wide if not _utf8(data.split(b'\n')[number - 1])]
+    broken = [number for number, line in wide if not _utf8(line)]
     if 2 * len(broken) < len(wide):
         lines = place_list([str(number) for number in broken], 5)
-        return (f'; only line {lines} of the {len(wide)} lines with non-ASCII text is not UTF-8: '
-                f'fix or remove it' if len(broken) == 1 else
-                f'; only lines {lines} ({len(broken)}) of the {len(wide)} lines with non-ASCII '
-                f'text are not UTF-8: fix or remove them')
+        return (f'; only line {lines} (1 of the {len(wide)} lines with non-ASCII text) is not '
+                f'UTF-8: fix or remove it' if len(broken) == 1 else
+                f'; only lines {lines} ({len(broken)} of the {len(wide)} lines with non-ASCII '
+                f'text) are not UTF-8: fix or remove them')
     runs = re.findall(rb'[\x80-\xff]+', data)
     paired = sum(len(run) for run in runs if len(run) % 2 == 0 and min(run) >= 0xa1)
     chinese = 5 * paired >= 4 * sum(len(run) for run in runs)

@@ -289,8 +289,9 @@ def _raise_untagged_line(path, lines, tagged, ask):
     example = next(f for n, _, f in lines if n == first)[-1]
     if line.startswith('#'):             # CoNLL-U's and MultiCoNER's '# id ... domain=en' lines
         raise DataFormatError(path, number, f'{echo(line)} is a comment line (CoNLL-U, '
-                                            'MultiCoNER): remove the lines that open with #, e.g. '
-                                            f"grep -v '^#' {os.path.basename(path)} > clean.txt")
+                                            "MultiCoNER): remove the lines that open with '# ', "
+                                            f"e.g. grep -v '^# ' {os.path.basename(path)} > "
+                                            'clean.txt')
     if len(fields) in columns and len(fields) > 1:
         raise DataFormatError(path, number, f'{echo(fields[-1])} is not a tag (line {first} ends '
                                             f'with {echo(example)}): tags are O, or B-, I-, M-, '

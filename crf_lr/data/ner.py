@@ -548,9 +548,10 @@ def json_texts(path):
     """
     texts = []
     for number, record in _json_records(path):
+        text = _record_text(record, path, number)             # a record that is no object too
         if any(key in record for key in _LABEL_KEYS):
             return None
-        texts.append(_record_text(record, path, number))
+        texts.append(text)
     return texts
 
 

@@ -150,15 +150,20 @@ def _check_labelled(data):
                                   'none)')
 
 
-def _check_entities(train, name, types, train_limit):
+def _check_entities(train, name, types, train_limit, held_out):
     """A ValueError where the training sentences hold no entity: a tagger has nothing to learn
-    (and a head of no types cannot be built)."""
+    (and a head of no types cannot be built). ``held_out``: the development split was taken out
+    of the training file."""
     if not types:
         raise ValueError(f'{name}: no entity in the training file (every tag is O): nothing for '
                          f'a tagger to learn; give a file with entity tags')
     if not any(example.spans for example in train):
-        raise ValueError(f'{name}: no entity in the {len(train)} training sentences --train-limit '
-                         f'{train_limit} sampled: raise --train-limit')
+        takers = ([f'the --train-limit {train_limit} sample'] if train_limit else []) + (
+            ['the development hold-out'] if held_out else [])
+        raise ValueError(f'{name}: no entity is left in the {len(train)} training sentences '
+                         f'({" and ".join(takers)} took every sentence with one): '
+                         + ('raise --train-limit, ' if train_limit else '')
+                         + 'give a --dev-file or another --sample-seed')
 
 
 def _benchmark(dataset, data_dir, repair):
@@ -220,7 +225,8 @@ def load_splits(dataset=None, train_file=None, dev_file=None, test_file=None, fo
              if data is not None}
     examples = list(train)
     order = np.random.default_rng(sample_seed).permutation(len(examples))
-    if dev is None:
+    held_out = dev is None
+    if held_out:
         size = holdout or min(MAX_HOLDOUT, max(1, len(examples) // 10))
         if size >= len(examples):
             raise ValueError(f'{names["train"]}: cannot hold out {size} of {len(examples)} '
@@ -237,7 +243,7 @@ def load_splits(dataset=None, train_file=None, dev_file=None, test_file=None, fo
         if part is not None and not part:
             raise ValueError(f'the {role} split ({names[role]}) holds no sentence')
     if task == 'ner':
-        _check_entities(train, names['train'], types, train_limit)
+        _check_entities(train, names['train'], types, train_limit, held_out)
     repairs = _repairs(train, dev, test)                  # of the sentences the run uses
     repaired_at = [place for part in (train, dev, test) for e in part or ()
                    for place in e.repaired_at]

@@ -246,9 +246,11 @@ def main(argv=None):
     except (FileNotFoundError, ValueError) as error:
         _model_error(parser, error)
     from crf_lr.data.files import DataFormatError, decode_text, read_text
+    if not args.file and sys.stdin is None:
+        parser.error('no file given, and no stdin to read: name a text file')
     try:                      # stdin as bytes: decoded as a file is (BOM, encodings, the line)
-        lines = (read_text(args.file) if args.file else
-                 decode_text(sys.stdin.buffer.read(), 'stdin')).splitlines()
+        lines = (read_text(args.file) if args.file else decode_text(
+            sys.stdin.buffer.read(), 'stdin')).replace('\r\r\n', '\n').splitlines()
     except DataFormatError as error:                         # it names the file (and line)
         parser.exit(2, f'{parser.prog}: error: {error}\n')
     except OSError as error:
@@ -265,8 +267,9 @@ def main(argv=None):
     if labelled:
         parser.exit(2, f'{parser.prog}: error: {args.file} is a labelled corpus (format '
                        f'{labelled}), not raw text: predict reads one sentence a line; to score '
-                       'a labelled file, run the task script\'s command again with --test-file '
-                       f'{args.file} (a finished run scores it, training nothing)\n')
+                       'a labelled file, give the task script\'s command that trained the model '
+                       f'--test-file {args.file} (with --train-file: a finished run scores it, '
+                       'training nothing)\n')
     quiet_tensorflow(args.verbose, native=argv is None)  # keep TensorFlow's log off the console
     from crf_lr.model.precision import set_precision
     from crf_lr.serving.tagger import Tagger

@@ -420,7 +420,7 @@ def create_app(tagger, model_dir, max_batch=64, batch_wait_ms=2.0, limits=None, 
         allowed = (exc.headers or {}).get('Allow')
         if exc.status_code == 405 and allowed:
             detail += f': {request.url.path} takes {allowed}'
-        elif exc.status_code == 404 and request.url.path.rstrip('/') in paths:
+        elif exc.status_code == 404 and request.url.path.rstrip('/') in pages - {request.url.path}:
             detail += f': did you mean {request.url.path.rstrip("/")}?'
         return error(exc.status_code, detail, exc.headers)
 
@@ -440,6 +440,7 @@ def create_app(tagger, model_dir, max_batch=64, batch_wait_ms=2.0, limits=None, 
                     exception_handlers={HTTPException: http_error})
     app.router.redirect_slashes = False       # a JSON 404 naming the path, not an empty 307
     paths = {route.path for route in routes}
+    pages = {route.path for route in routes if isinstance(route, Route)}
 
     async def counted(scope, receive, send):
         """The app, each HTTP request counted by route and status and timed."""

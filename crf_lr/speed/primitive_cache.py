@@ -16,23 +16,23 @@ the user set is kept in both.
 import os
 
 VARIABLE = 'ONEDNN_PRIMITIVE_CACHE_CAPACITY'
+SET_BY_CRF_LR = 'CRF_LR_SET_PRIMITIVE_CACHE'    # the value crf_lr set, inherited by children
 TRAINING_CAPACITY = 8192
-SERVING_CAPACITY = 1024                     # oneDNN's own default
-_set_here = False                           # whether the value in the environment is crf_lr's
+SERVING_CAPACITY = 1024                         # oneDNN's own default
 
 
 def size_for_training():
     """Set :data:`VARIABLE` to :data:`TRAINING_CAPACITY` where it is unset (importing crf_lr
-    calls it before TensorFlow loads)."""
-    global _set_here
+    calls it before TensorFlow loads), and :data:`SET_BY_CRF_LR` to say so: a process started
+    from this one (a server from a notebook) inherits both and knows the value is crf_lr's."""
     if VARIABLE not in os.environ:
-        os.environ[VARIABLE] = str(TRAINING_CAPACITY)
-        _set_here = True
+        os.environ[VARIABLE] = os.environ[SET_BY_CRF_LR] = str(TRAINING_CAPACITY)
 
 
 def size_for_serving():
-    """:data:`VARIABLE` back to :data:`SERVING_CAPACITY` where crf_lr set it (a value the user
-    set is kept); the value the process will use. Call it before the first product."""
-    if _set_here:
-        os.environ[VARIABLE] = str(SERVING_CAPACITY)
+    """:data:`VARIABLE` back to :data:`SERVING_CAPACITY` where it holds what crf_lr set, here or
+    in a parent process (a value the user set is kept); the value the process will use. Call it
+    before the first product."""
+    if os.environ.get(VARIABLE) == os.environ.get(SET_BY_CRF_LR, ''):
+        os.environ[VARIABLE] = os.environ[SET_BY_CRF_LR] = str(SERVING_CAPACITY)
     return os.environ.get(VARIABLE, str(SERVING_CAPACITY))

@@ -129,7 +129,8 @@ def fit(model, run, batches_for_epoch, evaluate, epochs, metric, save_best, extr
     if resumed:
         checkpoint.read(run.checkpoint_prefix).expect_partial()
         run.truncate(int(done.numpy()))
-        resumed, tested = run.finished_epochs, _scored_test(run.results_path)
+        resumed = run.finished_epochs
+        tested = run.tested_alike and _scored_test(run.results_path)     # this test file's
         done_before = (f'had finished its {resumed} epochs' if resumed >= epochs else
                        f'had stopped after epoch {resumed} ({stop_reason})' if stops() else None)
         print(f'{run.output} {done_before}: nothing to train (--overwrite trains afresh)'

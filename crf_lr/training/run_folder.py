@@ -182,6 +182,7 @@ class RunLog:
         os.makedirs(output, exist_ok=True)
         self.records = self._read_log()
         refuse_other_arguments(output, self.config)
+        self.tested_alike = self._tested_alike()
         checkpointed, _ = _trained(output)
         if self.records and not checkpointed:
             self.records = []     # a log without its checkpoint cannot be resumed: start afresh
@@ -191,6 +192,18 @@ class RunLog:
             json.dump(dict(config=self.config, command=self.command, machine=machine()), f,
                       ensure_ascii=False, indent=1)
         self._rewrite_log()
+
+    def _tested_alike(self):
+        """True where the run folder's arguments (before this run rewrites them) name the test
+        file this run names, with the same content where recorded: its test scores, if any,
+        are of this test."""
+        try:
+            with open(self.run_path, encoding='utf-8') as f:
+                previous = json.load(f)['config']
+        except (OSError, ValueError, KeyError):
+            return False
+        keys = ['test_file'] + [key for key in ['test' + _CONTENT] if key in previous]
+        return all(previous.get(key) == self.config.get(key) for key in keys)
 
     def model_line(self):
         """The line that ends a run: where its model is and how to predict with it."""

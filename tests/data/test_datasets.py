@@ -182,8 +182,9 @@ def test_bad_encoding_names_file_and_line(tmp_path):
         read_bio(gbk)
     joined = write(tmp_path, 'joined.txt', '张\tB-PER\n三\tI-PER\n\n'.encode('utf-8') * 3
                    + '李\tB-PER\n'.encode('gb18030') + '四\tI-PER\n'.encode('utf-8'))
-    with raises_at(joined, 10, "not UTF-8: b'.xc0.xee' cannot be decoded; only line 10 of the 8 "
-                               'lines with non-ASCII text is not UTF-8: fix or remove it$'):
+    with raises_at(joined, 10, r"not UTF-8: b'.xc0.xee' cannot be decoded; only line 10 \(1 "
+                               r'of the 8 lines with non-ASCII text\) is not UTF-8: fix or remove '
+                               r'it$'):
         read_bio(joined)              # mostly UTF-8: no advice to convert the whole file
     utf16 = write(tmp_path, 'utf16.txt', '张\tB-PER\n三\tI-PER\n'.encode('utf-16'))  # BOM first
     assert read_bio(utf16)[0].spans == [(0, 2, 'PER')]

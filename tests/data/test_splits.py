@@ -102,10 +102,17 @@ def test_a_training_file_without_an_entity_is_an_error_for_ner(tmp_path):
                              [[('今天', None)]] * 40 + [[('张三', 'PER'), ('好', None)]])
     seed = next(seed for seed in range(100) if 40 not in np.random.default_rng(seed).permutation(
         41)[:3])                                          # a sample of 3 without the PER sentence
-    with pytest.raises(ValueError, match=r'no entity in the 3 training sentences --train-limit 3 '
-                                         r'sampled: raise --train-limit$'):
+    with pytest.raises(ValueError, match=r'no entity is left in the 3 training sentences \(the '
+                                         r'--train-limit 3 sample took every sentence with one\): '
+                                         r'raise --train-limit, give a --dev-file or another '
+                                         r'--sample-seed$'):
         load_splits(train_file=mostly_plain, dev_file=mostly_plain, train_limit=3,
                     sample_seed=seed, task='ner')
+    seed = next(seed for seed in range(100) if np.random.default_rng(seed).permutation(41)[-1]
+                == 40)                           # the hold-out (the last 4) takes the PER one
+    with pytest.raises(ValueError, match=r'\(the development hold-out took every sentence with '
+                                         r'one\): give a --dev-file or another --sample-seed$'):
+        load_splits(train_file=mostly_plain, sample_seed=seed, task='ner')
 
 
 def test_a_dev_file_in_another_kind_of_format_or_for_another_task_is_named(tmp_path):

@@ -159,7 +159,7 @@ ASK = r'.*pass --format \(format= in Python\) one of conll, char-bio'
     ('我们\n北京\n', None, 'no line ends with a tag and none holds several words' + ASK),
     ('# id 1 domain=en\nEU _ _ B-ORG\nrejects _ _ O\n', 1,         # MultiCoNER, CoNLL-U
      r"'# id 1 domain=en' is a comment line \(CoNLL-U, MultiCoNER\): remove the lines that open "
-     r"with #, e.g. grep -v '\^#' file.txt > clean.txt$"),
+     r"with '# ', e.g. grep -v '\^# ' file.txt > clean.txt$"),
     ('张 B-PER\n三 I-PER\n\n李 B-PER\n四 M-PER\n五 E-PER\n', 5,      # no scheme fits: no --format helps  # noqa: E501 (CJK: ruff counts 2 columns each)
      r'the tags mix I- \(first at line 2\) and M- \(first at line 5\): BIO and BIOES continue an '
      r'entity with I-, BMES with M-$'),

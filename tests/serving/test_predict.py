@@ -609,8 +609,9 @@ def test_a_labelled_corpus_given_as_text_is_named(saved, tmp_path, capsys, conte
         main([saved['ner'], str(corpus)])
     assert exit_info.value.code == 2
     assert (f'{corpus} is a labelled corpus (format {format}), not raw text: predict reads one '
-            "sentence a line; to score a labelled file, run the task script's command again "
-            f'with --test-file {corpus} (a finished run scores it, training nothing)'
+            "sentence a line; to score a labelled file, give the task script's command that "
+            f'trained the model --test-file {corpus} (with --train-file: a finished run scores '
+            'it, training nothing)'
             ) in capsys.readouterr().err
 
 
@@ -626,6 +627,9 @@ def test_stdin_is_decoded_as_a_file_is(saved, tmp_path, capsys, monkeypatch):
     from_file = main([saved['ner_crf'], str(path), '--format', 'json'])
     capsys.readouterr()
     monkeypatch.setattr(sys, 'stdin', io.TextIOWrapper(io.BytesIO(text.encode('utf-8-sig'))))
+    assert main([saved['ner_crf'], '--format', 'json']) == from_file
+    twice = text.replace('\n', '\r\r\n').encode()           # a CRLF file made CRLF again
+    monkeypatch.setattr(sys, 'stdin', io.TextIOWrapper(io.BytesIO(twice)))
     assert main([saved['ner_crf'], '--format', 'json']) == from_file
     monkeypatch.setattr(sys, 'stdin', io.TextIOWrapper(io.BytesIO(text.encode('gb18030'))))
     with pytest.raises(SystemExit) as exit_info:
@@ -647,10 +651,11 @@ def test_json_records_without_entities_are_read_as_texts(saved, tmp_path, capsys
     main([saved['ner'], str(path), '--format', 'json'])
     records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [r['text'] for r in records] == ['张三去北京', '', '李四\n在上海']
-    path.write_text('{"id": 0, "text": "张三"}\n{"id": 1}\n', encoding='utf-8')
-    with pytest.raises(SystemExit):
-        main([saved['ner'], str(path)])
-    assert f'{path}:2: ' in capsys.readouterr().err
+    for second in ('{"id": 1}', '5', '"my label"'):              # no text, no object
+        path.write_text('{"id": 0, "text": "张三"}\n' + second + '\n', encoding='utf-8')
+        with pytest.raises(SystemExit):
+            main([saved['ner'], str(path)])
+        assert f'{path}:2: ' in capsys.readouterr().err
 
 
 def test_text_whose_first_line_opens_like_json_is_tagged(saved, tmp_path, capsys):

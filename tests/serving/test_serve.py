@@ -230,6 +230,7 @@ def test_wrong_method_and_path_are_json_errors(ner):
     assert _one_line_error(client.get('/v2/nothing'), 404) == 'Not Found'
     assert _one_line_error(client.post('/v1/predict/', json={'texts': ['张三']}), 404) == (
         'Not Found: did you mean /v1/predict?')
+    assert _one_line_error(client.get('/static'), 404) == 'Not Found'     # a mount: no page
 
 
 def test_openapi_describes_the_request_and_its_options(ner):
@@ -331,6 +332,23 @@ def test_a_busy_port_is_one_line_before_the_model_loads(trained_ner_dir):
                    'already in use (another process listens there: stop it or choose another '
                    '--port)\n')
     assert time.time() - started < 30                             # TensorFlow never loaded
+
+
+def test_the_server_sizes_onednns_cache_before_its_model_loads(trained_ner_dir, monkeypatch):
+    """crf_lr.serve calls size_for_serving before the model's first product (what it does is
+    tests/patches/test_compat.py's)."""
+    from crf_lr.serving import serve
+    from crf_lr.serving.tagger import Tagger
+    order = []
+    monkeypatch.setattr(serve, 'size_for_serving', lambda: order.append('sized'))
+
+    def load(*args, **kwargs):
+        order.append('loaded')
+        raise OSError('stopped here')
+    monkeypatch.setattr(Tagger, 'load', load)
+    with pytest.raises(SystemExit):
+        serve.main([trained_ner_dir, '--port', '0'])
+    assert order == ['sized', 'loaded']
 
 
 def test_a_port_taken_while_the_model_loaded_is_one_line():

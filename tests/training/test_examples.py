@@ -399,6 +399,10 @@ def test_a_changed_training_file_is_refused_and_a_new_test_file_scored_without_t
     assert results['test']['f1'] >= 0 and len(_records(output)) == 1
     assert json.loads((output / 'run.json').read_text(encoding='utf-8'))['config'][
         'test_file'] == str(files / 'test.txt')
+    ner.main(command + ['--test-file', str(files / 'test.txt')])          # the same test
+    assert 'scored again with the selected model' in capsys.readouterr().out
+    ner.main(command + ['--test-file', str(files / 'dev.txt')])           # another one
+    assert 'scored once with the selected model' in capsys.readouterr().out
 
 
 LONG_NAME = '北京上海张三我们喜欢天气的'                       # 13 characters

@@ -352,3 +352,20 @@ def test_the_cpu_model_is_named_on_x86_and_arm(tmp_path, cpuinfo, model):
     path.write_text(cpuinfo)
     assert cpu_model(str(path)) == model
     assert cpu_model(str(tmp_path / 'missing'))          # the architecture, at least
+
+
+def test_a_run_recorded_before_file_contents_resumes_and_a_changed_file_is_refused(tmp_path):
+    """A run.json without the files' contents (written before they were recorded) resumes;
+    one with them refuses another content, but a test file's."""
+    from crf_lr.training.run_folder import refuse_other_arguments
+    (tmp_path / 'model').mkdir()
+    (tmp_path / 'model' / 'model.h5').write_text('x', encoding='utf-8')
+    (tmp_path / 'run.json').write_text(json.dumps(dict(config=dict(lr=0.5))), encoding='utf-8')
+    now = dict(lr=0.5, train_file_content='9 bytes, sha256 00', test_file_content='1 bytes')
+    refuse_other_arguments(str(tmp_path), now)
+    (tmp_path / 'run.json').write_text(json.dumps(dict(config=dict(
+        lr=0.5, train_file_content='8 bytes, sha256 11', test_file_content='2 bytes'))),
+        encoding='utf-8')
+    with pytest.raises(SystemExit, match=r"other arguments \(train_file_content: '8 bytes, "
+                                         r"sha256 11' there, '9 bytes, sha256 00' now\)"):
+        refuse_other_arguments(str(tmp_path), now)
