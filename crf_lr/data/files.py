@@ -126,12 +126,11 @@ def read_text(path):
 
 def decode_text(data, name, file=False):
     """``data`` (bytes read from the stream ``name``, e.g. ``'stdin'``, or the file ``name``
-    where ``file``) as text: UTF-8
-    (a BOM dropped), or UTF-16 / UTF-32 opening with its BOM; other bytes a DataFormatError
-    naming the line and what the text seems to be (GB18030, Latin-1, or UTF-8 but for some
-    lines). UTF-16 surrogates written as UTF-8 (CESU-8) are read: a pair as the character it
-    encodes, a lone one as U+FFFD (a character broken in transit, which the character readers
-    note).
+    where ``file``) as text: UTF-8 (a BOM dropped), or UTF-16 / UTF-32 opening with its BOM;
+    other bytes a DataFormatError naming the line and what the text seems to be (GB18030,
+    Latin-1, or UTF-8 but for some lines). UTF-16 surrogates written as UTF-8 (CESU-8) are read:
+    a pair as the character it encodes, a lone one as U+FFFD (a character broken in transit,
+    which the character readers note).
 
         >>> decode_text(sys.stdin.buffer.read(), 'stdin')
     """

@@ -182,7 +182,7 @@ def fit(model, run, batches_for_epoch, evaluate, epochs, metric, save_best, extr
 
 def _scored_test(path):
     """True where the ``results.json`` at ``path`` holds test scores (a run killed before its
-    final test has none, one without a test file null)."""
+    final test has none; one without a test file holds null)."""
     try:
         with open(path, encoding='utf-8') as f:
             return json.load(f).get('test') is not None
