@@ -118,7 +118,8 @@ def _trained(output):
 def refuse_other_arguments(output, config):
     """Raise ``SystemExit`` naming the differing arguments where ``output`` holds a trained run
     (its epochs or model) made with other arguments than ``config``, but those in
-    ``RESUMABLE_CHANGES``. The scripts call it once their data is read, before they load an
+    ``RESUMABLE_CHANGES`` (the test file's not where each epoch is tested: its log would hold
+    two files' scores). The scripts call it once their data is read, before they load an
     encoder, so that the refusal comes at once; :class:`RunLog` checks again.
 
         >>> refuse_other_arguments('runs/ner', dict(vars(args), script='task_ner'))
@@ -128,8 +129,10 @@ def refuse_other_arguments(output, config):
         return                 # a run stopped before its first epoch: its arguments may change
     with open(run_path, encoding='utf-8') as f:
         previous = json.load(f)['config']
+    resumable = (RESUMABLE_CHANGES if not config.get('test_every_epoch') else  # a log of 2 tests
+                 [k for k in RESUMABLE_CHANGES if not k.startswith('test_file')])
     changed = sorted(k for k in set(previous) | set(config)
-                     if k not in RESUMABLE_CHANGES and previous.get(k) != config.get(k)
+                     if k not in resumable and previous.get(k) != config.get(k)
                      and (k in previous or not k.endswith(_CONTENT)))
     if changed:
         raise SystemExit(

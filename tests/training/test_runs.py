@@ -369,3 +369,8 @@ def test_a_run_recorded_before_file_contents_resumes_and_a_changed_file_is_refus
     with pytest.raises(SystemExit, match=r"other arguments \(train_file_content: '8 bytes, "
                                          r"sha256 11' there, '9 bytes, sha256 00' now\)"):
         refuse_other_arguments(str(tmp_path), now)
+    (tmp_path / 'run.json').write_text(json.dumps(dict(config=dict(
+        lr=0.5, test_every_epoch=True, test_file_content='2 bytes'))), encoding='utf-8')
+    with pytest.raises(SystemExit, match=r"test_file_content: '2 bytes' there, '1 bytes' now"):
+        refuse_other_arguments(str(tmp_path), dict(lr=0.5, test_every_epoch=True,
+                                                   test_file_content='1 bytes'))
