@@ -31,8 +31,9 @@ def size_for_training():
 
 def size_for_serving():
     """:data:`VARIABLE` back to :data:`SERVING_CAPACITY` where it holds what crf_lr set, here or
-    in a parent process (a value the user set is kept); the value the process will use. Call it
-    before the first product."""
+    in a parent process (a value the user set is kept, unless it equals the one a parent that
+    imported crf_lr set: the two cannot be told apart); the value the process will use. Call
+    it before the first product."""
     if os.environ.get(VARIABLE) == os.environ.get(SET_BY_CRF_LR, ''):
         os.environ[VARIABLE] = os.environ[SET_BY_CRF_LR] = str(SERVING_CAPACITY)
     return os.environ.get(VARIABLE, str(SERVING_CAPACITY))

@@ -35,7 +35,8 @@ def _primitives_created(capacity, *argv):
     """oneDNN's cache misses (primitives created) in each pass of :data:`_PRIMITIVE_PASSES`,
     with ``ONEDNN_PRIMITIVE_CACHE_CAPACITY=capacity`` set beforehand (None: not set), ``argv``
     its arguments (``'serving'``: sized as ``crf_lr.serve`` sizes it)."""
-    env = {k: v for k, v in os.environ.items() if k != 'ONEDNN_PRIMITIVE_CACHE_CAPACITY'}
+    env = {k: v for k, v in os.environ.items()      # as from a shell: this process set them
+           if k not in ('ONEDNN_PRIMITIVE_CACHE_CAPACITY', 'CRF_LR_SET_PRIMITIVE_CACHE')}
     env.update(ONEDNN_VERBOSE='profile_create', TF_CPP_MIN_LOG_LEVEL='3')
     if capacity is not None:
         env['ONEDNN_PRIMITIVE_CACHE_CAPACITY'] = str(capacity)
@@ -65,6 +66,20 @@ def test_a_server_keeps_onednns_own_cache_unless_the_user_set_one():
         pytest.skip("this CPU's TensorFlow runs bf16 products without oneDNN's primitives")
     assert first == 1100 and second > 0
     assert _primitives_created(8192, 'serving') == (1100, 0)
+
+
+def test_a_server_started_from_a_process_that_imported_crf_lr_keeps_onednns_own(monkeypatch):
+    """The child inherits the 8,192 crf_lr set here (a server started from a notebook): it is
+    crf_lr's, not the user's, so the server still keeps 1,024."""
+    from crf_lr.speed import primitive_cache
+    monkeypatch.delenv(primitive_cache.VARIABLE, raising=False)
+    monkeypatch.delenv(primitive_cache.SET_BY_CRF_LR, raising=False)
+    primitive_cache.size_for_training()
+    code = ('import crf_lr; from crf_lr.speed.primitive_cache import size_for_serving; '
+            'print(size_for_serving())')
+    child = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
+                           timeout=120, check=True)
+    assert child.stdout.strip() == '1024'
 
 
 def test_import_after_keras3_gives_clear_error():
