@@ -6,6 +6,7 @@ flag errors answer at once.
 """
 import argparse
 import contextlib
+import difflib
 import os
 
 from crf_lr.utils.console import filter_native_log
@@ -43,13 +44,28 @@ CRF_MULTIPLIER_HELP = (
 class ArgumentParser(argparse.ArgumentParser):
     """``argparse.ArgumentParser`` whose errors are one line, ``PROG: error: MESSAGE``, where
     argparse prints its whole usage first (22 lines for task_ner.py, above the line that says
-    what is wrong). Exit status 2, as argparse's.
+    what is wrong). Exit status 2, as argparse's. A flag is taken only whole: argparse's
+    prefixes (``--epoch`` for ``--epochs``) would change meaning as flags are added, so a
+    misspelt flag is refused with the flags it is close to.
 
         >>> parser = ArgumentParser(prog='python -m crf_lr.predict')
     """
 
+    def __init__(self, *args, allow_abbrev=False, **kwargs):
+        super().__init__(*args, allow_abbrev=allow_abbrev, **kwargs)
+
     def error(self, message):
-        self.exit(2, f'{self.prog}: error: {message}\n')
+        self.exit(2, f'{self.prog}: error: {message}{self._close_flags(message)}\n')
+
+    def _close_flags(self, message):
+        """' (did you mean --epochs?)' for an unrecognised flag close to one this parser takes."""
+        if not message.startswith('unrecognized arguments: '):
+            return ''
+        flags = [word.split('=')[0] for word in message.split()[2:] if word.startswith('--')]
+        known = [flag for flag in self._option_string_actions if flag.startswith('--')]
+        close = [match for flag in flags
+                 for match in difflib.get_close_matches(flag, known, n=1, cutoff=0.75)]
+        return f' (did you mean {", ".join(close)}?)' if close else ''
 
 
 def add_common_arguments(parser, default_output='runs/run', default_maxlen=128):

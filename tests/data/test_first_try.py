@@ -268,7 +268,12 @@ def test_every_example_answers_help_with_its_usage_only(script):
     (['examples/task_ner.py', '--train-file', 'my/trian.txt'],
      'task_ner.py: error: --train-file my/trian.txt: no such file'),
     (['examples/task_cws_crf.py', '--epocs', '3'],
-     'task_cws_crf.py: error: unrecognized arguments: --epocs 3'),
+     'task_cws_crf.py: error: unrecognized arguments: --epocs 3 (did you mean --epochs?)'),
+    (['examples/task_ner.py', '--epoch', '3', '--zzz'],       # a prefix is not taken for a flag
+     'task_ner.py: error: unrecognized arguments: --epoch 3 --zzz (did you mean --epochs?)'),
+    (['-m', 'crf_lr.serve', 'runs/none', '--batch-wait=5'],
+     'python -m crf_lr.serve: error: unrecognized arguments: --batch-wait=5 '
+     '(did you mean --batch-wait-ms?)'),
     (['-m', 'crf_lr.predict', 'runs/none', 'x.txt', '--min-confidence', '2'],
      'python -m crf_lr.predict: error: --min-confidence must lie in [0, 1], got 2.0'),
     (['-m', 'crf_lr.serve', 'runs/none', '--port', 'http'],
