@@ -17,6 +17,8 @@ from crf_lr.data.benchmarks import dataset_spec, load_dataset
 from crf_lr.decoding.spans import outermost
 
 MAX_HOLDOUT = 500
+# Below these sizes the summary says the scores mean little (a tried-out run of a few sentences).
+FEW_TRAINING, FEW_DEVELOPMENT = 100, 20
 
 
 @dataclasses.dataclass
@@ -55,6 +57,13 @@ class Splits:
         if self.test is None:
             lines.append(f'test: none ({self.names["test"]}); the dev score of the selected '
                          f'epoch is the final figure')
+        few = [f'{len(part)} {role} sentence{"s" * (len(part) != 1)}'
+               for role, part, least in (('training', self.train, FEW_TRAINING),
+                                         ('development', self.dev, FEW_DEVELOPMENT))
+               if len(part) < least]
+        if few:
+            lines.append(f'note: only {" and ".join(few)}: a model learns little from so few, '
+                         f'and their scores change by chance from one run to the next')
         examples = [e for part in (self.train, self.dev, self.test) for e in part or ()]
         lines += [note_line(note, count, note_places(examples, note))
                   for note, count in sorted(self.repairs.items()) if note != REPAIR_NOTE]

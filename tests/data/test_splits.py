@@ -197,3 +197,16 @@ def test_raw_text_with_a_spaced_line_is_not_taken_for_segmented_text(tmp_path):
     with pytest.raises(datasets_files.DataFormatError, match=f'^{raw}:1: raw text\\? no line ends '
                                                        'with a tag, and most lines hold one word'):
         datasets_formats.read_corpus(str(raw))
+
+
+def test_the_summary_says_when_a_split_is_too_small_to_score(tmp_path):
+    """A tried-out run of a few sentences is told that its scores mean little; a run of enough
+    sentences is not."""
+    train = _char_bio(tmp_path / 'train.txt', SENTENCES)
+    small = load_splits(train_file=train, holdout=1).describe().splitlines()
+    assert small[-1] == ('note: only 29 training sentences and 1 development sentence: a model '
+                         'learns little from so few, and their scores change by chance from one '
+                         'run to the next')
+    enough = _char_bio(tmp_path / 'enough.txt', SENTENCES * 4)
+    described = load_splits(train_file=enough, dev_file=enough).describe()
+    assert 'train: 120 sentences' in described and 'note: only' not in described
