@@ -193,20 +193,34 @@ def _utf8(line):
     return True
 
 
+def split_lines(text, name):
+    """The lines of ``text``, split at LF, CRLF and CR CR LF (a CRLF file converted to CRLF
+    again) only: not at the form feeds, U+0085 or U+2028 that ``str.splitlines`` also takes for
+    line ends, which a line of text can hold. Text ending with a line end gives a last ''.
+
+    Raises:
+        DataFormatError naming ``name`` and the line of a lone CR.
+
+        >>> split_lines('a\r\nb\x0cc\n', 'my.txt')
+        ['a', 'b\x0cc', '']
+    """
+    text = text.replace('\r\r\n', '\n').replace('\r\n', '\n')
+    cr = text.find('\r')
+    if cr >= 0:
+        raise DataFormatError(name, text.count('\n', 0, cr) + 1,
+                              'a line ends with a lone CR (old Mac line endings): save the file '
+                              'with LF or CRLF line endings')
+    return text.split('\n')
+
+
 def _lines(path):
-    """``(line_number, line)`` pairs, line endings (LF, CRLF, or CR CR LF: a CRLF file converted
-    to CRLF again) removed; a lone CR is an error.
+    """``(line_number, line)`` pairs of :func:`split_lines`.
 
     A BOM (U+FEFF) opening a line is dropped, and a line of only whitespace and BOMs comes out
     empty: concatenated files leave both behind.
     """
-    text = read_text(path).replace('\r\r\n', '\n').replace('\r\n', '\n')
-    cr = text.find('\r')
-    if cr >= 0:
-        raise DataFormatError(path, text.count('\n', 0, cr) + 1,
-                              'a line ends with a lone CR (old Mac line endings): save the file '
-                              'with LF or CRLF line endings')
-    lines = text.split('\n')
+    text = read_text(path)
+    lines = split_lines(text, path)
     if BOM in text:
         lines = [_without_bom(line) for line in lines]
     else:

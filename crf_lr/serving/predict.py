@@ -245,12 +245,14 @@ def main(argv=None):
         check_model_folder(args.model_dir)              # before TensorFlow loads: answers at once
     except (FileNotFoundError, ValueError) as error:
         _model_error(parser, error)
-    from crf_lr.data.files import DataFormatError, decode_text, read_text
+    from crf_lr.data.files import DataFormatError, decode_text, read_text, split_lines
     if not args.file and sys.stdin is None:
         parser.error('no file given, and no stdin to read: name a text file')
     try:                      # stdin as bytes: decoded as a file is (BOM, encodings, the line)
-        lines = (read_text(args.file) if args.file else decode_text(
-            sys.stdin.buffer.read(), 'stdin')).replace('\r\r\n', '\n').splitlines()
+        lines = split_lines(read_text(args.file) if args.file else decode_text(
+            sys.stdin.buffer.read(), 'stdin'), args.file or 'stdin')
+        if lines[-1] == '':                            # the last line's end starts no line
+            lines.pop()
     except DataFormatError as error:                         # it names the file (and line)
         parser.exit(2, f'{parser.prog}: error: {error}\n')
     except OSError as error:

@@ -640,6 +640,26 @@ def test_stdin_is_decoded_as_a_file_is(saved, tmp_path, capsys, monkeypatch):
         "text: convert it, pipe it through iconv -f GB18030 -t UTF-8\n")
 
 
+def test_one_answer_per_line_whatever_control_characters_a_line_holds(saved, tmp_path, capsys):
+    """Lines split at LF and CRLF only, as the corpus readers split them: a form feed, U+0085,
+    U+2028 or U+001C inside a line ended it (``str.splitlines``), so the answers no longer lined
+    up with the file's lines. A lone CR is an error naming its line."""
+    from crf_lr.serving.predict import main
+    lines = ['张三去\x0c北京', '李四\x85在上海', '王五\u2028去广州', '赵六\x1c在深圳']
+    path = tmp_path / 'text.txt'
+    path.write_text('\n'.join(lines) + '\n', encoding='utf-8')
+    main([saved['ner'], str(path), '--format', 'json'])
+    records = [json.loads(line) for line in capsys.readouterr().out.split('\n')[:-1]]
+    assert [r['text'] for r in records] == lines
+    path.write_bytes('张三去北京\n李四\r在上海\n'.encode())
+    with pytest.raises(SystemExit) as exit_info:
+        main([saved['ner'], str(path)])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.endswith(
+        f'{path}:2: a line ends with a lone CR (old Mac line endings): save the file with LF or '
+        'CRLF line endings\n')
+
+
 def test_json_records_without_entities_are_read_as_texts(saved, tmp_path, capsys):
     """CLUENER's test.json (records of "id" and "text"): one answer per record, in order, an
     empty text too; predict refused it as a labelled corpus, and the task script as a test file
