@@ -115,6 +115,32 @@ def _trained(output):
             os.path.isdir(model_dir) and bool(os.listdir(model_dir)))
 
 
+def recorded_arguments(output):
+    """The arguments ``output``'s ``run.json`` records, or None where it has none.
+
+    Raises:
+        SystemExit naming the file where it is no run's record (edited by hand, or another
+        tool's).
+
+        >>> recorded_arguments('runs/ner')['lr']
+    """
+    run_path = os.path.join(output, 'run.json')
+    if not os.path.exists(run_path):
+        return None
+    try:
+        with open(run_path, encoding='utf-8') as f:
+            record = json.load(f)
+    except (OSError, ValueError) as error:          # ValueError: not JSON, or not UTF-8
+        reason = error
+    else:
+        config = record.get('config') if isinstance(record, dict) else None
+        if isinstance(config, dict):
+            return config
+        reason = 'no "config" object in it'
+    raise SystemExit(f'{run_path}: cannot read the arguments of the run in {output} ({reason}); '
+                     f'choose another --output, or pass --overwrite to discard it')
+
+
 def refuse_other_arguments(output, config):
     """Raise ``SystemExit`` naming the differing arguments where ``output`` holds a trained run
     (its epochs or model) made with other arguments than ``config``, but those in
@@ -122,13 +148,17 @@ def refuse_other_arguments(output, config):
     two files' scores). The scripts call it once their data is read, before they load an
     encoder, so that the refusal comes at once; :class:`RunLog` checks again.
 
+    Returns:
+        the trained run's recorded arguments (:func:`recorded_arguments`), or None where
+        ``output`` holds no trained run.
+
         >>> refuse_other_arguments('runs/ner', dict(vars(args), script='task_ner'))
     """
-    run_path = os.path.join(output, 'run.json')
-    if not (os.path.exists(run_path) and any(_trained(output))):
-        return                 # a run stopped before its first epoch: its arguments may change
-    with open(run_path, encoding='utf-8') as f:
-        previous = json.load(f)['config']
+    if not any(_trained(output)):
+        return None            # a run stopped before its first epoch: its arguments may change
+    previous = recorded_arguments(output)
+    if previous is None:
+        return None
     resumable = (RESUMABLE_CHANGES if not config.get('test_every_epoch') else  # a log of 2 tests
                  [k for k in RESUMABLE_CHANGES if not k.startswith('test_file')])
     changed = sorted(k for k in set(previous) | set(config)
@@ -140,6 +170,17 @@ def refuse_other_arguments(output, config):
             + ', '.join(f'{k}: {_shown(previous.get(k))} there, {_shown(config.get(k))} now'
                         for k in changed)
             + '); choose another --output, or pass --overwrite to discard it')
+    return previous
+
+
+def _tested_alike(previous, config):
+    """True where a trained run's recorded arguments ``previous`` (None: no trained run) name the
+    test file ``config`` names, with the same content where recorded: its test scores, if any,
+    are of this test."""
+    if previous is None:
+        return False
+    keys = ['test_file'] + [key for key in ['test' + _CONTENT] if key in previous]
+    return all(previous.get(key) == config.get(key) for key in keys)
 
 
 class RunLog:
@@ -184,8 +225,8 @@ class RunLog:
                 shutil.rmtree(folder, ignore_errors=True)
         os.makedirs(output, exist_ok=True)
         self.records = self._read_log()
-        refuse_other_arguments(output, self.config)
-        self.tested_alike = self._tested_alike()
+        self.tested_alike = _tested_alike(refuse_other_arguments(output, self.config),
+                                          self.config)
         checkpointed, _ = _trained(output)
         if self.records and not checkpointed:
             self.records = []     # a log without its checkpoint cannot be resumed: start afresh
@@ -195,18 +236,6 @@ class RunLog:
             json.dump(dict(config=self.config, command=self.command, machine=machine()), f,
                       ensure_ascii=False, indent=1)
         self._rewrite_log()
-
-    def _tested_alike(self):
-        """True where the run folder's arguments (before this run rewrites them) name the test
-        file this run names, with the same content where recorded: its test scores, if any,
-        are of this test."""
-        try:
-            with open(self.run_path, encoding='utf-8') as f:
-                previous = json.load(f)['config']
-        except (OSError, ValueError, KeyError):
-            return False
-        keys = ['test_file'] + [key for key in ['test' + _CONTENT] if key in previous]
-        return all(previous.get(key) == self.config.get(key) for key in keys)
 
     def model_line(self):
         """The line that ends a run: where its model is and how to predict with it."""

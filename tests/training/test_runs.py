@@ -374,3 +374,28 @@ def test_a_run_recorded_before_file_contents_resumes_and_a_changed_file_is_refus
     with pytest.raises(SystemExit, match=r"test_file_content: '2 bytes' there, '1 bytes' now"):
         refuse_other_arguments(str(tmp_path), dict(lr=0.5, test_every_epoch=True,
                                                    test_file_content='1 bytes'))
+
+
+@pytest.mark.parametrize('content, reason', [
+    ('{"config": {"lr": 0.5', 'Expecting'), ('[1, 2]', 'no "config" object in it'),
+    ('{"command": "x"}', 'no "config" object in it'), (b'\xff{}', "codec can't decode")])
+def test_a_run_json_that_is_no_record_is_one_line_where_a_model_was_trained(tmp_path, content,
+                                                                            reason):
+    """A run.json edited by hand, or another tool's, in a folder with a trained model: one line
+    naming it (it was a KeyError or JSONDecodeError traceback); without finished work it is
+    rewritten."""
+    run = tmp_path / 'run'
+    run.mkdir()
+    (run / 'run.json').write_bytes(content if isinstance(content, bytes) else content.encode())
+    RunLog(str(run), dict(lr=0.5), argv=[], program='test.py')      # nothing trained: rewritten
+    assert json.loads((run / 'run.json').read_text())['config'] == dict(lr=0.5)
+    (run / 'model').mkdir()
+    (run / 'model' / 'model.h5').write_text('x', encoding='utf-8')
+    (run / 'run.json').write_bytes(content if isinstance(content, bytes) else content.encode())
+    with pytest.raises(SystemExit) as exit_info:
+        RunLog(str(run), dict(lr=0.5), argv=[], program='test.py')
+    message = str(exit_info.value)
+    assert message.startswith(f'{run}/run.json: cannot read the arguments of the run in {run} (')
+    assert reason in message and message.endswith(
+        '); choose another --output, or pass --overwrite to discard it')
+    assert '\n' not in message
