@@ -523,7 +523,10 @@ class LayerwiseAdam(extend_with_layerwise_lr(extend_with_weight_decay(Adam))):
         self.schedule = schedule
 
     def get_config(self):
-        return dict(super().get_config(), **self.schedule.get_config())
+        config, schedule = super().get_config(), self.schedule.get_config()
+        if self.schedule.constant:   # the rate now: K.set_value and Keras's callbacks change it
+            schedule['learning_rate'] = config['learning_rate']
+        return dict(config, **schedule)
 
 
 __all__ = ['Adam', 'LayerwiseAdam', 'WarmupLinearDecay', 'extend_with_layerwise_lr',

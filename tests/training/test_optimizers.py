@@ -267,6 +267,22 @@ def test_save_and_reload_compiled_model_then_continue_training(tmp_path):
             np.testing.assert_allclose(theirs, ours, rtol=1e-6, atol=1e-7, err_msg=save_format)
 
 
+@pytest.mark.parametrize('save_format', ['h5', 'tf'])
+def test_a_rate_set_during_training_is_the_one_saved(tmp_path, save_format):
+    """``K.set_value(optimizer.lr, ...)``, as LearningRateScheduler and ReduceLROnPlateau set it:
+    the saved model resumes at that rate (the .h5 file held the constructor's)."""
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(loss='mse', optimizer=LayerwiseAdam(1e-2, lr_multipliers={'dense': 2.0}))
+    model.train_on_batch(np.ones((1, 2)), np.ones((1, 1)))
+    keras.backend.set_value(model.optimizer.lr, 1e-5)
+    assert model.optimizer.get_config()['learning_rate'] == pytest.approx(1e-5)
+    path = str(tmp_path / ('model.h5' if save_format == 'h5' else 'savedmodel'))
+    model.save(path, save_format=save_format)
+    reloaded = keras.models.load_model(path).optimizer
+    assert keras.backend.get_value(reloaded.lr) == pytest.approx(1e-5)
+    assert reloaded.get_config() == model.optimizer.get_config()
+
+
 MIRRORED_SCRIPT = textwrap.dedent('''
     import json, sys
     import numpy as np
