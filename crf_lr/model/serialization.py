@@ -15,6 +15,7 @@
     ...     @layer_method
     ...     def loss(self, y_true, y_pred): ...
 """
+import collections
 import logging
 import os
 import warnings
@@ -246,11 +247,25 @@ def _fix_keras_format_variable_names():
     """tf-keras's ``.keras`` loader builds each layer from its ``build_config`` outside the
     layer's name scope, so ``'CRF/trans'`` comes back as ``'trans'`` and every name pattern
     (``lr_multipliers``, ``exclude_from_weight_decay``) silently stops matching; build inside
-    the scope that ``Layer.__call__`` opens."""
+    the scope that ``Layer.__call__`` opens. And with the layer names of the process: a layer
+    that makes unnamed layers in its ``build`` (bert4keras's ``FeedForward``: two ``Dense``)
+    came back with ``dense_10`` for ``dense``, where a model's construction builds each layer
+    in a graph of its own, whose names start afresh; so they start afresh here too."""
+    from tf_keras.src import backend
 
     def build_from_config(original, self, config):
-        with tf.name_scope(self._name_scope()):
-            original(self, config)
+        graph = tf.compat.v1.get_default_graph()
+        names = backend.PER_GRAPH_OBJECT_NAME_UIDS
+        process_names = names.get(graph)
+        names[graph] = collections.defaultdict(int)
+        try:
+            with tf.name_scope(self._name_scope()):
+                original(self, config)
+        finally:
+            if process_names is None:
+                names.pop(graph, None)
+            else:
+                names[graph] = process_names
 
     apply('.keras variable names', build_from_config)
 

@@ -9,6 +9,8 @@ import warnings
 import numpy as np
 import pytest
 
+from bert4keras.layers import FeedForward
+
 from crf_lr.compat import keras, tf
 from crf_lr.model.crf import ConditionalRandomField
 from crf_lr.model.global_pointer import EfficientGlobalPointer, GlobalPointer
@@ -36,6 +38,7 @@ def build(head):
     token_ids = keras.Input((None,), dtype='int32')
     hidden = keras.layers.Embedding(16, 8, mask_zero=True)(token_ids)
     hidden = keras.layers.Dense(8, activation='tanh', name='Encoder')(hidden)
+    hidden = FeedForward(8, name='Feed-Forward')(hidden)   # builds two unnamed Dense of its own
     metrics = [sparse_global_pointer_f1]
     if head == 'crf':
         layer = ConditionalRandomField(lr_multiplier=10, name='CRF')
@@ -97,6 +100,7 @@ def saved(request, tmp_path_factory):
 @pytest.mark.parametrize('fmt', sorted(FORMATS))
 def test_reloads_compiled_predicts_the_same_and_keeps_learning(saved, fmt):
     head, path = saved['head'], os.path.join(saved['folder'], FORMATS[fmt])
+    keras.layers.Dense(1)    # a layer of the process's own, named 'dense_N' before loading
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
         model = keras.models.load_model(path, compile=True)
@@ -106,6 +110,7 @@ def test_reloads_compiled_predicts_the_same_and_keeps_learning(saved, fmt):
     np.testing.assert_array_equal(model.predict(X, verbose=0), saved['predictions'])
     # the variables keep their names, so the optimizer's name patterns still match them
     assert [w.name for w in model.weights] == [w.name for w in saved['model'].weights]
+    assert 'Feed-Forward/dense/kernel:0' in [w.name for w in model.weights]
     before = head_weights(model, head)
     assert np.isfinite(fit_epoch(model, head))
     for old, new in zip(before, head_weights(model, head)):   # the loaded model's own head
