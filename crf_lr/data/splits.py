@@ -137,14 +137,25 @@ def _check_task(data, task, detected):
     """A DataFormatError where the training file's format is another task's."""
     where = f'format {data.format}' + (' detected' if detected else '')
     if task == 'ner' and data.format in SEGMENTATION_FORMATS:
-        raise DataFormatError(data.path, None, f'{where}: word segmentation, no entity tags; '
-                                               'train it with examples/task_cws_crf.py, or give '
-                                               'NER tags (docs/data.md)')
+        tags = ("its nr/ns/nt part-of-speech tags mark names, but they are no NER training tags"
+                if any(example.spans for example in data) else 'no entity tags')
+        raise DataFormatError(data.path, None, f'{where}: word segmentation, {tags}; train it '
+                                               'with examples/task_cws_crf.py, or give NER tags '
+                                               '(docs/data.md)')
     if task == 'segmentation' and data.format not in SEGMENTATION_FORMATS:
         raise DataFormatError(data.path, None, f'{where}: entity tags; train NER with '
                                                'examples/task_ner.py. Word segmentation reads '
                                                'words between spaces (segmented) or characters '
                                                'with B/M/E/S tags (char-seg)')
+
+
+def _check_benchmark_task(dataset, task):
+    """A ValueError where the benchmark ``dataset`` is another task's."""
+    spec = dataset_spec(dataset)
+    if task and spec.task != task:
+        script = 'task_cws_crf.py' if spec.task == 'segmentation' else 'task_ner.py'
+        kind = 'word segmentation' if spec.task == 'segmentation' else 'NER'
+        raise ValueError(f'{spec.name} is a {kind} benchmark: train it with examples/{script}')
 
 
 def _check_labelled(data):
@@ -226,6 +237,7 @@ def load_splits(dataset=None, train_file=None, dev_file=None, test_file=None, fo
         train, dev, test, units, nested, names = _user_files(train_file, dev_file, test_file,
                                                              format, repair, task)
     elif dataset:
+        _check_benchmark_task(dataset, task)
         train, dev, test, units, nested, names = _benchmark(dataset, data_dir, repair)
     else:
         raise ValueError('load_splits needs a dataset name or a train_file')

@@ -133,6 +133,13 @@ def test_a_dev_file_in_another_kind_of_format_or_for_another_task_is_named(tmp_p
             f'^{train}: format char-bio detected: entity tags; train NER with '
             'examples/task_ner.py')):
         load_splits(train_file=train, task='segmentation')
+    pfr = tmp_path / 'pfr.txt'                   # People's Daily 1998: names in its POS tags
+    pfr.write_text('19980101-01-001-001/m  江/nr  泽民/nr  在/p  北京/ns\n', encoding='utf-8')
+    with pytest.raises(datasets_files.DataFormatError, match=(
+            f'^{pfr}: format segmented detected: word segmentation, its nr/ns/nt part-of-speech '
+            'tags mark names, but they are no NER training tags; train it with '
+            'examples/task_cws_crf.py')):
+        load_splits(train_file=str(pfr), task='ner')
     raw = tmp_path / 'raw.txt'                                  # unsegmented text as a test file
     raw.write_text('张三去北京\n李四好\n', encoding='utf-8')
     with pytest.raises(datasets_files.DataFormatError, match=f'^{raw}: cannot detect the format: '
@@ -210,3 +217,14 @@ def test_the_summary_says_when_a_split_is_too_small_to_score(tmp_path):
     enough = _char_bio(tmp_path / 'enough.txt', SENTENCES * 4)
     described = load_splits(train_file=enough, dev_file=enough).describe()
     assert 'train: 120 sentences' in described and 'note: only' not in described
+
+
+@pytest.mark.parametrize('dataset, task, script', [('pku', 'ner', 'task_cws_crf.py'),
+                                                   ('msra', 'segmentation', 'task_ner.py')])
+def test_a_benchmark_of_another_task_is_named_before_it_is_read(dataset, task, script):
+    """``task_ner.py --dataset pku`` ended in a traceback from the NER head (PKU's examples
+    carry word-position tags); its --help listed pku."""
+    kind = 'word segmentation' if task == 'ner' else 'NER'
+    with pytest.raises(ValueError, match=f'^{dataset} is a {kind} benchmark: train it with '
+                                         f'examples/{script}$'):
+        load_splits(dataset, data_dir='/nonexistent', task=task)
