@@ -425,17 +425,23 @@ def _exclusive_span(span, path, number):
 
 
 def _entity_span(entity, path, number):
-    """A CMeEE ``entities`` element: ``start_idx``, ``end_idx`` (inclusive), ``type``, ``entity``.
-    """
-    keys = ('start_idx', 'end_idx', 'type', 'entity')
-    if not (isinstance(entity, dict) and all(key in entity for key in keys)
-            and isinstance(entity['entity'], str)):
-        raise DataFormatError(path, number, 'expected entities with start_idx, end_idx, type and '
-                                            f'entity (a string), got {echo(entity)}')
-    start, end, kind, mention = (entity[key] for key in keys)
-    written = (f'"start_idx": {echo(start, show=_json)}, "end_idx": {echo(end, show=_json)} of '
-               f'{echo(kind, 40, _json)} {echo(mention, 40, _json)}')
-    return _FileSpan(start, end, kind, mention, written, True)
+    """An ``entities`` element: CMeEE's ``start_idx``, ``end_idx`` (inclusive), ``type``,
+    ``entity``; or ``python -m crf_lr.predict --format json``'s ``start``, ``end`` (exclusive),
+    ``type``, ``text`` (its other keys, such as ``confidence``, ignored), so that predictions,
+    corrected, train and test again."""
+    for keys, inclusive in ((('start_idx', 'end_idx', 'type', 'entity'), True),
+                            (('start', 'end', 'type', 'text'), False)):
+        if (isinstance(entity, dict) and all(key in entity for key in keys)
+                and isinstance(entity[keys[-1]], str)):
+            start, end, kind, mention = (entity[key] for key in keys)
+            written = (f'"{keys[0]}": {echo(start, show=_json)}, "{keys[1]}": '
+                       f'{echo(end, show=_json)} of {echo(kind, 40, _json)} '
+                       f'{echo(mention, 40, _json)}')
+            return _FileSpan(start, end, kind, mention, written, inclusive)
+    raise DataFormatError(path, number, 'expected entities with start_idx, end_idx (inclusive), '
+                                        'type and entity (CMeEE), or start, end (exclusive), type '
+                                        'and text (crf_lr.predict --format json), got '
+                                        f'{echo(entity)}')
 
 
 def _label_span(pair, kind, mention, pairs, path, number):
@@ -481,17 +487,18 @@ def _comma_hint(line):
 def read_json_records(path, types=None):
     """JSON records, one a line (JSON lines) or in one JSON array: ``{"text": ..., and one of
     "label": {type: {mention: [[start, end], ...]}}`` (CLUENER2020), ``"spans": [[start, end,
-    type], ...]``, ``"entities": [{"start_idx", "end_idx", "type", "entity"}, ...]`` (CMeEE)}.
+    type], ...]``, ``"entities": [{"start_idx", "end_idx", "type", "entity"}, ...]`` (CMeEE) or
+    ``[{"start", "end", "type", "text"}, ...]`` (``python -m crf_lr.predict --format json``)}.
 
-    CLUENER's and CMeEE's ends are inclusive in the file and exclusive in the spans; each span
-    must cover its mention, and a mention may occur at several spans. ``spans`` ends are
-    exclusive. A span outside the text, reversed, empty, with a negative start, non-integer
-    positions or a wrong mention is a DataFormatError quoting it as the file writes it. Records
-    without any of the three keys (the unlabelled test files) get no spans and ``tags=None``;
-    records with empty text are skipped. A span written twice is read once and noted. Spans may
-    nest (CLUENER train line 1507 nests a company in a book title; CMeEE nests often), cross, or
-    give one place two types: all stay in ``spans``, the tags keep the outermost (of crossing
-    spans the earlier) and each left-out span is noted as what it is.
+    CLUENER's and CMeEE's ends are inclusive in the file and exclusive in the spans (predict's are
+    exclusive in both); each span must cover its mention, and a mention may occur at several spans.
+    ``spans`` ends are exclusive. A span outside the text, reversed, empty, with a negative start,
+    non-integer positions or a wrong mention is a DataFormatError quoting it as the file writes it.
+    Records without any of the three keys (the unlabelled test files) get no spans and
+    ``tags=None``; records with empty text are skipped. A span written twice is read once and noted.
+    Spans may nest (CLUENER train line 1507 nests a company in a book title; CMeEE nests often),
+    cross, or give one place two types: all stay in ``spans``, the tags keep the outermost (of
+    crossing spans the earlier) and each left-out span is noted as what it is.
 
     Args:
         path: str.
@@ -508,6 +515,10 @@ def read_json_records(path, types=None):
     examples, empty = [], []                    # empty: the lines of records with empty text
     for number, record in _json_records(path):
         text = _record_text(record, path, number)
+        if 'words' in record and not any(key in record for key in _LABEL_KEYS):
+            raise DataFormatError(path, number, 'a record of "words" (crf_lr.predict\'s word '
+                                                'segmentation): to train on it, give predict\'s '
+                                                'text output (words separated by spaces) instead')
         spans = _record_spans(record, path, number)
         if text:
             examples.append(_noting_empty(_span_example(

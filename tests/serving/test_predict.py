@@ -660,6 +660,44 @@ def test_one_answer_per_line_whatever_control_characters_a_line_holds(saved, tmp
         'CRLF line endings\n')
 
 
+def test_predictions_in_json_read_back_as_a_training_file(saved, tmp_path, capsys):
+    """predict's JSON entities (start, end exclusive, type, text, confidence) are read as a
+    corpus, so corrected predictions train and test again: the reader refused them, and predict
+    advised --test-file for them, which then failed. A segmentation model's "words" records are
+    named, with the output to give instead."""
+    from crf_lr.data.files import DataFormatError
+    from crf_lr.data.formats import read_corpus
+    from crf_lr.serving.predict import main
+    lines = ['张三去北京', '李四在上海工作', '']
+    path = tmp_path / 'text.txt'
+    path.write_text('\n'.join(lines) + '\n', encoding='utf-8')
+    main([saved['ner_crf'], str(path), '--format', 'json'])
+    written = capsys.readouterr().out
+    records = [json.loads(line) for line in written.splitlines()]
+    assert [r['text'] for r in records] == lines
+    records[1]['entities'] = [dict(records[1]['entities'][0] if records[1]['entities'] else {},
+                                   start=3, end=5, type='LOC', text='上海', confidence=0.5)]
+    predictions = tmp_path / 'predictions.json'                           # corrected by hand
+    predictions.write_text(''.join(json.dumps(r, ensure_ascii=False) + '\n' for r in records),
+                           encoding='utf-8')
+    corpus = read_corpus(str(predictions))
+    assert corpus.format == 'jsonl' and [e.text for e in corpus] == lines[:2]
+    assert [e.spans for e in corpus] == [
+        [(d['start'], d['end'], d['type']) for d in r['entities']] for r in records[:2]]
+    assert corpus[1].spans == [(3, 5, 'LOC')]
+    records[0]['entities'] = [dict(start=0, end=2, type='PER', text='张四')]   # a wrong text
+    predictions.write_text(json.dumps(records[0], ensure_ascii=False), encoding='utf-8')
+    with pytest.raises(DataFormatError, match=f'^{predictions}:1: .*"start": 0, "end": 2 of '
+                                              '"PER" "张四"'):
+        read_corpus(str(predictions))
+    main([saved['cws'], str(path), '--format', 'json'])
+    predictions.write_text(capsys.readouterr().out, encoding='utf-8')
+    with pytest.raises(DataFormatError, match=f'^{predictions}:1: a record of "words" '
+                                              r"\(crf_lr.predict's word segmentation\): to train "
+                                              "on it, give predict's text output"):
+        read_corpus(str(predictions))
+
+
 def test_json_records_without_entities_are_read_as_texts(saved, tmp_path, capsys):
     """CLUENER's test.json (records of "id" and "text"): one answer per record, in order, an
     empty text too; predict refused it as a labelled corpus, and the task script as a test file
