@@ -281,6 +281,8 @@ _EMPTY_TEXT_NOTE = 'a record with empty text is skipped'
 _IOB1_NOTE = 'IOB1 tags (an entity opening with I-X) read as BIO'
 REPAIR_NOTE = 'a tag breaking its entity (a stray I-X, or an entity never closed): conlleval rule'
 STRAY_NOTE = 'a BIOES tag in a BIO file: E-X read as I-X, S-X as B-X'
+WORD_REPAIR_NOTE = ('a word-position tag breaking its word (an M or E continuing no word, a word '
+                    'never closed by E): B and S begin a word, and so does a tag after E or S')
 BROKEN_NOTE = ('a character broken in transit (U+FFFD or ?: a character outside the BMP often '
                'arrives as two) read as one unit')
 CLUSTER_NOTE = ('a character of several code points (an emoji sequence, a letter and its marks, '
@@ -300,7 +302,8 @@ def note_line(note, count, places=()):
         spans)'
     """
     where = f' ({place_list(places)})' if places else ''
-    return (f'{"repaired" if note in (REPAIR_NOTE, _CHUNK_START_NOTE, STRAY_NOTE) else "noted"} '
+    repaired = (REPAIR_NOTE, _CHUNK_START_NOTE, STRAY_NOTE, WORD_REPAIR_NOTE)
+    return (f'{"repaired" if note in repaired else "noted"} '
             f'{count}x{where}: {note}')
 
 

@@ -6,8 +6,8 @@ import re
 from collections import Counter
 
 from crf_lr.data.tagging import BIO, BIOES, BMES, echo
-from crf_lr.data.files import (DataFormatError, Dataset, _document_start, _lines, _no_sentence,
-                               read_text)
+from crf_lr.data.files import (WORD_REPAIR_NOTE, DataFormatError, Dataset, _document_start,
+                               _lines, _no_sentence, read_text)
 from crf_lr.data.ner import (_char_and_tag, _fields, _flat_tags, _marked_character, _normal_tag,
                              _position_marked, _tag_scheme, _unit_note, read_bio, read_conll,
                              read_json_records)
@@ -43,7 +43,7 @@ _FORMAT_READERS = {
     'char-bmes': ('chars', _read_chars(BMES)),
     'char-bioes': ('chars', _read_chars(BIOES)),
     'segmented': ('chars', lambda path, types, repair: _read_words(path)),
-    'char-seg': ('chars', lambda path, types, repair: read_char_segmentation(path)),
+    'char-seg': ('chars', lambda path, types, repair: read_char_segmentation(path, repair)),
     'jsonl': ('chars', lambda path, types, repair: read_json_records(path, types)),
 }
 FORMATS = tuple(_FORMAT_READERS)
@@ -54,10 +54,14 @@ _JSON_OBJECT_LINE = re.compile(r'\s*\{\s*"')
 _JSON_ARRAY_START = re.compile(r'[\s\ufeff]*\[\s*[{\]]')
 
 
-def read_char_segmentation(path):
+def read_char_segmentation(path, repair=True):
     """Word segmentation as a character and its word-position tag a line (B begins a word, M or I
     continues it, E ends it, S is a word of one character; either case), a blank line between
     sentences: ``中 B``, ``国 E``. A word begins at B or S, and after E or S.
+
+    A tag that breaks its word (an M or E that continues no word; a B or S, or the sentence's end,
+    before the open word's E) is read by that rule and noted with its line (``repair``), or is a
+    DataFormatError naming the line and the fault (``repair=False``, the scripts' ``--strict``).
 
     Returns:
         list of Example with ``words`` and ``tags`` (SEG), as :func:`read_segmented` gives.
@@ -65,13 +69,25 @@ def read_char_segmentation(path):
         >>> read_char_segmentation('data/char-seg/train.txt')[0].words[:4]
         ['李', '明', '昨天', '从']
     """
-    examples, words, noted, first_line, closed = [], [], [], 0, True
+    examples, words, noted, first_line = [], [], [], 0
+    opened = last = None                    # the line that opened the open word; the last line
+
+    def fault(number, message):
+        if not repair:
+            raise DataFormatError(path, number, f'{message} (--strict refuses broken '
+                                                'word-position tags; without it they are read by '
+                                                'the rule that B and S begin a word)')
+        noted.append((WORD_REPAIR_NOTE, f'{path}:{number}'))
+
     for number, line in list(_lines(path)) + [(None, '')]:
         if not line or _document_start(line):
             if words:
+                if opened is not None:
+                    fault(last, f'the sentence ends inside the word opened at line {opened} (no E '
+                                'closes it)')
                 examples.append(_segmentation_example(words, f'{path}:{first_line}'))
                 examples[-1].notes, examples[-1].noted_at = tuple(n for n, _ in noted), tuple(noted)
-                words, noted, closed = [], [], True
+                words, noted, opened = [], [], None
             continue
         pair = _char_and_tag(line)
         if pair is None or not _WORD_POSITION_TAG.fullmatch(pair[1]):
@@ -82,11 +98,18 @@ def read_char_segmentation(path):
         noted += _unit_note(char, path, number)
         if not words:
             first_line = number
-        if closed or tag in 'BS':
+        if tag in 'BS' and opened is not None:
+            fault(number, f'{tag} before the word opened at line {opened} is closed by E')
+        elif tag not in 'BS' and opened is None:
+            where = 'the word before it is closed' if words else 'it opens the sentence'
+            fault(number, f'{tag} continues no word ({where})')
+        if opened is None or tag in 'BS':
             words.append(char)
         else:
             words[-1] += char
-        closed = tag in 'ES'
+        opened = None if tag in 'ES' else (opened if opened is not None and tag not in 'BS'
+                                          else number)
+        last = number
     return examples
 
 

@@ -407,6 +407,34 @@ def test_char_seg_words_and_pos_tagged_segmented_text(tmp_path):
     assert 'part-of-speech tags dropped' in data.note
 
 
+def test_char_seg_tags_breaking_their_word_are_counted_and_placed_or_refused(tmp_path):
+    """A B or S before the open word's E, an M or E that continues no word, a sentence ending
+    inside a word: read by the rule (B and S begin a word, so does a tag after E or S), counted
+    with their lines, and refused under --strict; they were changed without a word."""
+    path = write(tmp_path, 'seg.txt', '中 B\n华 B\n人 E\n民 S\n\n共 S\n和 M\n国 E\n\n北 B\n京 M\n'
+                                      '\n上 M\n海 E\n')
+    data = read_corpus(path)
+    assert [e.words for e in data] == [['中', '华人', '民'], ['共', '和国'], ['北京'], ['上海']]
+    assert [e.tags for e in data][1:] == [['s', 'b', 'e'], ['b', 'e'], ['b', 'e']]
+    assert data.summary().splitlines()[1] == (
+        f'  repaired 4x ({path}:2, {path}:7, {path}:11, …): a word-position tag breaking its word '
+        '(an M or E continuing no word, a word never closed by E): B and S begin a word, and so '
+        'does a tag after E or S')
+    for strict_fault in ('2: B before the word opened at line 1 is closed by E',):
+        with pytest.raises(DataFormatError, match=f'^{path}:{strict_fault} \\(--strict refuses'):
+            read_corpus(path, repair=False)
+    fine = write(tmp_path, 'fine.txt', '中 B\n国 E\n人 S\n')
+    assert 'repaired' not in read_corpus(fine).summary()
+    for text, fault in (('北 B\n京 M\n', '2: the sentence ends inside the word opened at line 1'),
+                        ('上 M\n海 E\n', '1: M continues no word \\(it opens the sentence\\)'),
+                        ('上 S\n海 E\n', '2: E continues no word \\(the word before it is '
+                                          'closed\\)'),
+                        ('上 B\n海 S\n', '2: S before the word opened at line 1')):
+        broken = write(tmp_path, 'broken.txt', text + '\n中 S\n')
+        with pytest.raises(DataFormatError, match=f'^{broken}:{fault}'):
+            read_corpus(broken, format='char-seg', repair=False)
+
+
 def test_an_iob1_file_says_it_was_read_as_bio(tmp_path):
     path = write(tmp_path, 'iob1.txt', 'EU I-ORG\nrejects O\nGerman I-MISC\n\nPeter I-PER\nBlack '
                                        'I-PER\n\nOK O\n')
