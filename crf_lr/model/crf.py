@@ -583,18 +583,42 @@ class ConditionalRandomField(LayerMethodOwner, keras.layers.Layer):
         """In-graph Viterbi paths of the layer's output (for a serving model or SavedModel).
 
         Args:
-            y_pred: float tensor (batch, n, L), the output of this layer (``-inf`` rows = padding).
+            y_pred: float tensor (batch, n, L), the output of this layer (``-inf`` rows = padding);
+                or a model's symbolic output, decoded by a layer that shares this one's weights.
         Returns:
             int32 tensor (batch, n), -1 at padding.
 
             >>> serving = keras.Model(model.input, crf.decode_tf(model.output))
+            >>> tf.saved_model.save(serving, 'serving')
         """
+        if keras.backend.is_keras_tensor(y_pred):                 # a model being built
+            return ViterbiPaths(self)(y_pred)
         emissions, mask = self._unpack(y_pred, 'decode_tf')
         transitions, start, end = self.effective_parameters()
         return viterbi_decode_tf(emissions, transitions, mask=mask, start=start, end=end)
 
     def get_config(self):
         return dict(super().get_config(), **crf_config(self))
+
+
+class ViterbiPaths(keras.layers.Layer):
+    """The layer :meth:`ConditionalRandomField.decode_tf` puts on a model's symbolic output: the
+    Viterbi paths of ``crf``'s output, with ``crf``'s (shared) weights. For a serving model, saved
+    as a SavedModel; it has no config of its own to save to .h5.
+
+        >>> serving = keras.Model(model.input, ViterbiPaths(crf)(model.output))
+    """
+
+    def __init__(self, crf, **kwargs):
+        super().__init__(trainable=False, dtype='float32', **kwargs)
+        self.crf = crf
+        self.supports_masking = True          # the CRF's -inf rows are its mask: none to pass on
+
+    def call(self, y_pred):
+        return self.crf.decode_tf(y_pred)
+
+    def compute_mask(self, inputs, mask=None):
+        return None
 
 
 class _ScaledInitializer(keras.initializers.Initializer):

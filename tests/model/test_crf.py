@@ -250,7 +250,7 @@ def test_saved_model_reloads_with_the_same_effective_parameters(tagger, tmp_path
     np.testing.assert_allclose(reloaded.predict(x, verbose=0), model.predict(x, verbose=0))
 
 
-def test_decode_uses_the_effective_parameters_and_constraints(tagger):
+def test_decode_uses_the_effective_parameters_and_constraints(tagger, tmp_path):
     model, crf = tagger
     x = np.array([[3, 4, 5, 7, 0], [6, 0, 0, 0, 0], [1, 2, 3, 4, 5]])
     emissions = model.predict(x, verbose=0)
@@ -268,6 +268,15 @@ def test_decode_uses_the_effective_parameters_and_constraints(tagger):
         assert tuple(path) == max(table, key=table.get) == tuple(expected[b])
     in_graph = crf.decode_tf(tf.constant(emissions)).numpy()
     assert [row[row >= 0].tolist() for row in in_graph] == [p.tolist() for p in paths]
+    # the docstring's serving model, on the model's symbolic output (a TypeError from deep in
+    # tf-keras before): the CRF's own weights, saved and loaded as a SavedModel
+    serving = keras.Model(model.input, crf.decode_tf(model.output))
+    assert serving.predict(x, verbose=0).tolist() == in_graph.tolist()
+    assert {w.ref() for w in crf.weights} <= {w.ref() for w in serving.weights}
+    tf.saved_model.save(serving, str(tmp_path / 'serving'))
+    loaded = tf.saved_model.load(str(tmp_path / 'serving'))
+    assert loaded.signatures['serving_default'](**{serving.input_names[0]: tf.constant(x, 'int32')}
+                                                ).popitem()[1].numpy().tolist() == in_graph.tolist()
 
 
 def test_tiny_bert_with_crf_trains_and_the_loss_falls(tiny_bert_config_path):
