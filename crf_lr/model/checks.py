@@ -60,6 +60,10 @@ def set_crf_arguments(layer, lr_multiplier, allowed_transitions, allowed_starts,
 def check_num_labels(input_shape, layer):
     """The static number of labels L of a CRF's input shape ``(batch, n, L)``, after checking the
     layer's constraint arrays have shapes (L, L), (L,), (L,)."""
+    if len(input_shape) != 3:
+        raise ValueError(f'ConditionalRandomField takes scores (batch, n, num_labels), one row a '
+                         f'position, got shape {tuple(input_shape)}: put it on a sequence output '
+                         f'(a Dense over every token), not a pooled one')
     num_labels = input_shape[-1]
     if num_labels is None:
         raise ValueError('ConditionalRandomField needs a static number of labels (last axis)')

@@ -370,12 +370,24 @@ def crf_sequence_score(emissions, tags, mask, transitions, start=None, end=None)
 
 
 def _one_hot(tags, emissions, mask):
-    """One-hot (batch, n, L) of int ``tags``, after checking they are label ids where unmasked."""
+    """One-hot (batch, n, L) of int ``tags``, after checking they are one label id a position,
+    (batch, n) or (batch, n, 1), in [0, L) where unmasked (the first other id is named)."""
+    tags = tf.convert_to_tensor(tags)
+    rank = tags.shape.rank
+    if rank is not None and (rank not in (2, 3) or rank == 3 and tags.shape[-1] not in (1, None)):
+        raise ValueError(f'tags must be label ids (batch, n) or (batch, n, 1), got shape '
+                         f'{tags.shape}: one-hot labels go to dense_loss, not sparse_loss')
+    tf.debugging.Assert(tf.equal(tf.size(tags), tf.reduce_prod(tf.shape(emissions)[:2])), [
+        'tags must hold one label id for each position of the scores (batch, n, num_labels): '
+        'one-hot labels go to dense_loss; shapes of tags and scores:', tf.shape(tags),
+        tf.shape(emissions)])
     tags = tf.cast(tf.reshape(tags, tf.shape(emissions)[:2]), tf.int32)
     num_labels = tf.shape(emissions)[2]
-    in_range = tf.logical_and(tags >= 0, tags < num_labels)
-    tf.debugging.assert_equal(tf.reduce_all(tf.logical_or(in_range, tf.logical_not(mask))), True,
-                              message='tags must be label ids in [0, num_labels) where unmasked')
+    outside = tf.logical_and(tf.logical_or(tags < 0, tags >= num_labels), mask)
+    first = tf.argmax(tf.concat([tf.reshape(tf.cast(outside, tf.int32), [-1]), [1]], 0))
+    tf.debugging.Assert(tf.logical_not(tf.reduce_any(outside)), [    # [1], [-1]: none, or empty
+        'tags must be label ids in [0, num_labels) where unmasked; num_labels and the first other '
+        'id:', num_labels, tf.concat([tf.reshape(tags, [-1]), [-1]], 0)[first]])
     return tf.one_hot(tags, num_labels, dtype=emissions.dtype)
 
 

@@ -197,8 +197,20 @@ def test_non_left_aligned_mask_and_bad_arguments_raise():
     emissions = np.zeros((2, 3, 2))
     with pytest.raises(tf.errors.InvalidArgumentError, match='left-aligned'):
         crf_log_partition(emissions, [[1, 0, 1], [1, 1, 1]], np.zeros((2, 2)))
-    with pytest.raises(tf.errors.InvalidArgumentError, match=r'label ids in \[0, num_labels\)'):
-        crf_log_likelihood(emissions, [[0, 2, 0], [0, 0, 0]], np.ones((2, 3)), np.zeros((2, 2)))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r'(?s)label ids in \[0, num_labels\) '
+                                                             r'where unmasked; num_labels and the '
+                                                             r'first other id:.*\b2\b.*\b7\b'):
+        crf_log_likelihood(emissions, [[0, 1, 0], [0, 7, 0]], np.ones((2, 3)), np.zeros((2, 2)))
+    crf = ConditionalRandomField()
+    with pytest.raises(ValueError, match=r'got shape \(2, 3, 2\): one-hot labels go to '
+                                         'dense_loss, not sparse_loss'):
+        crf.sparse_loss(np.eye(2)[[[0, 1, 0], [1, 1, 0]]], emissions)
+    with pytest.raises(tf.errors.InvalidArgumentError, match='one label id for each position'):
+        crf.sparse_loss([[0, 1], [1, 1]], emissions)            # labels shorter than the scores
+    with pytest.raises(ValueError, match=r'takes scores \(batch, n, num_labels\), one row a '
+                                         r'position, got shape \(None, 4\): put it on a sequence '
+                                         'output'):
+        ConditionalRandomField()(keras.Input((4,)))               # on a pooled output
     with pytest.raises(ValueError, match=r'transitions must have shape \(2, 2\)'):
         crf_log_partition(emissions, np.ones((2, 3)), np.zeros((3, 3)))
     with pytest.raises(TypeError, match='boolean array'):
