@@ -6,21 +6,25 @@ import bisect
 from crf_lr.data.tagging import _check_spans
 
 
-_CLOSING = frozenset('"\'”’)）]】》」』')
+_CLOSING = '"\'”’)）]】》」』'
+# the characters that end a sentence of characters; not '.', which in Chinese text is a decimal
+# point, a list number's or a URL's, hardly ever an English sentence's full stop
+SENTENCE_ENDS = '。！？；!?;\n'
+WORD_SENTENCE_ENDS = SENTENCE_ENDS + '.…'     # a word of these ends a sentence of words
 
 
 def _sentence_cuts(text, separators):
-    """Positions after each sentence end (a separator unit plus any closing quotes/brackets)."""
-    separators = frozenset(separators)
-    cuts, i = [], 0
+    """Positions after each sentence end: a unit made of ``separators`` characters and closing
+    quotes/brackets (a character, or a word such as '.', '...', '!?', '."'; not 'U.S.', 'Mr.' or
+    '3.5'), plus any closing quote/bracket units after it."""
+    marks, cuts, i = ''.join(separators), [], 0
     while i < len(text):
-        if text[i] in separators:
-            i += 1
-            while i < len(text) and text[i] in _CLOSING:
+        body = text[i].rstrip(_CLOSING)
+        i += 1
+        if body and not body.lstrip(marks):
+            while i < len(text) and not text[i].lstrip(_CLOSING):
                 i += 1
             cuts.append(i)
-        else:
-            i += 1
     return cuts
 
 
@@ -33,8 +37,7 @@ def _last_cut_within(cuts, start, end):
     return cuts[k] if k >= 0 and cuts[k] > start else None
 
 
-def split_into_windows(text, maxlen, spans=(), separators='。！？；!?;\n', length=len,
-                       pauses=()):
+def split_into_windows(text, maxlen, spans=(), separators=None, length=len, pauses=()):
     """Split a long text into consecutive windows that fit ``maxlen``, cutting at sentence ends.
 
     Each window is cut after the last sentence end that keeps it within ``maxlen``; a sentence that
@@ -46,9 +49,11 @@ def split_into_windows(text, maxlen, spans=(), separators='。！？；!?;\n', l
         text: str, or a list of units (e.g. words); offsets and spans count units.
         maxlen: int, the largest ``length(window)``.
         spans: optional iterable of ``(start, end, label)`` unit spans not to cut through.
-        separators: collection of the units (characters) that end a sentence.
-        pauses: collection of the units after which a sentence too long for a window is cut
-            (prediction passes ``PAUSES``; training keeps its windows as they were).
+        separators: the characters that end a sentence: a unit made of them (and closing
+            quotes/brackets) ends one; default ``SENTENCE_ENDS`` for a str, ``WORD_SENTENCE_ENDS``
+            (with '.') for a list of words.
+        pauses: the characters after which (a unit made of them) a sentence too long for a window
+            is cut (prediction passes ``PAUSES``; training keeps its windows as they were).
         length: function measuring a window (a slice of ``text``) (``len`` for characters, or e.g.
             ``lambda s: len(tokenizer.tokenize(s))`` for tokens including [CLS]/[SEP]); it must
             not decrease when a window grows.
@@ -63,6 +68,8 @@ def split_into_windows(text, maxlen, spans=(), separators='。！？；!?;\n', l
     """
     if maxlen < 1:
         raise ValueError(f'maxlen must be at least 1, got {maxlen}')
+    if separators is None:
+        separators = SENTENCE_ENDS if isinstance(text, str) else WORD_SENTENCE_ENDS
     forbidden = set()
     for start, end, _ in _check_spans(spans, len(text), flat=False):
         forbidden.update(range(start + 1, end))

@@ -324,6 +324,33 @@ def test_windows_prefer_sentence_ends():
         [(0, '一二三'), (3, '四五六'), (6, '七')]
 
 
+
+def test_a_sentence_of_words_ends_at_a_full_stop_not_at_an_abbreviation_or_a_number():
+    """'.' ends an English sentence ('...', '."' and a '"' after it too), as '!' does: a window
+    of words was cut where it ended, through an entity, though a full stop came before; 'U.S.',
+    'Mr.' and '3.5' end none. Characters keep their rule: '.' in Chinese text is no end."""
+    words = 'the the the the . International Business Machines Corporation said .'.split()
+    assert split_into_windows(words, 8) == [(0, words[:5]), (5, words[5:])]
+    assert split_into_windows(words, 8, spans=[(5, 9, 'ORG')]) == \
+        [(0, words[:5]), (5, words[5:])]
+    words = 'He left . Mr. Smith of U.S. Steel paid 3.5 million'.split()
+    assert split_into_windows(words, 10) == [(0, words[:3]), (3, words[3:])]
+    words = ['Go', '."', 'Run', '...', 'Now', '.', '"', 'Ok', 'then']
+    assert [offset for offset, _ in split_into_windows(words, 3)] == [0, 2, 4, 7]
+    assert split_into_windows('价格3.5元。很好', 6) == [(0, '价格3.5元'), (6, '。很好')]
+
+
+def test_windows_of_words_cut_after_a_full_stop_in_training_and_prediction(tmp_path):
+    """``windows_of`` (training's windows and ``Tagger.windows``'s, which scoring and the
+    server use) at --maxlen 10: the tester's line was cut inside its entity."""
+    from crf_lr.data.pieces import windows_of
+    from crf_lr.data.windows import PAUSES
+    words = 'the the the the . International Business Machines Corporation said .'.split()
+    for options in ({'spans': [(5, 9, 'ORG')]}, {}, {'pauses': PAUSES}):
+        assert windows_of(words, 10, _word_encoder(tmp_path), **options) == \
+            [(0, words[:5]), (5, words[5:])]
+
+
 def test_prediction_cuts_a_sentence_too_long_for_a_window_at_a_pause():
     """After its last comma (or space) in the window, not inside a word or an entity there;
     a sentence end still comes first, and a stretch without either is cut hard."""

@@ -794,6 +794,22 @@ def test_a_word_longer_than_a_window_is_read_as_unk_and_every_line_is_answered(t
             == [(e['type'], e['confidence']) for e in expected['entities']])
 
 
+def test_a_word_model_cuts_a_long_line_after_its_full_stop_not_inside_an_entity(tmp_path):
+    """The tester's line at --maxlen 12 (10 pieces): its windows were cut where the first window
+    ended, inside 'International Business Machines Corporation', though a '.' came before."""
+    from crf_lr.serving.predict import line_units
+    from crf_lr.serving.tagger import Tagger
+    from helpers.tiny_models import save_random_tagger
+    tagger = Tagger.load(save_random_tagger(str(tmp_path / 'words'), 'crf', ['ORG'], 'BIO',
+                                            MAXLEN, units='words'))
+    line = 'the the the the the the . International Business Machines Corporation said .'
+    _, sequences = line_units(tagger, [line])
+    assert all(len(tagger.encoder.pieces(word)) == 1 for word in sequences[0])
+    windows, = tagger.windows(sequences)
+    assert [' '.join(window.units) for window, _ in windows] == [
+        'the the the the the the .', 'International Business Machines Corporation said .']
+
+
 def test_prediction_traces_attention_transposes_as_einsum(saved):
     """Tagger.scores traces under einsum_transposes: its step holds no Transpose (oneDNN's pays a
     fixed cost per call that one short text feels) and the outputs stay predict_on_batch's."""
