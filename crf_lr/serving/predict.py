@@ -52,8 +52,10 @@ def parse_args(argv=None):
 
 def word_offsets(line):
     """Words of an English line, punctuation split off as CoNLL-style corpora write it
-    (``Berlin.`` -> ``Berlin`` ``.``, ``Germany's`` -> ``Germany`` ``'s``; ``U.S.``, ``J.``,
-    ``Mr.``, ``1,200``, ``New-York``, ``O'Neil``, ``three-`` before a space, ``...`` stay whole),
+    (``Berlin.`` -> ``Berlin`` ``.``, ``Germany's`` -> ``Germany`` ``'s``, ``we're`` -> ``we``
+    ``'re``, ``didn't`` -> ``did`` ``n't``, ``can't`` -> ``ca`` ``n't``; ``U.S.``, ``J.``, ``Mr.``,
+    ``1,200``, ``New-York``, ``U.S.-based``, ``O'Neil``, ``three-`` before a space, ``...`` stay
+    whole),
     and URLs, e-mail addresses, @handles and #hashtags whole, as tweet corpora keep them (a URL
     without the punctuation that ends its sentence, its own parentheses kept); and their
     ``(start, end)`` character offsets.
@@ -77,17 +79,19 @@ def word_offsets(line):
 # other that is neither punctuation, a symbol, nor CJK, so '。', '，', '…', '」' end it; its
 # balanced () and [] kept, an unclosed one at its end too; not ending with the punctuation after
 # it), an e-mail address, an @handle or #hashtag; a number with its separators (1,200; 3.5), a
-# possessive 's or n't, a run of word characters joined by - ' ’ . & / (an abbreviation or an
+# clitic ('s, 're, 've, 'll, 'm, 'd, n't: CoNLL-2003's 'did n't', 'ca n't', 'wo n't') and the
+# word before it, a run of word characters joined by - ' ’ . & / or .- (an abbreviation or an
 # initial keeps its final '.', a word its final '-' before a space), a run of one punctuation
 # mark ('...', '--'), or one other non-space character
 _URL_CHAR = r"(?:[^\s\p{P}\p{S}\p{Han}\p{Hiragana}\p{Katakana}]|[-._~:/?#@!$&'*+,;=%])"
 _URL_BODY = (rf"(?:\({_URL_CHAR}*\)|\[{_URL_CHAR}*\]|{_URL_CHAR})+(?:[(\[]{_URL_CHAR}+)?"
              r"(?<![.,;:!?'*])")
+_CLITIC = r"(?i:['’](?:s|re|ve|ll|m|d)\b|n['’]t\b)"
 _WORD = regex.compile(
     rf"(?:[a-zA-Z][a-zA-Z0-9+.-]*://|www\.){_URL_BODY}"
     rf"|[\w-]+(?:\.[\w-]+)*\.[a-zA-Z]{{2,}}/{_URL_BODY}"
     r"|[\w.+-]+@[\w-]+(?:\.[\w-]+)*\.[a-zA-Z]{2,}|(?<![\w@])@\w+|(?<![\w#&])#\w+"
-    r"|\d+(?:[.,]\d+)+|['’]s\b|\w+(?:[-.&/]\w+|['’](?!s\b)\w+)*"
+    rf"|\d+(?:[.,]\d+)+|{_CLITIC}|\w+(?={_CLITIC})|\w+(?:\.?-\w+|[.&/]\w+|(?!{_CLITIC})['’]\w+)*"
     r"(?:(?<=\.\w)\.|(?<=\b[A-Z])\.|-(?=\s|$))?|([^\w\s])\1+|[^\w\s]")
 _ABBREVIATIONS = frozenset(
     'Mr Mrs Ms Dr Prof St Jr Sr Inc Ltd Co Corp Bros Gen Gov Sen Rep Lt Col Sgt Capt Adm '

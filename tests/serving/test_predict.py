@@ -545,9 +545,16 @@ def test_a_temperature_at_the_bottom_of_its_range_is_not_kept(saved):
                                                  'in', 'New-York']),
     ("Mr. Smith's 1,200 shares in Acme Inc. on Jan. 5", ['Mr.', 'Smith', "'s", '1,200', 'shares',
                                                        'in', 'Acme', 'Inc.', 'on', 'Jan.', '5']),
+    ("Bonn didn't, can't and won't; IBM ISN'T", ['Bonn', 'did', "n't", ',', 'ca', "n't", 'and',
+                                                  'wo', "n't", ';', 'IBM', 'IS', "N'T"]),
+    ("we're sure I'm IT'S O'Neil's d'affaires", ['we', "'re", 'sure', 'I', "'m", 'IT', "'S",
+                                                "O'Neil", "'s", "d'affaires"]),
+    ('U.S.-based and Ill.-based firms', ['U.S.-based', 'and', 'Ill.-based', 'firms']),
 ])
 def test_english_lines_split_punctuation_off_as_conll_writes_it(line, words):
-    """An entity's text and offsets then stop at the word (``Berlin``, not ``Berlin.``)."""
+    """An entity's text and offsets then stop at the word (``Berlin``, not ``Berlin.``); a
+    clitic is a word (CoNLL-2003's ``did n't``, ``ca n't``, ``we 're``, ``IT 'S``), and
+    ``U.S.-based`` one word, as there."""
     from crf_lr.serving.predict import word_offsets
     found, offsets = word_offsets(line)
     assert found == words and [line[s:e] for s, e in offsets] == words
