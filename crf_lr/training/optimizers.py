@@ -42,6 +42,9 @@ rule as separate ops instead (to compare).
 import functools
 import inspect
 import re
+import warnings
+
+import numpy as np
 
 from crf_lr import patches
 from crf_lr.model.checks import (check_adam, check_learning_rate, check_lr_multipliers,
@@ -90,6 +93,21 @@ def match_multiplier(name, lr_multipliers):
     0.9
     """
     return match_name(variable_base_name(name), lr_multipliers)
+
+
+def warn_unmatched_patterns(lr_multipliers, variables):
+    """A warning naming each ``lr_multipliers`` pattern that matches none of ``variables``: a
+    misspelt or renamed layer would train at 1x without a word.
+
+        >>> warn_unmatched_patterns({'CFR': 100}, model.trainable_variables)
+    """
+    names = [variable_base_name(variable) for variable in variables]
+    examples = ', '.join(map(repr, dict.fromkeys(names[:1] + names[-1:])))
+    for pattern, multiplier in lr_multipliers.items():
+        if names and not any(re.search(pattern, name) for name in names):
+            warnings.warn(f'lr_multipliers pattern {pattern!r} ({multiplier:g}x) matches none of '
+                          f'the {len(names)} trained variables (names such as {examples}): it '
+                          f'changes nothing', stacklevel=2)
 
 
 def layerwise_decay_multipliers(num_layers, decay, embedding_pattern='Embedding-',
@@ -190,6 +208,8 @@ class Adam(keras.optimizers.legacy.Optimizer):
         self._set_hyper('beta_1', beta_1)
         self._set_hyper('beta_2', beta_2)
         self.epsilon = float(epsilon)
+        if not isinstance(bias_correction, (bool, np.bool_)):
+            raise TypeError(f'bias_correction must be True or False, got {bias_correction!r}')
         self.bias_correction = bool(bias_correction)
 
     def _create_slots(self, var_list):
@@ -411,6 +431,12 @@ def extend_with_layerwise_lr(BaseOptimizer):
         def multiplier(self, variable):
             """Learning-rate multiplier of ``variable`` (a ``tf.Variable`` or its name): float."""
             return match_multiplier(variable, self.lr_multipliers)
+
+        def _create_all_weights(self, var_list):
+            super()._create_all_weights(var_list)
+            if not getattr(self, '_patterns_checked', False):     # once: the first update
+                self._patterns_checked = True
+                warn_unmatched_patterns(self.lr_multipliers, var_list)
 
         def _scaled(self, var, apply_state):
             """``apply_state`` with the rates of ``var``'s device and dtype multiplied."""

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import numpy as np
 import pytest
@@ -281,6 +282,27 @@ def test_a_rate_set_during_training_is_the_one_saved(tmp_path, save_format):
     reloaded = keras.models.load_model(path).optimizer
     assert keras.backend.get_value(reloaded.lr) == pytest.approx(1e-5)
     assert reloaded.get_config() == model.optimizer.get_config()
+
+
+def test_a_pattern_that_matches_no_trained_variable_is_warned_once():
+    """A misspelt or renamed layer in lr_multipliers trained at 1x without a word."""
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1, name='Head')])
+    model.compile(loss='mse', optimizer=LayerwiseAdam(1e-2, lr_multipliers={'Head': 2.0,
+                                                                            'CFR': 100.0}))
+    with pytest.warns(UserWarning) as caught:
+        model.train_on_batch(np.ones((1, 2)), np.ones((1, 1)))
+    messages = [str(w.message) for w in caught if 'lr_multipliers' in str(w.message)]
+    assert messages == ["lr_multipliers pattern 'CFR' (100x) matches none of the 2 trained "
+                        "variables (names such as 'Head/kernel', 'Head/bias'): it changes nothing"]
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        model.train_on_batch(np.ones((1, 2)), np.ones((1, 1)))          # warned once
+
+
+def test_bias_correction_takes_a_bool_only():
+    """'no' was taken for True."""
+    with pytest.raises(TypeError, match="bias_correction must be True or False, got 'no'"):
+        LayerwiseAdam(bias_correction='no')
 
 
 MIRRORED_SCRIPT = textwrap.dedent('''
