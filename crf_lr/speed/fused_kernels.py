@@ -164,6 +164,7 @@ def status():
             f'{f"; {note}" if note else ""})')
 
 
+@tf.autograph.experimental.do_not_convert     # a Python decision at trace time
 def _graph_takes_them():
     """True where a function traced now may hold the kernels: not being saved (a SavedModel
     holds TensorFlow's ops only), not compiled by XLA (which has no kernel for them), and none
@@ -176,6 +177,7 @@ def _graph_takes_them():
             and not GraphOrParentsInXlaContext(get_default_graph()) and _why_off() is None)
 
 
+@tf.autograph.experimental.do_not_convert     # a Python decision at trace time
 def applies(x):
     """True where a call traced now computes on ``x`` with the fused kernels: float32 or
     bfloat16, a training call (``training`` True, not a tensor, whose value a trace may not
@@ -184,6 +186,7 @@ def applies(x):
     return x.dtype in _DTYPES and call_context().training is True and _graph_takes_them()
 
 
+@tf.autograph.experimental.do_not_convert     # a Python decision at trace time
 def layer_norm_applies(x):
     """True where a layer norm traced now computes on ``x`` with :func:`layer_norm`: as
     :func:`applies`, or in a prediction traced within :func:`prediction_kernels` where the

@@ -508,3 +508,21 @@ def test_without_a_compiler_tensorflows_ops_stand_in(monkeypatch, tiny_bert_conf
     assert all(np.isfinite(tf.convert_to_tensor(g)).all() for g in gradients)
 
 
+
+
+def test_a_training_step_traces_without_autograph_warnings(monkeypatch):
+    """The kernels' choice is Python run at trace time: AutoGraph converted it and warned that it
+    could not transform importlib's and os.path's functions on the first step of every model."""
+    from tensorflow.python.autograph.utils import ag_logging
+    from crf_lr.compat import keras
+    from crf_lr.model.crf import ConditionalRandomField
+    warned = []
+    monkeypatch.setattr(ag_logging, 'warning', lambda message, *args: warned.append(
+        message % args))
+    inputs = keras.Input((None, 3))
+    crf = ConditionalRandomField(name='CRF')
+    model = keras.Model(inputs, crf(keras.layers.Dense(4, activation='gelu')(
+        keras.layers.LayerNormalization()(inputs))))
+    model.compile(loss=crf.sparse_loss, optimizer='adam', metrics=[crf.sparse_accuracy])
+    model.train_on_batch(np.ones((2, 3, 3), 'float32'), np.zeros((2, 3), 'int32'))
+    assert [message for message in warned if 'could not transform' in message] == []
