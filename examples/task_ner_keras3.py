@@ -42,13 +42,14 @@ parser.add_argument('--verbose', action='store_true', help="show TensorFlow's lo
 args = parser.parse_args()
 quiet_tensorflow(args.verbose)                  # before keras loads TensorFlow
 
+# crf_lr.keras3 before keras: on the TensorFlow backend it keeps tf_keras out (docs/keras3.md)
+from crf_lr.keras3 import ConditionalRandomField, LayerwiseAdam  # noqa: E402
+from crf_lr.keras3.encoder import load_bert  # noqa: E402
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 from crf_lr.utils.atomic import atomic_write  # noqa: E402
 from crf_lr.data.ner import read_conll  # noqa: E402
-from crf_lr.keras3 import ConditionalRandomField, LayerwiseAdam  # noqa: E402
-from crf_lr.keras3.encoder import load_bert  # noqa: E402
 from crf_lr.keras3.tokenizer import WordPieceTokenizer  # noqa: E402
 from crf_lr.evaluation.metrics import entity_scores  # noqa: E402
 from crf_lr.model.pretrained import packaged_source  # noqa: E402

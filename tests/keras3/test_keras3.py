@@ -251,6 +251,19 @@ def test_each_side_imports_only_its_own_keras(side):
     assert 'FORBIDDEN []' in result.stdout
 
 
+def test_docs_example_imports_in_their_order_on_tensorflow():
+    """docs/keras3.md's example imports, in its order, run on the TensorFlow backend (where
+    ``import keras`` before crf_lr raised ImportError) and keep tf_keras out."""
+    text = (REPO / 'docs' / 'keras3.md').read_text(encoding='utf-8')
+    example = text.split('```python\n', 1)[1].split('```', 1)[0]
+    imports = [line for line in example.splitlines() if line.startswith(('import ', 'from '))]
+    assert 'import keras' in imports, imports
+    code = '\n'.join(imports + ["import sys; assert keras.__version__.startswith('3.'); "
+                                 "assert 'tf_keras' not in sys.modules"])
+    result = _run(['-c', code], KERAS_BACKEND='tensorflow')
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
 CONLL_SAMPLE = [[('EU', 'B-ORG'), ('rejects', 'O'), ('German', 'B-MISC'), ('lamb', 'O')],
                 [('Peter', 'B-PER'), ('runs', 'O'), ('in', 'O'), ('London', 'B-LOC')],
                 [('German', 'B-MISC'), ('Peter', 'B-PER'), ('rejects', 'O'), ('EU', 'B-ORG')],
