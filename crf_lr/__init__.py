@@ -26,17 +26,21 @@ __version__ = '0.1.0'
 ONEDNN_PRIMITIVE_CACHE_CAPACITY = _primitive_cache.TRAINING_CAPACITY    # what importing sets
 
 
-def _set_up_environment():
-    """Select tf-keras (Keras 2) for TensorFlow and bert4keras, or explain why it is too late."""
-    tf_module = sys.modules.get('tensorflow')
+def keras3_came_first():
+    """True where TensorFlow was imported with Keras 3 before crf_lr (no ``TF_USE_LEGACY_KERAS=1``):
+    :mod:`crf_lr.keras3` works then, the tf-keras side (:mod:`crf_lr.compat`) cannot."""
     keras_module = sys.modules.get('keras')
-    keras3_loaded = (keras_module is not None
-                     and getattr(keras_module, '__version__', '2').split('.')[0] == '3')
-    if tf_module is not None and os.environ.get('TF_USE_LEGACY_KERAS') != '1' and keras3_loaded:
-        raise ImportError(
-            'crf_lr must be imported before TensorFlow loads Keras 3: TensorFlow was already '
-            'imported without TF_USE_LEGACY_KERAS=1. Import crf_lr first, or set '
-            'TF_KERAS=1 and TF_USE_LEGACY_KERAS=1 in the environment before starting Python.')
+    return ('tensorflow' in sys.modules and os.environ.get('TF_USE_LEGACY_KERAS') != '1'
+            and keras_module is not None
+            and getattr(keras_module, '__version__', '2').split('.')[0] == '3')
+
+
+def _set_up_environment():
+    """Select tf-keras (Keras 2) for TensorFlow and bert4keras; nothing where Keras 3 came first
+    (too late for TensorFlow's settings: :mod:`crf_lr.compat` says so if the Keras 2 side is
+    imported)."""
+    if keras3_came_first():
+        return
     os.environ['TF_KERAS'] = '1'
     os.environ['TF_USE_LEGACY_KERAS'] = '1'
     _primitive_cache.size_for_training()      # 8,192 kernels per process, unless set

@@ -12,6 +12,13 @@ import importlib.util
 
 import crf_lr  # noqa: F401  (sets TF_KERAS / TF_USE_LEGACY_KERAS before TensorFlow loads)
 
+if crf_lr.keras3_came_first():
+    raise ImportError('crf_lr must be imported before TensorFlow loads Keras 3: its tf-keras side '
+                      '(bert4keras, crf_lr.layers, the task scripts) needs TF_USE_LEGACY_KERAS=1 '
+                      'when TensorFlow starts. Import crf_lr before keras and tensorflow, or set '
+                      'TF_KERAS=1 and TF_USE_LEGACY_KERAS=1 before starting Python; with Keras 3 '
+                      'use crf_lr.keras3 alone.')
+
 # Installed with --no-deps: their declared requirements (bert4keras: keras<=2.3.1; tf-keras: the
 # tensorflow wheel) conflict with tensorflow-cpu (setup.py's TensorFlow on x86-64), so setup.py
 # cannot list them.

@@ -83,13 +83,18 @@ def test_a_server_started_from_a_process_that_imported_crf_lr_keeps_onednns_own(
 
 
 def test_import_after_keras3_gives_clear_error():
+    """After TensorFlow loaded Keras 3: ``import crf_lr`` and crf_lr.keras3 work (the import
+    raised), the tf-keras side raises one ImportError saying what to do."""
     code = ('import os; os.environ.pop("TF_USE_LEGACY_KERAS", None); os.environ.pop("TF_KERAS", '
-            'None)\nimport tensorflow as tf, keras\n'
-            'try:\n    import crf_lr\nexcept ImportError as e:\n    print("ERR", e)\n')
+            'None)\nimport tensorflow as tf, keras\nimport crf_lr\n'
+            'from crf_lr.keras3 import ConditionalRandomField as CRF\n'
+            'print("KERAS3", tuple(CRF()(keras.ops.zeros((1, 2, 3))).shape))\n'
+            'try:\n    import crf_lr.layers\nexcept ImportError as e:\n    print("ERR", e)\n')
     env = {k: v for k, v in os.environ.items() if k not in ('TF_USE_LEGACY_KERAS', 'TF_KERAS')}
-    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, env=env,
-                         timeout=120).stdout
-    assert 'ERR crf_lr must be imported before TensorFlow' in out
+    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
+                         env=dict(env, KERAS_BACKEND='tensorflow'), timeout=120).stdout
+    assert "KERAS3 (1, 2, 3)" in out
+    assert 'ERR crf_lr must be imported before TensorFlow loads Keras 3: its tf-keras side' in out
 
 
 def test_bert4keras_optimizers_use_the_legacy_base_and_public_name_is_restored():
