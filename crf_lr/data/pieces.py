@@ -149,19 +149,24 @@ def check_spans_fit(examples, sources, maxlen, encoder):
         ValueError: a.txt:1: a span of 5 characters does not fit --maxlen 6 (windows of 4); use
         --maxlen 7 or more
     """
-    stretches = ((encoder.length(units[start:end]), source, end - start, count)
+    stretches = ((encoder.length(units[start:end]), source, units[start:end], count)
                  for (units, _, spans), source in zip(examples, sources)
                  for start, end, count in _uncut_stretches(spans))
     too_long = [stretch for stretch in stretches if stretch[0] > maxlen - 2]
     if not too_long:
         return
-    size, source, length, count = max(too_long, key=lambda stretch: stretch[0])   # the first
+    size, source, span, count = max(too_long, key=lambda stretch: stretch[0])     # the first
     what = 'a span' if count == 1 else f'{count} overlapping spans'
     if encoder.units == 'words':
-        what, window = f'{what} of {length} words ({size} pieces)', f'{maxlen - 2} pieces'
+        what, window = f'{what} of {len(span)} words ({size} pieces)', f'{maxlen - 2} pieces'
     else:
-        what, window = f'{what} of {length} characters', maxlen - 2
-    others = (f' (the longest of {len(too_long)} that do not fit; the first is at '
-              f'{too_long[0][1]})' if len(too_long) > 1 else '')
-    raise ValueError(f'{source}: {what} {"does" if count == 1 else "do"} not fit --maxlen '
-                     f'{maxlen} (windows of {window}); use --maxlen {size + 2} or more{others}')
+        what, window = f'{what} of {len(span)} characters', maxlen - 2
+    text = span if isinstance(span, str) else ' '.join(span)
+    text = repr(text if len(text) <= 30 else text[:30] + '…')
+    first = too_long[0][1]
+    others = (f' (the longest of {len(too_long)} that do not fit'
+              + (f'; the first is at {first})' if first != source else ')')
+              if len(too_long) > 1 else '')
+    raise ValueError(f'{source}: {what}, {text} in the sentence opening at that line, '
+                     f'{"does" if count == 1 else "do"} not fit --maxlen {maxlen} (windows of '
+                     f'{window}); use --maxlen {size + 2} or more{others}')

@@ -408,18 +408,21 @@ def test_a_span_longer_than_a_window_is_named_with_the_maxlen_that_fits(tmp_path
     check_spans_fit(examples[:1], ['t.txt:1'], 6, chars)
     with pytest.raises(ValueError) as error:
         check_spans_fit(examples, ['t.txt:1', 't.txt:6', 't.txt:14'], 6, chars)
-    assert str(error.value) == ('t.txt:14: 2 overlapping spans of 7 characters do not fit --maxlen '
-                                '6 (windows of 4); use --maxlen 9 or more (the longest of 2 that '
-                                'do not fit; the first is at t.txt:6)')
+    assert str(error.value) == (
+        "t.txt:14: 2 overlapping spans of 7 characters, '一二三四五六七' in the sentence opening "
+        'at that line, do not fit --maxlen 6 (windows of 4); use --maxlen 9 or more (the longest '
+        'of 2 that do not fit; the first is at t.txt:6)')
     with pytest.raises(ValueError) as error:
         check_spans_fit([('一二三', None, [(0, 2, 'X')])], ['t.txt:1'], 3, chars)
-    assert str(error.value) == ('t.txt:1: a span of 2 characters does not fit --maxlen 3 '
-                                '(windows of 1); use --maxlen 4 or more')
+    assert str(error.value) == (
+        "t.txt:1: a span of 2 characters, '一二' in the sentence opening at that line, does not "
+        'fit --maxlen 3 (windows of 1); use --maxlen 4 or more')
     words = _word_encoder(tmp_path, max_pieces=4)
     with pytest.raises(ValueError) as error:
         check_spans_fit([(['eus', 'call', 'eus'], None, [(0, 3, 'X')])], ['c.txt:3'], 6, words)
-    assert str(error.value) == ('c.txt:3: a span of 3 words (5 pieces) does not fit --maxlen 6 '
-                                '(windows of 4 pieces); use --maxlen 7 or more')
+    assert str(error.value) == (
+        "c.txt:3: a span of 3 words (5 pieces), 'eus call eus' in the sentence opening at that "
+        'line, does not fit --maxlen 6 (windows of 4 pieces); use --maxlen 7 or more')
 
 
 def test_windows_of_a_long_text_measure_linear_work_and_fit_as_tightly_as_a_scan():
