@@ -147,9 +147,9 @@ def calibrate(tagger, dev, test=None, bins=10):
         (:func:`kept_temperature`); ``bound``: None, or 'lower' / 'upper' when the fit stopped
         at that end of ``TEMPERATURE_RANGE`` (every dev entity right, or nearly every one wrong:
         the confidences pushed as far as the range lets them), and
-        ``dev_right``: how many dev entities are right; per split (``dev``, ``test``),
-        ``{'before': scores, 'after': scores}`` at T = 1 and at the kept temperature, where
-        scores are ``entities`` (how many were predicted), ``ece``, ``nll`` and ``outcomes``
+        ``dev_right``: how many of the dev entities predicted are right; per split (``dev``,
+        ``test``), ``{'before': scores, 'after': scores}`` at T = 1 and at the kept temperature,
+        where scores are ``entities`` (how many were predicted), ``ece``, ``nll`` and ``outcomes``
         ``(confidences, correct)`` (arrays, for :func:`crf_lr.evaluation.plots.plot_reliability`;
         drop them before writing JSON).
     """
@@ -168,12 +168,12 @@ def calibrate(tagger, dev, test=None, bins=10):
     ends = [name for name, end in zip(('lower', 'upper'), TEMPERATURE_RANGE)
             if abs(np.log(fitted / end)) < 1e-3]
     if not len(before[0]):
-        temperature, choice = 1.0, 'T 1: no dev entity to fit a temperature on'
+        temperature, choice = 1.0, 'T 1: the model predicts no dev entity to fit a temperature on'
     elif ends == ['lower']:
         temperature, choice = 1.0, (
             f'T 1 kept: the fitted temperature {fitted} is the bottom of its range '
-            f'({int(before[1].sum())} of {len(before[0])} dev entities right): every '
-            f'confidence would read 1')
+            f'({int(before[1].sum())} of the {len(before[0])} dev entities predicted right): '
+            f'every confidence would read 1')
     else:
         temperature, choice = kept_temperature(    # the ECEs as the report rounds them
             fitted, *(round(expected_calibration_error(*outcomes('dev', t), bins=bins), 5)
@@ -205,7 +205,7 @@ def bound_note(report):
 
         >>> bound_note(dict(fitted=20.0, temperature=20.0, bound='upper', dev_right=3,
         ...                 dev={'before': {'entities': 40}}))
-        'the temperature stopped at the top of its range (20.0): 3 of 40 dev entities are ...'
+        'the temperature stopped at the top of its range (20.0): 3 of the 40 dev entities ...'
     """
     if not report.get('bound'):
         return None
@@ -219,7 +219,8 @@ def bound_note(report):
         effect += '; train longer or give a larger development split for confidences worth reading'
     return (f"the temperature stopped at the {'top' if upper else 'bottom'} of its range "
             f"({report['fitted']}): {report['dev_right']} of "
-            f"{report['dev']['before']['entities']} dev entities are right, so {effect}")
+            f"the {report['dev']['before']['entities']} dev entities predicted are right, so "
+            f"{effect}")
 
 
 def reliability_series(scores, temperature):

@@ -62,9 +62,9 @@ def test_the_bound_note_and_the_reliability_plot_say_what_was_kept():
     curve, not two equal ones labelled 'temperature 1' and 'temperature 1.0'."""
     from crf_lr.evaluation.calibration import bound_note, reliability_series
     assert bound_note(_report(1.0)) == (
-        'the temperature stopped at the top of its range (20.0): 3 of 40 dev entities are right, '
-        'so T 1 was kept, as it would not lower dev ECE; train longer or give a larger '
-        'development split for confidences worth reading')
+        'the temperature stopped at the top of its range (20.0): 3 of the 40 dev entities '
+        'predicted are right, so T 1 was kept, as it would not lower dev ECE; train longer or '
+        'give a larger development split for confidences worth reading')
     assert 'so the fit lowers every confidence as far as it can' in bound_note(_report(20.0))
     kept, fitted = _report(1.0), _report(20.0)
     assert list(reliability_series(kept['dev'], 1.0)) == ['temperature 1']

@@ -505,8 +505,8 @@ def test_a_temperature_at_the_end_of_its_range_is_named(saved):
     report = calibrate(tagger, (texts, [[] for _ in texts]))
     assert report['temperature'] == TEMPERATURE_RANGE[1] and report['bound'] == 'upper'
     assert bound_note(report).startswith(
-        f'the temperature stopped at the top of its range (20.0): 0 of {found} dev entities '
-        f'are right, so the fit lowers every confidence')
+        f'the temperature stopped at the top of its range (20.0): 0 of the {found} dev '
+        f'entities predicted are right, so the fit lowers every confidence')
     assert bound_note(dict(report, bound=None)) is None
 
 
@@ -526,12 +526,13 @@ def test_a_temperature_at_the_bottom_of_its_range_is_not_kept(saved):
     assert report['fitted'] == TEMPERATURE_RANGE[0] and report['bound'] == 'lower'
     assert report['temperature'] == 1.0 and tagger.head.temperature == 1.0
     assert report['choice'] == (f'T 1 kept: the fitted temperature {TEMPERATURE_RANGE[0]} is the '
-                                f'bottom of its range ({found} of {found} dev entities right): '
+                                f'bottom of its range ({found} of the {found} dev entities '
+                                f'predicted right): '
                                 f'every confidence would read 1')
     assert bound_note(report) == (
         f'the temperature stopped at the bottom of its range ({TEMPERATURE_RANGE[0]}): {found} '
-        f'of {found} dev entities are right, so T 1 was kept, where every confidence would read '
-        f'1; a larger development split can fit one')
+        f'of the {found} dev entities predicted are right, so T 1 was kept, where every '
+        f'confidence would read 1; a larger development split can fit one')
     np.testing.assert_allclose([c for p in tagger.decode(tagger.run(texts))
                                 for c in p.confidences], untempered, rtol=1e-6)
     assert max(untempered) < 1
