@@ -328,6 +328,9 @@ class _FileSpan(NamedTuple):
     inclusive: bool
 
 
+_TAG_LIKE_TYPE = re.compile(r'[BI]-\S')          # 'B-PER': a BIO tag given where a type belongs
+
+
 def _span_fault(span, text):
     """What is wrong with a :class:`_FileSpan` of ``text``, said after the span; '' if nothing."""
     if not _integers((span.start, span.end)):
@@ -347,6 +350,12 @@ def _span_fault(span, text):
         return 'needs a type: a non-empty string'
     if span.kind != span.kind.strip():
         return f'has the type {echo(span.kind, show=_json)}: a type with spaces around it'
+    if len(span.kind.split()) > 1:
+        return (f'has the type {echo(span.kind, show=_json)}: a type with whitespace in it, which '
+                f'the tags written from it (B-TYPE) would not read back as one')
+    if _TAG_LIKE_TYPE.match(span.kind):
+        return (f'has the type {echo(span.kind, show=_json)}: a tag, not a type (a span gives '
+                f'the type alone: {_json(span.kind[2:])})')
     if span.mention is not None and text[span.start:end] != span.mention:
         return f'covers {echo(text[span.start:end])}, not its mention (misaligned offsets?)'
     return ''

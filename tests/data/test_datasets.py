@@ -307,6 +307,10 @@ def test_outside_the_text_says_which_ends_the_format_counts(tmp_path):
     ([[0, 2, 7]], r'span \[0, 2, 7\] needs a type'),
     ([[0, 2]], r'expected "spans": \[\[start, end, type\], ...\] \(end exclusive\), got \[0, 2\]'),
     ([[0, 2, ' LOC']], r'span \[0, 2, " LOC"\] has the type " LOC": a type with spaces around it$'),
+    ([[0, 2, 'B-LOC']], r'span \[0, 2, "B-LOC"\] has the type "B-LOC": a tag, not a type \(a span '
+                        r'gives the type alone: "LOC"\)$'),
+    ([[0, 2, 'NAME\tPER']], r'has the type "NAME\\tPER": a type with whitespace in it, which the '
+                            r'tags written from it \(B-TYPE\) would not read back as one$'),
 ])
 def test_exclusive_spans_empty_or_without_type_name_line(tmp_path, spans, fault):
     path = write(tmp_path, 'F.jsonl', json.dumps({'text': '北京大学', 'spans': spans}) + '\n')
