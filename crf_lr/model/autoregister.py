@@ -15,6 +15,7 @@ TensorFlow: the loaders are wrapped when tf-keras is imported.
 import importlib
 import importlib.abc
 import importlib.util
+import re
 import sys
 
 from crf_lr.patches import apply
@@ -38,9 +39,23 @@ def _wrap_loaders():
 
 
 def _registering_first(original, *args, **kwargs):
-    """``original(*args, **kwargs)`` after :func:`register_everything`."""
+    """``original(*args, **kwargs)`` after :func:`register_everything`; where the model names an
+    optimizer class made by an ``extend_with_*`` factory that this process has not made, it is
+    made (:func:`crf_lr.training.optimizers.extension_class`) and the model loaded again."""
     register_everything()
-    return original(*args, **kwargs)
+    try:
+        return original(*args, **kwargs)
+    except ValueError as error:
+        found = _UNKNOWN_OPTIMIZER.search(str(error))
+        from crf_lr.training.optimizers import extension_class
+        if not found or found.group(1) in _made or extension_class(found.group(1)) is None:
+            raise
+        _made.add(found.group(1))
+        return _registering_first(original, *args, **kwargs)
+
+
+_UNKNOWN_OPTIMIZER = re.compile(r"Unknown optimizer: '(crf_lr>[^']+)'")
+_made = set()           # the extension classes made for a load: each once, so no loop
 
 
 class _LoaderThenHook(importlib.abc.Loader):

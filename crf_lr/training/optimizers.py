@@ -336,6 +336,29 @@ def _extension(name):
     return decorate
 
 
+_EXTENSION_NAME = re.compile(r'crf_lr>(\w+)\((.+)\)')
+
+
+def extension_class(name):
+    """The optimizer class a registered extension name stands for, made as its ``extend_with_*``
+    factory makes it, or None where ``name`` is no such name: ``'crf_lr>LayerwiseLR(SGD)'`` ->
+    ``extend_with_layerwise_lr(keras.optimizers.legacy.SGD)``. A saved model names its
+    optimizer so; a process that has not made the class yet loads it through this.
+
+        >>> extension_class('crf_lr>LayerwiseLR(crf_lr>WeightDecay(RMSprop))')
+    """
+    registered = keras.utils.get_registered_object(name)
+    if registered is not None:
+        return registered
+    found = _EXTENSION_NAME.fullmatch(name)
+    factory = found and {'WeightDecay': extend_with_weight_decay,
+                         'LayerwiseLR': extend_with_layerwise_lr}.get(found.group(1))
+    if not factory:
+        return getattr(keras.optimizers.legacy, name, None) if name.isidentifier() else None
+    base = extension_class(found.group(2))
+    return None if base is None else factory(base)
+
+
 @_extension('WeightDecay')
 def extend_with_weight_decay(BaseOptimizer):
     """A subclass of ``BaseOptimizer`` with decoupled weight decay, as in BERT's AdamW.

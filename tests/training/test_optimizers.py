@@ -517,3 +517,31 @@ def test_extensions_refuse_bases_that_cannot_take_a_rate():
         extend_with_layerwise_lr(Bert4kerasAdam)
     with pytest.raises(TypeError, match='BaseOptimizer must be a legacy'):
         extend_with_weight_decay(keras.optimizers.Adam)
+
+
+def test_a_model_compiled_with_an_extension_class_loads_in_a_process_that_never_made_it(
+        tmp_path):
+    """``extend_with_layerwise_lr(SGD)`` makes its class when called: a fresh process loading
+    the model failed with Keras's ``Unknown optimizer: 'crf_lr>LayerwiseLR(SGD)'``. The loader
+    now makes the class from its name, in every format."""
+    made = extend_with_layerwise_lr(extend_with_weight_decay(keras.optimizers.legacy.RMSprop))
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1, name='Head')])
+    model.compile(loss='mse', optimizer=made(0.1, lr_multipliers={'Head': 3.0},
+                                             weight_decay_rate=0.01))
+    model.train_on_batch(np.ones((1, 2)), np.ones((1, 1)))
+    paths = [str(tmp_path / name) for name in ('model.h5', 'savedmodel', 'model.keras')]
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')                  # .keras: the optimizer-state warning
+        for path in paths:
+            model.save(path)
+    code = ('import sys, warnings; warnings.simplefilter("ignore"); import crf_lr\n'
+            'from crf_lr.compat import keras\n'
+            'for path in sys.argv[1:]:\n'
+            '    optimizer = keras.models.load_model(path).optimizer\n'
+            '    name = keras.utils.get_registered_name(type(optimizer))\n'
+            '    print(name, optimizer.lr_multipliers)\n')
+    done = subprocess.run([sys.executable, '-c', code, *paths], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines() == [
+        "crf_lr>LayerwiseLR(crf_lr>WeightDecay(RMSprop)) {'Head': 3.0}"] * 3
