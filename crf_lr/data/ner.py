@@ -42,6 +42,7 @@ saying how to provide it.
     >>> print(read_corpus('data/char-bio/train.txt').summary())
 """
 import dataclasses
+import itertools
 import json
 import re
 from collections import Counter
@@ -53,10 +54,10 @@ import regex
 from crf_lr.decoding.spans import outermost
 from crf_lr.data.tagging import BIO, BIOES, BMES, IOB1, TagError, echo, get_scheme, iob1_to_iob2
 from crf_lr.data.vocabulary import CJK
-from crf_lr.data.files import (BOM, BROKEN_NOTE, CLUSTER_NOTE, DataFormatError, Example,
-                               REPAIR_NOTE, STRAY_NOTE, _CHUNK_START_NOTE, _CROSSING_NOTE,
-                               _DUPLICATE_NOTE, _EMPTY_TEXT_NOTE, _IOB1_NOTE, _NESTED_NOTE,
-                               _TWO_TYPES_NOTE,
+from crf_lr.data.files import (BOM, BROKEN_NOTE, CLUSTER_NOTE, CUT_CHARACTER_NOTE,
+                               DataFormatError, Example, REPAIR_NOTE, STRAY_NOTE,
+                               _CHUNK_START_NOTE, _CROSSING_NOTE, _DUPLICATE_NOTE,
+                               _EMPTY_TEXT_NOTE, _IOB1_NOTE, _NESTED_NOTE, _TWO_TYPES_NOTE,
                                _document_start, _lines, read_text)
 
 
@@ -374,9 +375,20 @@ def _span_example(text, spans, path, number, labelled=True, types=None):
         checked.append((span.start, span.end + span.inclusive, span.kind))
     distinct = sorted(set(checked))
     tags, notes = _flat_tags(distinct, len(text)) if labelled else (None, ())
-    notes = (_DUPLICATE_NOTE,) * (len(checked) - len(distinct)) + notes
+    notes = ((_DUPLICATE_NOTE,) * (len(checked) - len(distinct)) + notes
+             + (CUT_CHARACTER_NOTE,) * _cutting_a_character(distinct, text))
     return Example(text=text, tokens=text, spans=distinct, tags=tags, source=f'{path}:{number}',
                    notes=notes)
+
+
+def _cutting_a_character(spans, text):
+    """How many ``spans`` start or end inside a character of several code points of ``text`` (a
+    letter and its combining mark, an emoji sequence: :func:`one_character`'s clusters)."""
+    clusters = _CLUSTER.findall(text)
+    if len(clusters) == len(text):
+        return 0
+    bounds = set(itertools.accumulate(map(len, clusters), initial=0))
+    return sum(start not in bounds or end not in bounds for start, end, _ in spans)
 
 
 def _integers(values):

@@ -600,3 +600,17 @@ def test_real_conll(real):
         data = real('conll2003', split)
         assert len(data) == sentences and sum(len(e.words) for e in data) == tokens
         assert data.entity_counts() == entities
+
+
+def test_a_span_cutting_a_character_of_several_code_points_is_noted(tmp_path):
+    """A span starting on a combining mark (or ending before it, or inside an emoji sequence):
+    read as written, counted and placed; it was taken without a word."""
+    records = [{'text': 'e\u0301李四', 'spans': [[1, 3, 'PER']]},             # on the mark
+               {'text': '李四👍🏽', 'spans': [[0, 3, 'PER']]},                # inside the emoji
+               {'text': 'Jose\u0301去', 'spans': [[0, 5, 'PER']]},            # whole: no note
+               {'text': '张三去北京', 'spans': [[0, 2, 'PER']]}]
+    path = write(tmp_path, 'F.jsonl', ''.join(json.dumps(r) + '\n' for r in records))
+    data = read_cluener(path)
+    assert [e.spans for e in data] == [[(1, 3, 'PER')], [(0, 3, 'PER')], [(0, 5, 'PER')],
+                                       [(0, 2, 'PER')]]
+    assert [e.notes.count(datasets_files.CUT_CHARACTER_NOTE) for e in data] == [1, 1, 0, 0]
