@@ -377,11 +377,16 @@ def _one_hot(tags, emissions, mask):
     if rank is not None and (rank not in (2, 3) or rank == 3 and tags.shape[-1] not in (1, None)):
         raise ValueError(f'tags must be label ids (batch, n) or (batch, n, 1), got shape '
                          f'{tags.shape}: one-hot labels go to dense_loss, not sparse_loss')
-    tf.debugging.Assert(tf.equal(tf.size(tags), tf.reduce_prod(tf.shape(emissions)[:2])), [
-        'tags must hold one label id for each position of the scores (batch, n, num_labels): '
-        'one-hot labels go to dense_loss; shapes of tags and scores:', tf.shape(tags),
-        tf.shape(emissions)])
-    tags = tf.cast(tf.reshape(tags, tf.shape(emissions)[:2]), tf.int32)
+    one_each = ('tags must hold one label id for each position of the scores (batch, n, '
+                'num_labels): one-hot labels go to dense_loss; shapes of tags and scores:')
+    sizes = tags.shape.num_elements(), emissions.shape[:2].num_elements()
+    if None not in sizes and sizes[0] != sizes[1]:                      # known when traced
+        raise ValueError(f'{one_each} {tags.shape}, {emissions.shape}')
+    one_each = tf.debugging.Assert(
+        tf.equal(tf.size(tags), tf.reduce_prod(tf.shape(emissions)[:2])),
+        [one_each, tf.shape(tags), tf.shape(emissions)])
+    with tf.control_dependencies([one_each]):               # in a graph: before the reshape
+        tags = tf.cast(tf.reshape(tags, tf.shape(emissions)[:2]), tf.int32)
     num_labels = tf.shape(emissions)[2]
     outside = tf.logical_and(tf.logical_or(tags < 0, tags >= num_labels), mask)
     first = tf.argmax(tf.concat([tf.reshape(tf.cast(outside, tf.int32), [-1]), [1]], 0))

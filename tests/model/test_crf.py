@@ -205,8 +205,15 @@ def test_non_left_aligned_mask_and_bad_arguments_raise():
     with pytest.raises(ValueError, match=r'got shape \(2, 3, 2\): one-hot labels go to '
                                          'dense_loss, not sparse_loss'):
         crf.sparse_loss(np.eye(2)[[[0, 1, 0], [1, 1, 0]]], emissions)
-    with pytest.raises(tf.errors.InvalidArgumentError, match='one label id for each position'):
+    with pytest.raises(ValueError, match=r'one label id for each position .* \(2, 2\), '
+                                         r'\(2, 3, 2\)$'):
         crf.sparse_loss([[0, 1], [1, 1]], emissions)            # labels shorter than the scores
+    crf.build((None, None, 2))
+    traced = tf.function(lambda tags, scores: crf.sparse_loss(tags, scores), input_signature=[
+        tf.TensorSpec((None, None), tf.int32), tf.TensorSpec((None, None, 2), tf.float32)])
+    for _ in range(3):            # as in fit, shapes unknown: the check runs before the reshape
+        with pytest.raises(tf.errors.InvalidArgumentError, match='one label id for each position'):
+            traced(tf.constant([[0, 1], [1, 1]]), tf.constant(emissions, tf.float32))
     with pytest.raises(ValueError, match=r'takes scores \(batch, n, num_labels\), one row a '
                                          r'position, got shape \(None, 4\): put it on a sequence '
                                          'output'):
