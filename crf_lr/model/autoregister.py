@@ -38,10 +38,11 @@ def _wrap_loaders():
     apply('registering loaders', _registering_first)
 
 
-def _registering_first(original, *args, **kwargs):
+def _registering_first(original, *args, _made=frozenset(), **kwargs):
     """``original(*args, **kwargs)`` after :func:`register_everything`; where the model names an
     optimizer class made by an ``extend_with_*`` factory that this process has not made, it is
-    made (:func:`crf_lr.training.optimizers.extension_class`) and the model loaded again."""
+    made (:func:`crf_lr.training.optimizers.extension_class`) and the model loaded again
+    (``_made``: the names this load made, each once, so no loop)."""
     register_everything()
     try:
         return original(*args, **kwargs)
@@ -50,12 +51,10 @@ def _registering_first(original, *args, **kwargs):
         from crf_lr.training.optimizers import extension_class
         if not found or found.group(1) in _made or extension_class(found.group(1)) is None:
             raise
-        _made.add(found.group(1))
-        return _registering_first(original, *args, **kwargs)
+        return _registering_first(original, *args, _made=_made | {found.group(1)}, **kwargs)
 
 
 _UNKNOWN_OPTIMIZER = re.compile(r"Unknown optimizer: '(crf_lr>[^']+)'")
-_made = set()           # the extension classes made for a load: each once, so no loop
 
 
 class _LoaderThenHook(importlib.abc.Loader):
