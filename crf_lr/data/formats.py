@@ -71,6 +71,7 @@ def read_char_segmentation(path, repair=True):
     """
     examples, words, noted, first_line = [], [], [], 0
     opened = last = None                    # the line that opened the open word; the last line
+    stray = False                           # the open word was opened by a tag noted already
 
     def fault(number, message):
         if not repair:
@@ -82,7 +83,7 @@ def read_char_segmentation(path, repair=True):
     for number, line in list(_lines(path)) + [(None, '')]:
         if not line or _document_start(line):
             if words:
-                if opened is not None:
+                if opened is not None and not stray:
                     fault(last, f'the sentence ends inside the word opened at line {opened} (no E '
                                 'closes it)')
                 examples.append(_segmentation_example(words, f'{path}:{first_line}'))
@@ -98,11 +99,14 @@ def read_char_segmentation(path, repair=True):
         noted += _unit_note(char, path, number)
         if not words:
             first_line = number
-        if tag in 'BS' and opened is not None:
+        if tag in 'BS' and opened is not None and not stray:
             fault(number, f'{tag} before the word opened at line {opened} is closed by E')
         elif tag not in 'BS' and opened is None:
             where = 'the word before it is closed' if words else 'it opens the sentence'
             fault(number, f'{tag} continues no word ({where})')
+            stray = tag != 'E'                  # one fault, not two for its unclosed word
+        if tag in 'BS':
+            stray = False
         if opened is None or tag in 'BS':
             words.append(char)
         else:

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from crf_lr.data.formats import FORMATS, detect_format, read_corpus
-from crf_lr.data.files import DataFormatError
+from crf_lr.data.files import WORD_REPAIR_NOTE, DataFormatError
 from crf_lr.data.tagging import REPAIR_HINT
 from helpers.paths import SAMPLES
 
@@ -425,6 +425,9 @@ def test_char_seg_tags_breaking_their_word_are_counted_and_placed_or_refused(tmp
             read_corpus(path, repair=False)
     fine = write(tmp_path, 'fine.txt', '中 B\n国 E\n人 S\n')
     assert 'repaired' not in read_corpus(fine).summary()
+    once = write(tmp_path, 'once.txt', '我 S\n们 I\n\n你 M\n好 S\n')   # a stray, its word unclosed
+    assert [e.noted_at for e in read_corpus(once)] == [
+        ((WORD_REPAIR_NOTE, f'{once}:2'),), ((WORD_REPAIR_NOTE, f'{once}:4'),)]
     for text, fault in (('北 B\n京 M\n', '2: the sentence ends inside the word opened at line 1'),
                         ('上 M\n海 E\n', '1: M continues no word \\(it opens the sentence\\)'),
                         ('上 S\n海 E\n', '2: E continues no word \\(the word before it is '
