@@ -448,8 +448,8 @@ def _exclusive_span(span, path, number):
 def _entity_span(entity, path, number):
     """An ``entities`` element: CMeEE's ``start_idx``, ``end_idx`` (inclusive), ``type``,
     ``entity``; or ``python -m crf_lr.predict --format json``'s ``start``, ``end`` (exclusive),
-    ``type``, ``text`` (its other keys, such as ``confidence``, ignored), so that predictions,
-    corrected, train and test again."""
+    ``type``, ``text`` (its other keys, such as ``confidence``, ignored), so that a character
+    model's predictions, corrected, train and test again."""
     for keys, inclusive in ((('start_idx', 'end_idx', 'type', 'entity'), True),
                             (('start', 'end', 'type', 'text'), False)):
         if (isinstance(entity, dict) and all(key in entity for key in keys)
