@@ -285,6 +285,8 @@ WORD_REPAIR_NOTE = ('a word-position tag breaking its word (an M or E continuing
                     'never closed by E): B and S begin a word, and so does a tag after E or S')
 BROKEN_NOTE = ('a character broken in transit (U+FFFD or ?: a character outside the BMP often '
                'arrives as two) read as one unit')
+TAG_LIKE_TYPE_NOTE = ('a span whose type reads as a tag (B-PER, s-loc): if the file gives tags '
+                      'where types belong, write the type alone (PER)')
 CUT_CHARACTER_NOTE = ('a span starting or ending inside a character of several code points (a '
                       'letter and its combining mark, an emoji sequence): read as written')
 CLUSTER_NOTE = ('a character of several code points (an emoji sequence, a letter and its marks, '

@@ -56,6 +56,7 @@ from crf_lr.data.tagging import BIO, BIOES, BMES, IOB1, TagError, echo, get_sche
 from crf_lr.data.vocabulary import CJK
 from crf_lr.data.files import (BOM, BROKEN_NOTE, CLUSTER_NOTE, CUT_CHARACTER_NOTE,
                                DataFormatError, Example, REPAIR_NOTE, STRAY_NOTE,
+                               TAG_LIKE_TYPE_NOTE,
                                _CHUNK_START_NOTE, _CROSSING_NOTE, _DUPLICATE_NOTE,
                                _EMPTY_TEXT_NOTE, _IOB1_NOTE, _NESTED_NOTE, _TWO_TYPES_NOTE,
                                _document_start, _lines, read_text)
@@ -329,7 +330,7 @@ class _FileSpan(NamedTuple):
     inclusive: bool
 
 
-_TAG_LIKE_TYPE = re.compile(r'[BI]-\S')          # 'B-PER': a BIO tag given where a type belongs
+_TAG_LIKE_TYPE = re.compile(r'[BIESM]-\S', re.IGNORECASE)   # 'B-PER': a tag where a type belongs
 
 
 def _span_fault(span, text):
@@ -354,9 +355,6 @@ def _span_fault(span, text):
     if len(span.kind.split()) > 1:
         return (f'has the type {echo(span.kind, show=_json)}: a type with whitespace in it, which '
                 f'the tags written from it (B-TYPE) would not read back as one')
-    if _TAG_LIKE_TYPE.match(span.kind):
-        return (f'has the type {echo(span.kind, show=_json)}: a tag, not a type (a span gives '
-                f'the type alone: {_json(span.kind[2:])})')
     if span.mention is not None and text[span.start:end] != span.mention:
         return f'covers {echo(text[span.start:end])}, not its mention (misaligned offsets?)'
     return ''
@@ -376,7 +374,8 @@ def _span_example(text, spans, path, number, labelled=True, types=None):
     distinct = sorted(set(checked))
     tags, notes = _flat_tags(distinct, len(text)) if labelled else (None, ())
     notes = ((_DUPLICATE_NOTE,) * (len(checked) - len(distinct)) + notes
-             + (CUT_CHARACTER_NOTE,) * _cutting_a_character(distinct, text))
+             + (CUT_CHARACTER_NOTE,) * _cutting_a_character(distinct, text)
+             + (TAG_LIKE_TYPE_NOTE,) * sum(bool(_TAG_LIKE_TYPE.match(k)) for _, _, k in distinct))
     return Example(text=text, tokens=text, spans=distinct, tags=tags, source=f'{path}:{number}',
                    notes=notes)
 

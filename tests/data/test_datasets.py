@@ -307,8 +307,6 @@ def test_outside_the_text_says_which_ends_the_format_counts(tmp_path):
     ([[0, 2, 7]], r'span \[0, 2, 7\] needs a type'),
     ([[0, 2]], r'expected "spans": \[\[start, end, type\], ...\] \(end exclusive\), got \[0, 2\]'),
     ([[0, 2, ' LOC']], r'span \[0, 2, " LOC"\] has the type " LOC": a type with spaces around it$'),
-    ([[0, 2, 'B-LOC']], r'span \[0, 2, "B-LOC"\] has the type "B-LOC": a tag, not a type \(a span '
-                        r'gives the type alone: "LOC"\)$'),
     ([[0, 2, 'NAME\tPER']], r'has the type "NAME\\tPER": a type with whitespace in it, which the '
                             r'tags written from it \(B-TYPE\) would not read back as one$'),
 ])
@@ -386,7 +384,8 @@ def test_cmeee_malformed_names_record_line(tmp_path):
         read_cmeee(path)
     del records[2]['entities'][0]['type']
     path = write(tmp_path, 'bad2.json', json.dumps(records, ensure_ascii=False, indent=2))
-    with raises_at(path, 29, 'start_idx, end_idx, type and entity'):
+    with raises_at(path, 29, r'start_idx, end_idx \(inclusive\), type and entity \(CMeEE\), or '
+                             r'start, end \(exclusive\), type and text'):
         read_cmeee(path)
     path = write(tmp_path, 'bad3.json', '[\n  {"text": "a", "entities": []}\n  {"text": "b"}\n]')
     with raises_at(path, 3, "expected ',' or ']'"):
@@ -614,3 +613,14 @@ def test_a_span_cutting_a_character_of_several_code_points_is_noted(tmp_path):
     assert [e.spans for e in data] == [[(1, 3, 'PER')], [(0, 3, 'PER')], [(0, 5, 'PER')],
                                        [(0, 2, 'PER')]]
     assert [e.notes.count(datasets_files.CUT_CHARACTER_NOTE) for e in data] == [1, 1, 0, 0]
+
+
+def test_a_type_that_reads_as_a_tag_is_noted_not_refused(tmp_path):
+    """'B-PER' or 's-loc' as a span's type: tags given where types belong (trained as the type
+    B-PER, tagged B-B-PER) are counted and placed; a type such as 'B-cell' may be meant."""
+    records = [{'text': '北京大学', 'spans': [[0, 2, 'B-LOC'], [2, 4, 's-org']]},
+               {'text': '北京大学', 'spans': [[0, 4, 'ORG']]}]
+    path = write(tmp_path, 'F.jsonl', ''.join(json.dumps(r) + '\n' for r in records))
+    data = read_cluener(path)
+    assert data[0].spans == [(0, 2, 'B-LOC'), (2, 4, 's-org')]
+    assert [e.notes.count(datasets_files.TAG_LIKE_TYPE_NOTE) for e in data] == [2, 0]
