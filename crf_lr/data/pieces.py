@@ -11,7 +11,7 @@ pieces start, so labels and spans move between the two without shifting.
 import os
 import unicodedata
 
-from crf_lr.data.windows import split_into_windows
+from crf_lr.data.windows import SENTENCE_ENDS, WORD_SENTENCE_ENDS, split_into_windows
 
 
 class UnitEncoder:
@@ -118,8 +118,9 @@ def windows_of(units, maxlen, encoder, spans=(), pauses=()):
 
         >>> windows_of('北京。上海。', 5, enc)    # [(0, '北京。'), (3, '上海。')]
     """
-    return split_into_windows(units, maxlen - 2, spans=spans, length=encoder.length,
-                              pauses=pauses)
+    separators = WORD_SENTENCE_ENDS if encoder.units == 'words' else SENTENCE_ENDS
+    return split_into_windows(units, maxlen - 2, spans=spans, separators=separators,
+                              length=encoder.length, pauses=pauses)
 
 
 def _uncut_stretches(spans):

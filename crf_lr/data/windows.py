@@ -49,9 +49,10 @@ def split_into_windows(text, maxlen, spans=(), separators=None, length=len, paus
         text: str, or a list of units (e.g. words); offsets and spans count units.
         maxlen: int, the largest ``length(window)``.
         spans: optional iterable of ``(start, end, label)`` unit spans not to cut through.
-        separators: the characters that end a sentence: a unit made of them (and closing
-            quotes/brackets) ends one; default ``SENTENCE_ENDS`` for a str, ``WORD_SENTENCE_ENDS``
-            (with '.') for a list of words.
+        separators: the characters (each one character) that end a sentence: a unit made of
+            them (and closing quotes/brackets) ends one; default ``SENTENCE_ENDS`` for a str,
+            ``WORD_SENTENCE_ENDS`` (with '.') for a list (of words: :func:`windows_of` passes the
+            encoder's, so a list of characters keeps '.' inside '3.5').
         pauses: the characters after which (a unit made of them) a sentence too long for a window
             is cut (prediction passes ``PAUSES``; training keeps its windows as they were).
         length: function measuring a window (a slice of ``text``) (``len`` for characters, or e.g.

@@ -324,7 +324,6 @@ def test_windows_prefer_sentence_ends():
         [(0, '一二三'), (3, '四五六'), (6, '七')]
 
 
-
 def test_a_sentence_of_words_ends_at_a_full_stop_not_at_an_abbreviation_or_a_number():
     """'.' ends an English sentence ('...', '."' and a '"' after it too), as '!' does: a window
     of words was cut where it ended, through an entity, though a full stop came before; 'U.S.',
@@ -343,12 +342,17 @@ def test_a_sentence_of_words_ends_at_a_full_stop_not_at_an_abbreviation_or_a_num
 def test_windows_of_words_cut_after_a_full_stop_in_training_and_prediction(tmp_path):
     """``windows_of`` (training's windows and ``Tagger.windows``'s, which scoring and the
     server use) at --maxlen 10: the tester's line was cut inside its entity."""
-    from crf_lr.data.pieces import windows_of
+    from crf_lr.data.pieces import UnitEncoder, windows_of
     from crf_lr.data.windows import PAUSES
     words = 'the the the the . International Business Machines Corporation said .'.split()
     for options in ({'spans': [(5, 9, 'ORG')]}, {}, {'pauses': PAUSES}):
         assert windows_of(words, 10, _word_encoder(tmp_path), **options) == \
             [(0, words[:5]), (5, words[5:])]
+    path = tmp_path / 'chars.txt'                   # characters, even as a list: '3.5' stays whole
+    path.write_text('[PAD]\n[UNK]\n[CLS]\n[SEP]\n', encoding='utf-8')
+    characters = list('价格3.5元很好。')
+    assert windows_of(characters, 8, UnitEncoder(str(path))) == [(0, characters[:6]),
+                                                                 (6, characters[6:])]
 
 
 def test_prediction_cuts_a_sentence_too_long_for_a_window_at_a_pause():
