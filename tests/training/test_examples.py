@@ -428,8 +428,9 @@ def test_a_span_longer_than_a_window_stops_the_run_before_training(tiny, tmp_pat
         load_script(script).main(['--train-file', str(files[0]), '--dev-file', str(files[1]),
                                   '--encoder', tiny['config'], '--epochs', '1', '--maxlen', '10',
                                   '--output', str(output)])
-    assert exit_info.value.code == (f'error: {files[0]}:{line}: a span of 13 characters does not '
-                                    'fit --maxlen 10 (windows of 8); use --maxlen 15 or more')
+    assert exit_info.value.code == (f"error: {files[0]}:{line}: a span of 13 characters, "
+                                    f"'{LONG_NAME}' in the sentence opening at that line, does "
+                                    'not fit --maxlen 10 (windows of 8); use --maxlen 15 or more')
     assert 'epoch 1' not in capsys.readouterr().out and not output.exists()
 
 
