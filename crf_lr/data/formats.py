@@ -192,6 +192,11 @@ def _detected(path):
              if not (entry[1].startswith('-DOCSTART-') and _document_start(entry[1]))]
     if not lines:
         raise _no_sentence(path)
+    if _tagged_csv(line for _, line in lines[:200]):
+        raise DataFormatError(path, None, f'comma-separated columns, a tag last (a CSV file, such '
+                                          f'as ner_dataset.csv\'s {echo(lines[0][1], 40)}): '
+                                          f'write it as CoNLL instead, a word and its tag a '
+                                          f'line, a blank line between sentences')
     facts = _line_facts(line for _, line in lines)              # per distinct line
     if not all(tag for _, tag, _ in facts.values()):
         with_fields = [(number, line, facts[line][0]) for number, line in lines]
@@ -232,6 +237,15 @@ def _detected(path):
                                             'lines do')
     return ('conll',
             f'{len(facts[lines[0][1]][0])} columns a line, a word first and its tag last; {why}')
+
+
+def _tagged_csv(lines):
+    """True where ``lines`` are comma-separated columns, a header and then rows whose last
+    column is a tag (three rows in four: a quoted comma token splits its row)."""
+    rows = [line.split(',') for line in lines]
+    body = [row for row in rows[1:] if len(row) == len(rows[0])]
+    return (len(rows) > 1 and len(rows[0]) > 1 and len(body) * 4 >= (len(rows) - 1) * 3
+            and all(_TAG_FIELD.fullmatch(row[-1].strip()) for row in body))
 
 
 def _line_facts(lines):

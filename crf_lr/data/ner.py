@@ -446,9 +446,11 @@ def _exclusive_span(span, path, number):
 
 def _entity_span(entity, path, number):
     """An ``entities`` element: CMeEE's ``start_idx``, ``end_idx`` (inclusive), ``type``,
-    ``entity``; or ``python -m crf_lr.predict --format json``'s ``start``, ``end`` (exclusive),
+    ``entity``; ``python -m crf_lr.predict --format json``'s ``start``, ``end`` (exclusive),
     ``type``, ``text`` (its other keys, such as ``confidence``, ignored), so that a character
-    model's predictions, corrected, train and test again."""
+    model's predictions, corrected, train and test again; or spaCy's ``[start, end, type]``."""
+    if isinstance(entity, list) and len(entity) == 3:
+        return _exclusive_span(entity, path, number)
     for keys, inclusive in ((('start_idx', 'end_idx', 'type', 'entity'), True),
                             (('start', 'end', 'type', 'text'), False)):
         if (isinstance(entity, dict) and all(key in entity for key in keys)
@@ -460,8 +462,8 @@ def _entity_span(entity, path, number):
             return _FileSpan(start, end, kind, mention, written, inclusive)
     raise DataFormatError(path, number, 'expected entities with start_idx, end_idx (inclusive), '
                                         'type and entity (CMeEE), or start, end (exclusive), type '
-                                        'and text (crf_lr.predict --format json), got '
-                                        f'{echo(entity)}')
+                                        'and text (crf_lr.predict --format json), or [start, end, '
+                                        f'type] (end exclusive), got {echo(entity)}')
 
 
 def _label_span(pair, kind, mention, pairs, path, number):
@@ -478,11 +480,18 @@ def _label_span(pair, kind, mention, pairs, path, number):
 
 def _json_records(path):
     """``(line_number, record)`` of a JSON-lines file, of a file holding one JSON array, or of
-    pretty-printed records one after another (the line where each record's ``{`` stands)."""
+    pretty-printed records one after another (the line where each record's ``{`` stands), each
+    in this module's layout (:func:`_our_layout`)."""
     text = read_text(path)
     if text.lstrip(' \t\r\n' + BOM).startswith('[') or _PRETTY_RECORD.match(text):
-        yield from _json_values(path, text)                 # an array, or pretty-printed records
-        return
+        values = _json_values(path, text)                   # an array, or pretty-printed records
+    else:
+        values = _json_lines(path)
+    for number, record in values:
+        yield number, _our_layout(record, path, number)
+
+
+def _json_lines(path):
     for number, line in _lines(path):
         if not line.strip():
             continue
@@ -491,6 +500,37 @@ def _json_records(path):
         except json.JSONDecodeError as error:
             raise DataFormatError(path, number,
                                   f'invalid JSON: {error}{_comma_hint(line)}') from None
+
+
+def _our_layout(record, path, number):
+    """``record`` as :func:`read_json_records` reads it: a Label Studio task (``{"data":
+    {"text"}, "annotations": [{"result": [{"value": {"start", "end", "text", "labels"}}]}]}``)
+    becomes ``{"text", "entities": [{"start", "end", "type", "text"}]}`` from its first
+    annotation not cancelled (none: an unlabelled record; results other than labels, such as
+    relations, left out); a record of ``"tokens"`` (Hugging Face datasets) is a DataFormatError
+    saying how to write it; any other record is as it is."""
+    if not isinstance(record, dict) or 'text' in record:
+        return record
+    data = record.get('data')
+    if isinstance(data, dict) and isinstance(data.get('text'), str):
+        annotations = [annotation for annotation in _listed(record.get('annotations') or
+                                                            record.get('completions') or [])
+                       if isinstance(annotation, dict) and not annotation.get('was_cancelled')]
+        if not annotations:
+            return {'text': data['text']}
+        entities = []
+        for result in _listed(annotations[0].get('result')):
+            value = result.get('value') if isinstance(result, dict) else None
+            if isinstance(value, dict) and 'labels' in value:
+                entities += [dict(start=value.get('start'), end=value.get('end'), type=label,
+                                  text=value.get('text')) for label in _listed(value['labels'])]
+        return {'text': data['text'], 'entities': entities}
+    if 'tokens' in record:
+        raise DataFormatError(path, number, 'a record of "tokens" (the Hugging Face datasets '
+                                            'layout): a JSON record holds a "text" and character '
+                                            'offsets; write tokens as CoNLL instead, a token and '
+                                            'its tag a line, a blank line between sentences')
+    return record
 
 
 def _comma_hint(line):

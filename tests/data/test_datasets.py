@@ -624,3 +624,33 @@ def test_a_type_that_reads_as_a_tag_is_noted_not_refused(tmp_path):
     data = read_cluener(path)
     assert data[0].spans == [(0, 2, 'B-LOC'), (2, 4, 's-org')]
     assert [e.notes.count(datasets_files.TAG_LIKE_TYPE_NOTE) for e in data] == [2, 0]
+
+
+def test_label_studio_exports_and_spacy_entities_are_read_and_tokens_records_named(tmp_path):
+    """The layouts annotation tools write: Label Studio's tasks (its first annotation not
+    cancelled; relations left out; a task without one unlabelled) and spaCy's [start, end, type]
+    entities; a Hugging Face "tokens" record gets a line saying how to write it. They were all
+    'expected an object with a "text" string' or a mis-read entity."""
+    from crf_lr.data.ner import json_texts
+    task = {'data': {'text': '李四在上海'}, 'annotations': [
+        {'was_cancelled': True, 'result': [{'value': {'start': 0, 'end': 2, 'text': '李四',
+                                                      'labels': ['PER']}}]},
+        {'result': [{'value': {'start': 3, 'end': 5, 'text': '上海', 'labels': ['LOC']},
+                     'type': 'labels'}, {'type': 'relation', 'from_id': 'a', 'to_id': 'b'}]}]}
+    path = write(tmp_path, 'export.json', json.dumps([task, {'data': {'text': '王五'}}]))
+    data = read_cluener(path)
+    assert [(e.text, e.spans) for e in data] == [('李四在上海', [(3, 5, 'LOC')]), ('王五', [])]
+    assert data[1].tags is None                                       # no annotation: unlabelled
+    assert json_texts(write(tmp_path, 'tasks.json', json.dumps([{'data': {'text': '王五'}}]))) == [
+        '王五']
+    task['annotations'][1]['result'][0]['value']['text'] = '上山'
+    with raises_at(write(tmp_path, 'wrong.json', json.dumps([task])), 1, 'not its mention'):
+        read_cluener(str(tmp_path / 'wrong.json'))
+    spacy = write(tmp_path, 'spacy.jsonl', json.dumps({'text': '张三去北京', 'entities': [
+        [0, 2, 'PER'], [3, 5, 'LOC']]}) + '\n')
+    assert read_cluener(spacy)[0].spans == [(0, 2, 'PER'), (3, 5, 'LOC')]
+    tokens = write(tmp_path, 'hf.jsonl', json.dumps({'tokens': ['EU', 'rejects'],
+                                                     'ner_tags': [3, 0]}) + '\n')
+    with raises_at(tokens, 1, r'a record of "tokens" \(the Hugging Face datasets layout\): .* '
+                              'write tokens as CoNLL instead'):
+        read_cluener(tokens)

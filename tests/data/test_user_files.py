@@ -610,3 +610,17 @@ def test_segmentation_reads_a_broken_character_inside_its_word(tmp_path):
     data = read_corpus(path)
     assert data.format == 'char-seg' and data[0].words == [f'中{BROKEN}', 'e\u0301']
     assert f'noted 1x ({path}:2): a character broken in transit' in data.summary()
+
+
+def test_a_csv_file_with_a_tag_column_is_named(tmp_path):
+    """Kaggle's ner_dataset.csv (GMB: Sentence #, Word, POS, Tag) was read as segmented text of
+    one 'word' a line and refused by task_ner as segmentation; it is named as CSV, with what to
+    write instead. A CoNLL file whose words hold commas is still CoNLL."""
+    path = write(tmp_path, 'ner_dataset.csv', 'Sentence #,Word,POS,Tag\nSentence: 1,Thousands,NNS,'
+                                              'O\n,of,IN,O\n,London,NNP,B-geo\n,",",",",O\n'
+                                              'Sentence: 2,Peter,NNP,B-per\n')
+    with pytest.raises(DataFormatError, match=f"^{path}: comma-separated columns, a tag last .*"
+                                              "'Sentence #,Word,POS,Tag'\\): write it as CoNLL"):
+        read_corpus(path)
+    conll = write(tmp_path, 'conll.txt', 'Sales O\nof O\n1,200 O\ncars O\n\nBMW B-ORG\n')
+    assert read_corpus(conll).format == 'conll'
