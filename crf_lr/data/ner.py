@@ -506,7 +506,8 @@ def _our_layout(record, path, number):
     """``record`` as :func:`read_json_records` reads it: a Label Studio task (``{"data":
     {"text"}, "annotations": [{"result": [{"value": {"start", "end", "text", "labels"}}]}]}``)
     becomes ``{"text", "entities": [{"start", "end", "type", "text"}]}`` from its first
-    annotation not cancelled (none: an unlabelled record; results other than labels, such as
+    annotation neither cancelled nor skipped (none: an unlabelled record; results other than
+    labels, such as
     relations, left out); a record of ``"tokens"`` (Hugging Face datasets) is a DataFormatError
     saying how to write it; any other record is as it is."""
     if not isinstance(record, dict) or 'text' in record:
@@ -515,7 +516,8 @@ def _our_layout(record, path, number):
     if isinstance(data, dict) and isinstance(data.get('text'), str):
         annotations = [annotation for annotation in _listed(record.get('annotations') or
                                                             record.get('completions') or [])
-                       if isinstance(annotation, dict) and not annotation.get('was_cancelled')]
+                       if isinstance(annotation, dict) and not annotation.get('was_cancelled')
+                       and not annotation.get('skipped')]          # Label Studio 0.x's cancel
         if not annotations:
             return {'text': data['text']}
         entities = []

@@ -637,9 +637,14 @@ def test_label_studio_exports_and_spacy_entities_are_read_and_tokens_records_nam
                                                       'labels': ['PER']}}]},
         {'result': [{'value': {'start': 3, 'end': 5, 'text': '上海', 'labels': ['LOC']},
                      'type': 'labels'}, {'type': 'relation', 'from_id': 'a', 'to_id': 'b'}]}]}
-    path = write(tmp_path, 'export.json', json.dumps([task, {'data': {'text': '王五'}}]))
+    old = {'data': {'text': '王五'}, 'completions': [                # Label Studio 0.x
+        {'skipped': True, 'result': [{'value': {'start': 0, 'end': 2, 'text': '王五',
+                                                'labels': ['LOC']}}]},
+        {'result': [{'value': {'start': 0, 'end': 2, 'text': '王五', 'labels': ['PER']}}]}]}
+    path = write(tmp_path, 'export.json', json.dumps([task, {'data': {'text': '王五'}}, old]))
     data = read_cluener(path)
-    assert [(e.text, e.spans) for e in data] == [('李四在上海', [(3, 5, 'LOC')]), ('王五', [])]
+    assert [(e.text, e.spans) for e in data] == [('李四在上海', [(3, 5, 'LOC')]), ('王五', []),
+                                                 ('王五', [(0, 2, 'PER')])]
     assert data[1].tags is None                                       # no annotation: unlabelled
     assert json_texts(write(tmp_path, 'tasks.json', json.dumps([{'data': {'text': '王五'}}]))) == [
         '王五']
