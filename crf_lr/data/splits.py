@@ -113,6 +113,18 @@ def _user_files(train_file, dev_file, test_file, format, repair, task):
     return train, read[0], read[1], train.units, False, names
 
 
+def _beside_benchmark(path, format, train, units, repair):
+    """A user's dev or test file beside a benchmark's training split, and its name: read with the
+    benchmark's types, in units (characters or words) the benchmark's model reads."""
+    data = read_corpus(path, format=format, types=train.types, repair=repair)
+    if data.units != units:
+        raise DataFormatError(path, None, f'format {data.format} holds {data.units}, but the '
+                                          f'benchmark {train.name} trains on {units}: give a '
+                                          f'file of {units}')
+    _check_labelled(data)
+    return data, f'{path} ({data.note or "format " + data.format})'
+
+
 def _family(format):
     """Formats whose files hold the same kind of examples: character NER (the character-tag
     ones and JSON records, both spans over characters), the segmentation ones, conll."""
@@ -239,6 +251,10 @@ def load_splits(dataset=None, train_file=None, dev_file=None, test_file=None, fo
     elif dataset:
         _check_benchmark_task(dataset, task)
         train, dev, test, units, nested, names = _benchmark(dataset, data_dir, repair)
+        if dev_file:
+            dev, names['dev'] = _beside_benchmark(dev_file, format, train, units, repair)
+        if test_file:
+            test, names['test'] = _beside_benchmark(test_file, format, train, units, repair)
     else:
         raise ValueError('load_splits needs a dataset name or a train_file')
     types, nested = tuple(train.types), nested or _nested(train)

@@ -186,8 +186,6 @@ def parse_checked(parser, argv=None):
             parser.error(f'--{name.replace("_", "-")} {path}: '
                          + ('a folder: name the file inside it' if os.path.isdir(path)
                             else 'no such file'))
-    if (args.dev_file or args.test_file) and not args.train_file:
-        parser.error('--dev-file and --test-file need --train-file')
     quiet_tensorflow(args.verbose, native=argv is None)
     return args
 

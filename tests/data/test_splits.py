@@ -229,3 +229,24 @@ def test_a_benchmark_of_another_task_is_named_before_it_is_read(dataset, task, s
     with pytest.raises(ValueError, match=f'^{dataset} is a {kind} benchmark: train it with '
                                          f'examples/{script}$'):
         load_splits(dataset, data_dir='/nonexistent', task=task)
+
+
+def test_a_dev_or_test_file_of_your_own_beside_a_benchmark(tmp_path, monkeypatch):
+    """A run trained on a benchmark scores your corrected file: --test-file needed --train-file.
+    The file is read with the benchmark's types, and must hold its units."""
+    (tmp_path / 'msra_ner').mkdir()
+    (tmp_path / 'msra_ner' / 'msra_bio.txt').write_text(
+        '张\tB-PER\n三\tI-PER\n\n北\tB-LOC\n京\tI-LOC\n\n好\tO\n', encoding='utf-8')
+    monkeypatch.setattr(benchmarks, 'MSRA_TRAIN_CHUNKS', 2)
+    mine = _char_bio(tmp_path / 'mine.txt', SENTENCES[:3])
+    data = load_splits('msra', test_file=mine, dev_file=mine, data_dir=str(tmp_path))
+    assert [e.text for e in data.test] == [e.text for e in data.dev] == ['张三去北京', '李四好',
+                                                                        '上海很大']
+    assert data.names['test'].startswith(f'{mine} (format char-bio detected')
+    assert data.files['test'] == mine
+    words = tmp_path / 'words.txt'
+    words.write_text('Peter B-PER\nleft O\n', encoding='utf-8')
+    with pytest.raises(datasets_files.DataFormatError, match=f'^{words}: format conll holds '
+                                                             'words, but the benchmark msra '
+                                                             'trains on chars'):
+        load_splits('msra', test_file=str(words), data_dir=str(tmp_path))
