@@ -519,14 +519,14 @@ def _our_layout(record, path, number):
                        if isinstance(annotation, dict) and not annotation.get('was_cancelled')
                        and not annotation.get('skipped')]          # Label Studio 0.x's cancel
         if not annotations:
-            return {'text': data['text']}
+            return {'text': data['text'], 'id': record.get('id')}
         entities = []
         for result in _listed(annotations[0].get('result')):
             value = result.get('value') if isinstance(result, dict) else None
             if isinstance(value, dict) and 'labels' in value:
                 entities += [dict(start=value.get('start'), end=value.get('end'), type=label,
                                   text=value.get('text')) for label in _listed(value['labels'])]
-        return {'text': data['text'], 'entities': entities}
+        return {'text': data['text'], 'id': record.get('id'), 'entities': entities}
     if 'tokens' in record:
         raise DataFormatError(path, number, 'a record of "tokens" (the Hugging Face datasets '
                                             'layout): a JSON record holds a "text" and character '
@@ -612,19 +612,20 @@ read_cluener = read_cmeee = read_json_records      # the benchmarks' names for i
 
 def json_texts(path):
     """The ``"text"`` of every record of a JSON corpus none of whose records holds entities (an
-    unlabelled test file, such as CLUENER's ``test.json``), in order, empty ones too; None where
-    a record holds them (``"label"``, ``"spans"`` or ``"entities"``). A record without a text
-    is a DataFormatError naming its line.
+    unlabelled test file, such as CLUENER's ``test.json``, or Label Studio tasks), in order,
+    empty ones too, with each record's ``"id"`` (None where it has none); None where a record
+    holds entities (``"label"``, ``"spans"`` or ``"entities"``). A record without a text is a
+    DataFormatError naming its line.
 
         >>> json_texts('cluener2020/test.json')[1]
-        '尼日利亚海军发言人当天在阿布贾向尼日利亚通讯社证实了这一消息。'
+        ('尼日利亚海军发言人当天在阿布贾向尼日利亚通讯社证实了这一消息。', 1)
     """
     texts = []
     for number, record in _json_records(path):
         text = _record_text(record, path, number)             # a record that is no object too
         if any(key in record for key in _LABEL_KEYS):
             return None
-        texts.append(text)
+        texts.append((text, record.get('id')))
     return texts
 
 

@@ -261,7 +261,7 @@ def main(argv=None):
         parser.exit(2, f'{parser.prog}: error: {error}\n')
     except OSError as error:
         parser.exit(2, f'{parser.prog}: error: cannot read {args.file or "stdin"}: {error}\n')
-    labelled = args.file and _labelled_corpus(args.file, lines)
+    labelled, ids = args.file and _labelled_corpus(args.file, lines), None
     if labelled == 'jsonl':                    # records without entities: their texts, in order
         from crf_lr.data.ner import json_texts
         try:
@@ -269,7 +269,7 @@ def main(argv=None):
         except DataFormatError as error:
             parser.exit(2, f'{parser.prog}: error: {error}\n')
         if texts is not None:
-            lines, labelled = texts, None
+            lines, ids, labelled = [text for text, _ in texts], [i for _, i in texts], None
     if labelled:
         parser.exit(2, f'{parser.prog}: error: {args.file} is a labelled corpus (format '
                        f'{labelled}), not raw text: predict reads one sentence a line; to score '
@@ -299,8 +299,10 @@ def main(argv=None):
     results = [record[key] for record in records]
     out = sys.stdout
     try:
-        for record, result in zip(records, results):
+        for number, (record, result) in enumerate(zip(records, results)):
             if args.format == 'json':
+                if ids and ids[number] is not None:           # a JSON record's id, first
+                    record = dict(id=ids[number], **record)
                 out.write(json.dumps(record, ensure_ascii=False, allow_nan=False) + '\n')
             elif tagger.head.scheme.segmentation:
                 out.write(args.separator.join(result) + '\n')

@@ -646,8 +646,8 @@ def test_label_studio_exports_and_spacy_entities_are_read_and_tokens_records_nam
     assert [(e.text, e.spans) for e in data] == [('李四在上海', [(3, 5, 'LOC')]), ('王五', []),
                                                  ('王五', [(0, 2, 'PER')])]
     assert data[1].tags is None                                       # no annotation: unlabelled
-    assert json_texts(write(tmp_path, 'tasks.json', json.dumps([{'data': {'text': '王五'}}]))) == [
-        '王五']
+    tasks = write(tmp_path, 'tasks.json', json.dumps([{'data': {'text': '王五'}, 'id': 7}]))
+    assert json_texts(tasks) == [('王五', 7)]                       # predict keeps the id
     task['annotations'][1]['result'][0]['value']['text'] = '上山'
     with raises_at(write(tmp_path, 'wrong.json', json.dumps([task])), 1, 'not its mention'):
         read_cluener(str(tmp_path / 'wrong.json'))

@@ -717,6 +717,7 @@ def test_json_records_without_entities_are_read_as_texts(saved, tmp_path, capsys
     main([saved['ner'], str(path), '--format', 'json'])
     records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [r['text'] for r in records] == ['张三去北京', '', '李四\n在上海']
+    assert [r['id'] for r in records] == [0, 1, 2]         # the records' ids, to join them by
     for second in ('{"id": 1}', '5', '"my label"'):              # no text, no object
         path.write_text('{"id": 0, "text": "张三"}\n' + second + '\n', encoding='utf-8')
         with pytest.raises(SystemExit):
