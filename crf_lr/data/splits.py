@@ -64,12 +64,23 @@ class Splits:
         if few:
             lines.append(f'note: only {" and ".join(few)}: a model learns little from so few, '
                          f'and their scores change by chance from one run to the next')
+        if self.units == 'chars' and _mostly_latin_words(self.train):
+            lines.append('note: the training text is mostly Latin words, read one character at '
+                         'a time (as JSON records and character-tag files are): a model of '
+                         'characters; for one of words, write a word and its tag a line (CoNLL)')
         examples = [e for part in (self.train, self.dev, self.test) for e in part or ()]
         lines += [note_line(note, count, note_places(examples, note))
                   for note, count in sorted(self.repairs.items()) if note != REPAIR_NOTE]
         if self.repaired_at:
             lines.append(repair_line(self.repaired_at))
         return '\n'.join(lines)
+
+
+def _mostly_latin_words(examples, sample=200):
+    """True where the first ``sample`` examples' text is mostly Latin letters between spaces."""
+    text = ''.join(example.text for example in examples[:sample])
+    letters = sum(char.isascii() and char.isalpha() for char in text)
+    return letters > len(text.replace(' ', '')) / 2 and text.count(' ') * 10 > letters
 
 
 def repair_line(places, shown=3):

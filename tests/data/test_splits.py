@@ -250,3 +250,18 @@ def test_a_dev_or_test_file_of_your_own_beside_a_benchmark(tmp_path, monkeypatch
                                                              'words, but the benchmark msra '
                                                              'trains on chars'):
         load_splits('msra', test_file=str(words), data_dir=str(tmp_path))
+
+
+def test_english_text_read_as_characters_is_said_to_train_a_character_model(tmp_path):
+    """JSON records of English text (predict's corrected output of a word model) trained a
+    character model without a word; CoNLL is named for a word model. Chinese text says nothing."""
+    english = tmp_path / 'en.jsonl'
+    english.write_text('{"text": "Peter Blackburn visited Germany", "spans": [[0, 15, "PER"]]}\n'
+                       * 30, encoding='utf-8')
+    described = load_splits(train_file=str(english)).describe()
+    assert described.splitlines()[-1] == (
+        'note: the training text is mostly Latin words, read one character at a time (as JSON '
+        'records and character-tag files are): a model of characters; for one of words, write a '
+        'word and its tag a line (CoNLL)')
+    chinese = _char_bio(tmp_path / 'train.txt', SENTENCES * 4)
+    assert 'Latin words' not in load_splits(train_file=chinese).describe()
