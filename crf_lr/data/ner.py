@@ -502,12 +502,16 @@ def _json_lines(path):
                                   f'invalid JSON: {error}{_comma_hint(line)}') from None
 
 
+_UNANNOTATED = 'crf_lr: a Label Studio task without an annotation'    # a key no file holds
+_UNANNOTATED_NOTE = 'a Label Studio task without an annotation is skipped'
+
+
 def _our_layout(record, path, number):
     """``record`` as :func:`read_json_records` reads it: a Label Studio task (``{"data":
     {"text"}, "annotations": [{"result": [{"value": {"start", "end", "text", "labels"}}]}]}``)
     becomes ``{"text", "entities": [{"start", "end", "type", "text"}]}`` from its first
-    annotation neither cancelled nor skipped (none: an unlabelled record; results other than
-    labels, such as
+    annotation neither cancelled nor skipped (none: a record that training readers skip and
+    :func:`json_texts` reads; results other than labels, such as
     relations, left out); a record of ``"tokens"`` (Hugging Face datasets) is a DataFormatError
     saying how to write it; any other record is as it is."""
     if not isinstance(record, dict) or 'text' in record:
@@ -518,8 +522,8 @@ def _our_layout(record, path, number):
                                                             record.get('completions') or [])
                        if isinstance(annotation, dict) and not annotation.get('was_cancelled')
                        and not annotation.get('skipped')]          # Label Studio 0.x's cancel
-        if not annotations:
-            return {'text': data['text'], 'id': record.get('id')}
+        if not annotations:                          # not annotated yet: no training data
+            return {'text': data['text'], 'id': record.get('id'), _UNANNOTATED: True}
         entities = []
         for result in _listed(annotations[0].get('result')):
             value = result.get('value') if isinstance(result, dict) else None
@@ -574,36 +578,39 @@ def read_json_records(path, types=None):
         >>> read_json_records('cmeee/CMeEE_dev.json')[0].spans
         [(3, 10, 'bod'), (19, 25, 'dis')]
     """
-    examples, empty = [], []                    # empty: the lines of records with empty text
+    examples, skipped = [], []         # skipped: (note, line) of records left out, not yet noted
     for number, record in _json_records(path):
         text = _record_text(record, path, number)
         if 'words' in record and not any(key in record for key in _LABEL_KEYS):
             raise DataFormatError(path, number, 'a record of "words" (crf_lr.predict\'s word '
                                                 'segmentation): to train on it, give predict\'s '
                                                 'text output (words separated by spaces) instead')
+        if record.get(_UNANNOTATED) is True:
+            skipped.append((_UNANNOTATED_NOTE, number))
+            continue
         spans = _record_spans(record, path, number)
         if text:
-            examples.append(_noting_empty(_span_example(
+            examples.append(_noting_skipped(_span_example(
                 text, spans, path, number, any(key in record for key in _LABEL_KEYS), types),
-                empty, path))
+                skipped, path))
         elif spans:
             raise DataFormatError(path, number, 'entities in a record with empty text')
         else:
-            empty.append(number)
-    if empty and examples:
-        examples[-1] = _noting_empty(examples[-1], empty, path)
+            skipped.append((_EMPTY_TEXT_NOTE, number))
+    if skipped and examples:
+        examples[-1] = _noting_skipped(examples[-1], skipped, path)
     return examples
 
 
-def _noting_empty(example, empty, path):
-    """``example`` carrying a note for each record of empty text skipped before it (their lines
-    in ``empty``, which is emptied), so that the file's summary counts and places them."""
-    if not empty:
+def _noting_skipped(example, skipped, path):
+    """``example`` carrying a note for each record skipped before it (``(note, line)`` in
+    ``skipped``, which is emptied), so that the file's summary counts and places them."""
+    if not skipped:
         return example
     example = dataclasses.replace(
-        example, notes=example.notes + (_EMPTY_TEXT_NOTE,) * len(empty),
-        noted_at=example.noted_at + tuple((_EMPTY_TEXT_NOTE, f'{path}:{n}') for n in empty))
-    empty.clear()
+        example, notes=example.notes + tuple(note for note, _ in skipped),
+        noted_at=example.noted_at + tuple((note, f'{path}:{n}') for note, n in skipped))
+    skipped.clear()
     return example
 
 

@@ -188,9 +188,9 @@ def _check_labelled(data):
         unlabelled = next((e for e in data if e.tags is None), None)
         if unlabelled is not None:
             raise DataFormatError(*unlabelled.source.rsplit(':', 1), 'a record without "label", '
-                                  '"spans" or "entities" (or a Label Studio task without an '
-                                  'annotation): training, dev and test files need the entities '
-                                  'of every record (an empty "label": {} where it has none)')
+                                  '"spans" or "entities": training, dev and test files need the '
+                                  'entities of every record (an empty "label": {} where it has '
+                                  'none)')
 
 
 def _check_entities(train, name, types, train_limit, held_out):

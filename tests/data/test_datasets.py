@@ -642,10 +642,11 @@ def test_label_studio_exports_and_spacy_entities_are_read_and_tokens_records_nam
                                                 'labels': ['LOC']}}]},
         {'result': [{'value': {'start': 0, 'end': 2, 'text': '王五', 'labels': ['PER']}}]}]}
     path = write(tmp_path, 'export.json', json.dumps([task, {'data': {'text': '王五'}}, old]))
-    data = read_cluener(path)
-    assert [(e.text, e.spans) for e in data] == [('李四在上海', [(3, 5, 'LOC')]), ('王五', []),
+    data = read_cluener(path)                                       # the task without one: left
+    assert [(e.text, e.spans) for e in data] == [('李四在上海', [(3, 5, 'LOC')]),    # out, noted
                                                  ('王五', [(0, 2, 'PER')])]
-    assert data[1].tags is None                                       # no annotation: unlabelled
+    assert data[1].noted_at == (('a Label Studio task without an annotation is skipped',
+                                 f'{path}:1'),)
     tasks = write(tmp_path, 'tasks.json', json.dumps([{'data': {'text': '王五'}, 'id': 7}]))
     assert json_texts(tasks) == [('王五', 7)]                       # predict keeps the id
     task['annotations'][1]['result'][0]['value']['text'] = '上山'

@@ -156,9 +156,8 @@ def test_a_dev_file_in_another_kind_of_format_or_for_another_task_is_named(tmp_p
     records.write_text('{"text": "张三", "label": {"name": {"张三": [[0, 1]]}}}\n'
                        '{"text": "李四"}\n', encoding='utf-8')
     with pytest.raises(datasets_files.DataFormatError, match=(
-            f'^{records}:2: a record without "label", "spans" or "entities" \\(or a Label Studio '
-            'task without an annotation\\): training, dev and test files need the entities of '
-            'every record')):
+            f'^{records}:2: a record without "label", "spans" or "entities": training, dev and '
+            'test files need the entities of every record')):
         load_splits(train_file=str(records), dev_file=str(records))
 
 
