@@ -212,9 +212,9 @@ def _read_json(path):
 
 def model_card(tagger, model_dir, details=False):
     """What ``GET /v1/model`` answers: the model's task, head, scheme, types, labels, encoder,
-    scores and training date (the last three from the run folder above ``model_dir`` when
-    there); the training command and the model folder only with ``details`` (they name the
-    server's files)."""
+    scores (with the test data they were measured on) and training date (the last three from the
+    run folder above ``model_dir`` when there); the training command and the model folder only
+    with ``details`` (they name the server's files)."""
     run_dir = os.path.dirname(os.path.abspath(model_dir))
     run, results = _read_json(os.path.join(run_dir, 'run.json')), _read_json(
         os.path.join(run_dir, 'results.json'))
@@ -229,12 +229,23 @@ def model_card(tagger, model_dir, details=False):
                 units=tagger.encoder.units, maxlen=tagger.maxlen,
                 encoder=name if details or not name else os.path.basename(name.rstrip('/')),
                 metric=results.get('metric'), dev=results.get('best'),
-                best_epoch=results.get('best_epoch'), test=results.get('test'), trained=trained,
-                has_transitions=hasattr(head, 'crf'))
+                best_epoch=results.get('best_epoch'), test=results.get('test'),
+                test_data=_test_data((results.get('splits') or {}).get('test'), details),
+                trained=trained, has_transitions=hasattr(head, 'crf'))
     if details:
         card.update(command=results.get('command') or run.get('command'),
                     model_dir=os.path.abspath(model_dir))
     return card
+
+
+def _test_data(name, details):
+    """What the card's ``test`` scores were measured on (a run's last scored test file, or its
+    benchmark split): ``name`` as the run recorded it, a file by its base name unless
+    ``details``."""
+    if not name or details:
+        return name
+    path, opening, rest = name.partition(' (')
+    return (os.path.basename(path) if os.path.isabs(path) else path) + opening + rest
 
 
 def transitions(tagger):

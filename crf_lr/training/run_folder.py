@@ -239,7 +239,7 @@ class RunLog:
 
     def model_line(self):
         """The line that ends a run: where its model is and how to predict with it."""
-        return (f'model saved in {self.model_dir}: python -m crf_lr.predict {self.model_dir} '
+        return (f'the model is in {self.model_dir}: python -m crf_lr.predict {self.model_dir} '
                 f'your_text.txt')
 
     def _read_log(self):

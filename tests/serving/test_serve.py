@@ -42,7 +42,9 @@ def ner(trained_ner_dir, tmp_path_factory):
     (run / 'run.json').write_text(json.dumps(dict(config=dict(encoder='tiny'), command='python x')))
     (run / 'results.json').write_text(json.dumps(dict(
         command='python examples/task_ner.py --train-file t.txt', metric='dev_f1', best=0.5,
-        best_epoch=3, encoder=dict(encoder='/srv/encoders/random:1:16'),
+        best_epoch=3, encoder=dict(encoder='/srv/encoders/random:1:16'), test=dict(f1=0.25),
+        splits=dict(test='/srv/data/fixed.jsonl (format jsonl detected: line 1 opens a JSON '
+                         'object)'),
         epochs=[dict(epoch=k, time=f'2026-11-2{k} 10:00:00') for k in (2, 3, 4)])))
     tagger = Tagger.load(str(run / 'model'))
     with TestClient(create_app(tagger, str(run / 'model'))) as client:
@@ -122,6 +124,8 @@ def test_model_card_reads_labels_and_the_run_folder(ner, segmenter):
     assert (card['encoder'], card['metric'], card['dev'], card['best_epoch'], card['trained']) == (
         'random:1:16', 'dev_f1', 0.5, 3, '2026-11-23 10:00:00')
     assert card['has_transitions'] and card['limits']['max_texts'] == 64
+    assert (card['test'], card['test_data']) == (          # which file the last test scored
+        {'f1': 0.25}, 'fixed.jsonl (format jsonl detected: line 1 opens a JSON object)')
     assert not {'command', 'model_dir'} & set(card)
     assert '/srv' not in answer.text and 'task_ner' not in answer.text and '/tmp' not in answer.text
     with TestClient(create_app(tagger, model_dir, card_details=True)) as detailed:
@@ -129,6 +133,7 @@ def test_model_card_reads_labels_and_the_run_folder(ner, segmenter):
     assert (card['encoder'], card['command'], card['model_dir']) == (
         '/srv/encoders/random:1:16', 'python examples/task_ner.py --train-file t.txt',
         model_dir)
+    assert card['test_data'].startswith('/srv/data/fixed.jsonl (')
     card = segmenter[1].get('/v1/model').json()
     assert (card['task'], card['dev'], card['trained'], card['has_transitions']) == (
         'segmentation', None, None, False)
