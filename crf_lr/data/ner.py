@@ -56,10 +56,9 @@ from crf_lr.data.tagging import BIO, BIOES, BMES, IOB1, TagError, echo, get_sche
 from crf_lr.data.vocabulary import CJK
 from crf_lr.data.files import (BOM, BROKEN_NOTE, CLUSTER_NOTE, CUT_CHARACTER_NOTE,
                                DataFormatError, Example, REPAIR_NOTE, STRAY_NOTE,
-                               TAG_LIKE_TYPE_NOTE,
-                               _CHUNK_START_NOTE, _CROSSING_NOTE, _DUPLICATE_NOTE,
-                               _EMPTY_TEXT_NOTE, _IOB1_NOTE, _NESTED_NOTE, _TWO_TYPES_NOTE,
-                               _document_start, _lines, read_text)
+                               TAG_LIKE_TYPE_NOTE, _CHUNK_START_NOTE, _CROSSING_NOTE,
+                               _DUPLICATE_NOTE, _EMPTY_TEXT_NOTE, _IOB1_NOTE, _NESTED_NOTE,
+                               _TWO_TYPES_NOTE, _document_start, _lines, read_text)
 
 
 def _check_type(kind, types, path, number, what):
@@ -509,11 +508,11 @@ _UNANNOTATED_NOTE = 'a Label Studio task without an annotation is skipped'
 def _our_layout(record, path, number):
     """``record`` as :func:`read_json_records` reads it: a Label Studio task (``{"data":
     {"text"}, "annotations": [{"result": [{"value": {"start", "end", "text", "labels"}}]}]}``)
-    becomes ``{"text", "entities": [{"start", "end", "type", "text"}]}`` from its first
-    annotation neither cancelled nor skipped (none: a record that training readers skip and
-    :func:`json_texts` reads; results other than labels, such as
-    relations, left out); a record of ``"tokens"`` (Hugging Face datasets) is a DataFormatError
-    saying how to write it; any other record is as it is."""
+    becomes ``{"text", "id", "entities": [{"start", "end", "type", "text"}]}`` from its first
+    annotation neither cancelled nor skipped (results other than labels, such as relations, left
+    out; a task without one: a record that training readers skip and :func:`json_texts` reads);
+    a record of ``"tokens"`` (Hugging Face datasets) is a DataFormatError saying how to write it;
+    any other record is as it is."""
     if not isinstance(record, dict) or 'text' in record:
         return record
     data = record.get('data')
