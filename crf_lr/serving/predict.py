@@ -35,7 +35,11 @@ def parse_args(argv=None):
     parser.add_argument('model_dir', help='the model/ folder of a task script run (model.h5, '
                                           'labels.json, vocab.txt)')
     parser.add_argument('file', nargs='?', help='UTF-8 text, one text a line (default: stdin)')
-    parser.add_argument('--format', choices=('text', 'json'), default='text')
+    parser.add_argument('--format', choices=('text', 'json', 'conll'), default='text',
+                        help="text: each line's entities (start, end, type, mention), a blank line "
+                             "after; json: one record a line; conll: an NER model's units (words, "
+                             "or characters but whitespace) and BIO tags, one a line, a blank line "
+                             "after each text: a training file once corrected (default: text)")
     parser.add_argument('--no-constrain', dest='constrain', action='store_false',
                         help="decode tags without the scheme's hard constraints (CRF / softmax; "
                              "default: with them)")
@@ -96,6 +100,27 @@ _WORD = regex.compile(
 _ABBREVIATIONS = frozenset(
     'Mr Mrs Ms Dr Prof St Jr Sr Inc Ltd Co Corp Bros Gen Gov Sen Rep Lt Col Sgt Capt Adm '
     'Jan Feb Mar Apr Aug Sep Sept Oct Nov Dec No vs etc'.split())
+
+
+def conll_block(line, entities, units):
+    """A line's units and their BIO tags, one ``unit tag`` a line, then a blank line: the CoNLL
+    (words: :func:`word_offsets`'s) or char-bio (characters, whitespace left out) training format,
+    so that predictions, corrected, train again. Of overlapping entities (a span head's nested
+    ones) the first is tagged; one of whitespace only has no unit to tag.
+
+        >>> conll_block('Peter left.', [dict(start=0, end=5, type='PER')], 'words')
+        'Peter B-PER\\nleft O\\n. O\\n\\n'
+    """
+    units, offsets = (word_offsets(line) if units == 'words' else
+                      (list(line), [(i, i + 1) for i in range(len(line))]))
+    tags = ['O'] * len(units)
+    for entity in entities:
+        inside = [k for k, (start, end) in enumerate(offsets)
+                  if entity['start'] <= start and end <= entity['end']]
+        if all(tags[k] == 'O' for k in inside):
+            for k in inside:
+                tags[k] = ('I-' if k > inside[0] else 'B-') + entity['type']
+    return ''.join(f'{unit} {tag}\n' for unit, tag in zip(units, tags) if unit.strip()) + '\n'
 
 
 def predict_lines(tagger, lines, constrain=True, min_confidence=None):
@@ -246,9 +271,12 @@ def main(argv=None):
     if args.marginals and args.format != 'json':
         parser.error('--marginals needs --format json')
     try:
-        check_model_folder(args.model_dir)              # before TensorFlow loads: answers at once
+        labels = check_model_folder(args.model_dir)[3]  # before TensorFlow loads: answers at once
     except (FileNotFoundError, ValueError) as error:
         _model_error(parser, error)
+    if args.format == 'conll' and labels.get('scheme') == 'SEG':
+        parser.error('--format conll writes NER tags; a segmentation model\'s default output '
+                     '(its words, --separator between them) is already a training file')
     from crf_lr.data.files import DataFormatError, decode_text, read_text, split_lines
     if not args.file and sys.stdin is None:
         parser.error('no file given, and no stdin to read: name a text file')
@@ -304,6 +332,8 @@ def main(argv=None):
                 if ids and ids[number] is not None:           # a JSON record's id, first
                     record = dict(id=ids[number], **record)
                 out.write(json.dumps(record, ensure_ascii=False, allow_nan=False) + '\n')
+            elif args.format == 'conll':
+                out.write(conll_block(record['text'], result, tagger.encoder.units))
             elif tagger.head.scheme.segmentation:
                 out.write(args.separator.join(result) + '\n')
             else:

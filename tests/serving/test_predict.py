@@ -883,3 +883,46 @@ def test_a_frozen_tagger_scores_as_before_with_constant_weights_only_in_bf16(sav
     model.get_layer(index=-1).set_weights([w * 0 for w in model.get_layer(index=-1).get_weights()])
     np.testing.assert_allclose(tagger.scores(batches[0]), before[0],     # read once, at freeze
                                rtol=one_bf16_step, atol=1e-6)
+
+
+@pytest.mark.parametrize('units', ['words', 'chars'])
+def test_predictions_in_conll_read_back_as_the_models_training_format(saved, tmp_path, capsys,
+                                                                      units):
+    """--format conll: a word model's words (as it read them) or a character model's characters
+    and their BIO tags, a training file once corrected; the JSON round trip holds characters
+    only, so an English model's corrections had no way back."""
+    from crf_lr.compat import keras
+    from crf_lr.data.formats import read_corpus
+    from crf_lr.serving.predict import word_offsets
+    from helpers.tiny_models import save_random_tagger
+    keras.utils.set_random_seed(3)
+    model_dir = (save_random_tagger(str(tmp_path / 'words'), 'crf', ['LOC', 'PER'], 'BIO', MAXLEN,
+                                    crf_scale=4, units='words')
+                 if units == 'words' else saved['ner_crf'])
+    lines = (['peter runs in london.', 'eu rejects german call', 'london calls peter']
+             if units == 'words' else ['张三去北京', '李四 在上海', '北京张三'])
+    records, out = _run([model_dir, '--format', 'json'], tmp_path, lines, capsys)
+    _, conll = _run([model_dir, '--format', 'conll'], tmp_path, lines, capsys)
+    assert sum(map(len, records))                                  # entities to write
+    path = tmp_path / 'predictions.txt'
+    path.write_text(conll, encoding='utf-8')
+    corpus = read_corpus(str(path))
+    assert corpus.format == ('conll' if units == 'words' else 'char-bio')
+    for example, line, entities in zip(corpus, lines, records):
+        units_, offsets = (word_offsets(line) if units == 'words' else
+                           zip(*[(c, (i, i + 1)) for i, c in enumerate(line) if c.strip()]))
+        offsets = list(offsets)
+        assert list(example.tokens) == list(units_)
+        mentions = [(d['start'], d['end'], d['type'], line[d['start']:d['end']])
+                    for d in entities]                  # whitespace has no unit to tag
+        assert [(offsets[s][0], offsets[e - 1][1], t) for s, e, t in example.spans] == [
+            (start + len(text) - len(text.lstrip()), end - len(text) + len(text.rstrip()), kind)
+            for start, end, kind, text in mentions if text.strip()]
+
+
+def test_conll_output_is_refused_for_a_segmentation_model(saved, capsys):
+    from crf_lr.serving.predict import main
+    with pytest.raises(SystemExit) as exit_info:
+        main([saved['cws'], '--format', 'conll'])
+    assert exit_info.value.code == 2
+    assert "a segmentation model's default output" in capsys.readouterr().err
