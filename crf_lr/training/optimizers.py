@@ -320,9 +320,13 @@ def _check_extensible(BaseOptimizer, extension):
                             'optimizer')
 
 
+_EXTENSIONS = {}          # 'WeightDecay' -> extend_with_weight_decay, ...: what _extension made
+
+
 def _extension(name):
     """Register the class an ``extend_with_*`` factory returns, under a name that says its
-    base, e.g. ``'crf_lr>WeightDecay(crf_lr>Adam)'``; one class per base (cached)."""
+    base, e.g. ``'crf_lr>WeightDecay(crf_lr>Adam)'``; one class per base (cached). The factory
+    is kept under ``name`` in :data:`_EXTENSIONS`, for :func:`extension_class`."""
     def decorate(factory):
         @functools.lru_cache(maxsize=None)
         @functools.wraps(factory)
@@ -332,6 +336,7 @@ def _extension(name):
             cls.__name__ = cls.__qualname__ = f'{BaseOptimizer.__name__}With{name}'
             base_name = keras.utils.get_registered_name(BaseOptimizer)
             return register(cls, name=f'{name}({base_name})')
+        _EXTENSIONS[name] = extend
         return extend
     return decorate
 
@@ -351,8 +356,7 @@ def extension_class(name):
     if registered is not None:
         return registered
     found = _EXTENSION_NAME.fullmatch(name)
-    factory = found and {'WeightDecay': extend_with_weight_decay,
-                         'LayerwiseLR': extend_with_layerwise_lr}.get(found.group(1))
+    factory = found and _EXTENSIONS.get(found.group(1))
     if not factory:
         return getattr(keras.optimizers.legacy, name, None) if name.isidentifier() else None
     base = extension_class(found.group(2))
