@@ -116,7 +116,7 @@ def _user_files(train_file, dev_file, test_file, format, repair, task):
                         repair=repair) if path else None for path in (dev_file, test_file)]
     for data in (train, *read):
         _check_labelled(data)
-    names = {role: f'{path} ({data.note or "format " + data.format})' for role, path, data in
+    names = {role: _named(path, data) for role, path, data in
              (('train', train_file, train), ('dev', dev_file, read[0]),
               ('test', test_file, read[1]))
              if path}
@@ -133,7 +133,12 @@ def _beside_benchmark(path, format, train, units, repair):
                                           f'benchmark {train.name} trains on {units}: give a '
                                           f'file of {units}')
     _check_labelled(data)
-    return data, f'{path} ({data.note or "format " + data.format})'
+    return data, _named(path, data)
+
+
+def _named(path, data):
+    """How a split read from the user's file ``path`` is named in the summary and the results."""
+    return f'{path} ({data.note or "format " + data.format})'
 
 
 def _family(format):
