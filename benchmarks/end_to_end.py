@@ -47,7 +47,7 @@ sys.path.insert(0, HERE)
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
 from e2e_torch import missing  # noqa: E402
-from timing import machine  # noqa: E402
+from timing import cpu_name, machine  # noqa: E402
 
 # corpus -> (packaged encoder, crf_lr's default rate for it: crf_lr.model.encoders.DEFAULT_LR)
 CORPORA = {'conll2003': ('minilm-en', 1e-4), 'msra': ('albert-tiny-zh', 2e-4)}
@@ -193,7 +193,7 @@ def report(saved):
     """The Markdown tables of a saved run (one row per corpus, head, precision and stack), then
     crf_lr over PyTorch per round."""
     ok = [r for r in saved['results'] if 'error' not in r]
-    lines = [f'{saved["machine"]["cpu_model"]}, {saved["machine"]["nproc"]} cores, bf16 flags: '
+    lines = [f'{cpu_name(saved["machine"])}, {saved["machine"]["nproc"]} cores, bf16 flags: '
              f'{", ".join(saved["bf16_flags"]) or "none"}; threads {saved["threads"]} per side '
              f'(OMP_WAIT_POLICY {saved.get("omp_wait_policy", "default")}); '
              f'{saved["rounds"]} round(s); load average {saved["load_average"]}; '

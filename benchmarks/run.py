@@ -39,7 +39,7 @@ import cases  # noqa: E402
 import confidence  # noqa: E402
 import models  # noqa: E402
 from precision_steps import VARIANTS, precision_step_cases  # noqa: E402
-from timing import (gflops, interleaved, load_average, machine, matmul_gflops,  # noqa: E402
+from timing import (cpu_name, gflops, interleaved, load_average, machine, matmul_gflops,  # noqa: E402
                     paired_ratios, ratio_summary)
 
 FULL = dict(crf_shapes=[(n, labels) for n in (64, 128, 256, 512) for labels in (4, 7, 21)],
@@ -403,7 +403,7 @@ def report(results):
     """The Markdown tables of a results dict."""
     if 'crf_loss' in results and 'viterbi' not in results:        # --part crf_loss
         return '\n'.join([f"CRF loss cases ({results['date_utc']} UTC, "
-                          f"{results['machine']['cpu_model']})", ''] + crf_loss_tables(
+                          f"{cpu_name(results['machine'])})", ''] + crf_loss_tables(
                               results['crf_loss']))
     if 'crf_loss' not in results:                          # --part precision / confidence
         if 'confidence' in results:
@@ -413,8 +413,8 @@ def report(results):
     if old:
         results = restated(results)
     out = [f"Command: `{results['command']}` — {results['date_utc']} UTC, "
-           f"{results['machine']['nproc']} cores {results['machine']['cpu_model']} (family "
-           f"{results['machine'].get('cpu_family')}, {results['machine'].get('cpu_mhz')} MHz"
+           f"{results['machine']['nproc']} cores {cpu_name(results['machine'])}, "
+           f"{results['machine'].get('cpu_mhz')} MHz"
            f"{', VM' if results['machine'].get('hypervisor') else ''}), "
            f"TF {results['versions']['tensorflow']}, "
            f"TFA {results['versions']['tensorflow_addons']}, "
@@ -512,7 +512,8 @@ def ranged(timing):
 def precision_report(results):
     """The tables of :func:`precision_part`: matmul rates, steps per precision, first epoch."""
     fp32 = max(m['gflops'] for m in results['matmul'])
-    out = [f"### Whole training step per precision ({results['date_utc']} UTC, load average "
+    out = [f"### Whole training step per precision ({results['date_utc']} UTC, "
+           f"{cpu_name(results['machine'])}, load average "
            f"{'/'.join(f'{x:.1f}' for x in results['load_average_start'])} at start, "
            f"{'/'.join(f'{x:.1f}' for x in results['load_average_end'])} at end)", '',
            f"Matmul 2048³: float32 {fp32} GFLOP/s, bfloat16 {results['matmul_bf16']['gflops']} "

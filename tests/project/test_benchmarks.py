@@ -151,6 +151,12 @@ def test_machine_names_the_native_bf16_units_and_the_cpus_allowed():
     assert 1 <= facts['cpus_allowed'] <= facts['nproc']
 
 
+def test_reports_name_the_cpu_family_where_the_results_file_has_it():
+    from timing import cpu_name
+    assert cpu_name({'cpu_model': 'AMD EPYC', 'cpu_family': '25'}) == 'AMD EPYC (family 25)'
+    assert cpu_name({'cpu_model': 'AMD EPYC', 'cpu_family': None}) == 'AMD EPYC'
+
+
 @pytest.mark.parametrize('arguments, message', [
     (['--heads', 'softmax'], '--heads and --variants narrow --part precision or --part step'),
     (['--part', 'step', '--variants', 'bf16'], '--variants needs float32'),
@@ -167,6 +173,7 @@ def test_precision_report_quotes_median_min_max_and_ratios():
     import run
     timing = dict(median_ms=200.0, min_ms=180.0, max_ms=260.0, times_ms=[200.0, 180.0, 260.0])
     results = dict(date_utc='2026-11-23 10:00', load_average_start=[1, 1, 1],
+                   machine=dict(cpu_model='AMD EPYC', cpu_family='26'),
                    load_average_end=[2, 2, 2], matmul=[dict(gflops=100.0)],
                    matmul_bf16=dict(gflops=200.0, calls=5),
                    precision_step=[dict(shape=dict(layers=4, batch=16, n=128), heads={
@@ -181,6 +188,7 @@ def test_precision_report_quotes_median_min_max_and_ratios():
                                      length_multiple=32, shapes=5, epoch_s=[38.5, 30.0],
                                      ratio=1.283, first_steps_s=[6.1, 4.0, 0.3])])
     text = run.report(results)
+    assert '(2026-11-23 10:00 UTC, AMD EPYC (family 26), load average 1.0/1.0/1.0' in text
     # per-round float32 / bf16 ratios: 200/100, 180/120, 260/90 = 2.0, 1.5, 2.89
     assert ('| 4 | 16 | 128 | softmax | 200 [180–260] (reference, 1.5× limit; same rounds '
             '1.45 [1.40–1.52]×) |  | '
