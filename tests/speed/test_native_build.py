@@ -26,7 +26,7 @@ SMALL_SOURCE = 'extern "C" int crf_lr_probe() { return 1; }\n'
 MATRIX = {
     'x86-64': ('__x86_64__', 'x86_64-linux-gnu-g++', (
         'x86-64-v2', 'haswell', 'skylake-avx512', 'icelake-server', 'sapphirerapids',
-        'graniterapids', 'znver3', 'znver4')),
+        'graniterapids', 'znver3', 'znver4', 'znver5')),     # znver5: EPYC family 26 (g++ >= 14)
     # baseline (Cortex-A72, Graviton 1); Neoverse N1 (Graviton 2, Ampere Altra); Neoverse V1
     # (Graviton 3); Neoverse V2 (Graviton 4, Grace); A64FX
     'aarch64': ('__aarch64__', 'aarch64-linux-gnu-g++', (
