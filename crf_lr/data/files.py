@@ -128,12 +128,32 @@ def decode_text(data, name, file=False):
     """``data`` (bytes read from the stream ``name``, e.g. ``'stdin'``, or the file ``name``
     where ``file``) as text: UTF-8 (a BOM dropped), or UTF-16 / UTF-32 opening with its BOM;
     other bytes a DataFormatError naming the line and what the text seems to be (GB18030,
-    Latin-1, or UTF-8 but for some lines). UTF-16 surrogates written as UTF-8 (CESU-8) are read:
+    Latin-1, or UTF-8 but for some lines); so are a NUL character (its line) and a compressed
+    file (gzip, zip). UTF-16 surrogates written as UTF-8 (CESU-8) are read:
     a pair as the character it encodes, a lone one as U+FFFD (a character broken in transit,
     which the character readers note).
 
         >>> decode_text(sys.stdin.buffer.read(), 'stdin')
     """
+    packed = next((kind for magic, kind in _ARCHIVES if data.startswith(magic)), None)
+    if packed:
+        raise DataFormatError(name, None, f'{packed}, not text: unpack it and give the corpus '
+                                          'file itself')
+    text = _decoded(data, name, file)
+    nul = text.find('\x00')
+    if nul >= 0:
+        raise DataFormatError(name, text.count('\n', 0, nul) + 1,
+                              'a NUL character (binary data, or a file cut off while written): '
+                              'remove it')
+    return text
+
+
+# what a compressed file opens with (its magic number), and what it is
+_ARCHIVES = ((b'\x1f\x8b', 'a gzip file (.gz)'), (b'PK\x03\x04', 'a zip archive (or .xlsx, .docx)'))
+
+
+def _decoded(data, name, file):
+    """``data`` decoded as :func:`decode_text` says, NUL characters and all."""
     wide = next((encoding for mark, encoding in _WIDE_BOMS if data.startswith(mark)), None)
     if wide:
         try:
