@@ -331,6 +331,11 @@ def note_line(note, count, places=()):
             f'{count}x{where}: {note}')
 
 
+def listed(value):
+    """``value`` where it is a list, else a list of it: JSON that writes one item bare."""
+    return value if isinstance(value, list) else [value]
+
+
 def place_list(places, shown=3):
     """The first ``shown`` of ``places`` joined by commas, an ellipsis after them when there are
     more.

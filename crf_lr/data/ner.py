@@ -53,12 +53,13 @@ import regex
 
 from crf_lr.decoding.spans import outermost
 from crf_lr.data.tagging import BIO, BIOES, BMES, IOB1, TagError, echo, get_scheme, iob1_to_iob2
+from crf_lr.data.label_studio import NOTES, SKIPPED, label_studio_records
 from crf_lr.data.vocabulary import CJK
 from crf_lr.data.files import (BOM, BROKEN_NOTE, CLUSTER_NOTE, CUT_CHARACTER_NOTE,
                                DataFormatError, Example, REPAIR_NOTE, STRAY_NOTE,
                                TAG_LIKE_TYPE_NOTE, _CHUNK_START_NOTE, _CROSSING_NOTE,
                                _DUPLICATE_NOTE, _EMPTY_TEXT_NOTE, _IOB1_NOTE, _NESTED_NOTE,
-                               _TWO_TYPES_NOTE, _document_start, _lines, read_text)
+                               _TWO_TYPES_NOTE, _document_start, _lines, listed, read_text)
 
 
 def _check_type(kind, types, path, number, what):
@@ -397,10 +398,6 @@ def _json(value):
     return json.dumps(value, ensure_ascii=False)
 
 
-def _listed(value):
-    return value if isinstance(value, list) else [value]
-
-
 def _record_text(record, path, number):
     if not isinstance(record, dict) or not isinstance(record.get('text'), str):
         raise DataFormatError(path, number,
@@ -420,19 +417,19 @@ def _record_spans(record, path, number):
         raise DataFormatError(path, number, f'a record holds {" and ".join(keys)}: one of '
                                             f'"label" (CLUENER), "spans" or "entities" (CMeEE)')
     if 'spans' in record:
-        return [_exclusive_span(span, path, number) for span in _listed(record['spans'])]
+        return [_exclusive_span(span, path, number) for span in listed(record['spans'])]
     if 'entities' in record:
-        return [_entity_span(entity, path, number) for entity in _listed(record['entities'])]
+        return [_entity_span(entity, path, number) for entity in listed(record['entities'])]
     labels = record.get('label') or {}
     if not isinstance(labels, dict) or not all(isinstance(m, dict) for m in labels.values()):
-        listed = isinstance(labels, list) and all(isinstance(s, list) and len(s) == 3
-                                                  for s in labels)
+        triples = isinstance(labels, list) and all(isinstance(s, list) and len(s) == 3
+                                                   for s in labels)
         raise DataFormatError(path, number, 'expected "label": {type: {mention: [[start, end]]}}'
                               + ('; a list of [start, end, type] (doccano) goes under "spans" '
-                                 '(its end exclusive)' if listed else ''))
+                                 '(its end exclusive)' if triples else ''))
     return [_label_span(pair, kind, mention, pairs, path, number)
             for kind, by_mention in labels.items() for mention, pairs in by_mention.items()
-            for pair in _listed(pairs)]
+            for pair in listed(pairs)]
 
 
 def _exclusive_span(span, path, number):
@@ -486,7 +483,7 @@ def _json_records(path):
         values = _json_values(path, text)                   # an array, or pretty-printed records
     else:
         values = _json_lines(path)
-    for number, record in values:
+    for number, record in label_studio_records(values, path):
         yield number, _our_layout(record, path, number)
 
 
@@ -501,36 +498,11 @@ def _json_lines(path):
                                   f'invalid JSON: {error}{_comma_hint(line)}') from None
 
 
-_UNANNOTATED = 'crf_lr: a Label Studio task without an annotation'    # a key no file holds
-_UNANNOTATED_NOTE = 'a Label Studio task without an annotation is skipped'
-
-
 def _our_layout(record, path, number):
-    """``record`` as :func:`read_json_records` reads it: a Label Studio task (``{"data":
-    {"text"}, "annotations": [{"result": [{"value": {"start", "end", "text", "labels"}}]}]}``)
-    becomes ``{"text", "id", "entities": [{"start", "end", "type", "text"}]}`` from its first
-    annotation neither cancelled nor skipped (results other than labels, such as relations, left
-    out; a task without one: a record that training readers skip and :func:`json_texts` reads);
-    a record of ``"tokens"`` (Hugging Face datasets) is a DataFormatError saying how to write it;
-    any other record is as it is."""
-    if not isinstance(record, dict) or 'text' in record:
-        return record
-    data = record.get('data')
-    if isinstance(data, dict) and isinstance(data.get('text'), str):
-        annotations = [annotation for annotation in _listed(record.get('annotations') or
-                                                            record.get('completions') or [])
-                       if isinstance(annotation, dict) and not annotation.get('was_cancelled')
-                       and not annotation.get('skipped')]          # Label Studio 0.x's cancel
-        if not annotations:                          # not annotated yet: no training data
-            return {'text': data['text'], 'id': record.get('id'), _UNANNOTATED: True}
-        entities = []
-        for result in _listed(annotations[0].get('result')):
-            value = result.get('value') if isinstance(result, dict) else None
-            if isinstance(value, dict) and 'labels' in value:
-                entities += [dict(start=value.get('start'), end=value.get('end'), type=label,
-                                  text=value.get('text')) for label in _listed(value['labels'])]
-        return {'text': data['text'], 'id': record.get('id'), 'entities': entities}
-    if 'tokens' in record:
+    """``record`` as :func:`read_json_records` reads it: a record of ``"tokens"`` (Hugging Face
+    datasets) is a DataFormatError saying how to write it; any other record is as it is (Label
+    Studio's are read before: :func:`label_studio_records`)."""
+    if isinstance(record, dict) and 'text' not in record and 'tokens' in record:
         raise DataFormatError(path, number, 'a record of "tokens" (the Hugging Face datasets '
                                             'layout): a JSON record holds a "text" and character '
                                             'offsets; write tokens as CoNLL instead, a token and '
@@ -577,16 +549,17 @@ def read_json_records(path, types=None):
         >>> read_json_records('cmeee/CMeEE_dev.json')[0].spans
         [(3, 10, 'bod'), (19, 25, 'dis')]
     """
-    examples, skipped = [], []         # skipped: (note, line) of records left out, not yet noted
+    examples, skipped = [], []    # (note, line) of records left out, or of what a record left out
     for number, record in _json_records(path):
         text = _record_text(record, path, number)
         if 'words' in record and not any(key in record for key in _LABEL_KEYS):
             raise DataFormatError(path, number, 'a record of "words" (crf_lr.predict\'s word '
                                                 'segmentation): to train on it, give predict\'s '
                                                 'text output (words separated by spaces) instead')
-        if record.get(_UNANNOTATED) is True:
-            skipped.append((_UNANNOTATED_NOTE, number))
+        if SKIPPED in record:
+            skipped.append((record[SKIPPED], number))
             continue
+        skipped += [(note, number) for note in record.get(NOTES, ())]
         spans = _record_spans(record, path, number)
         if text:
             examples.append(_noting_skipped(_span_example(

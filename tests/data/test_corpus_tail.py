@@ -1,6 +1,7 @@
 """The long tail of users' corpus files: bytes that are not text, Label Studio's other export
 layouts, and dev or test files that cannot score a run."""
 import gzip
+import json
 
 import pytest
 
@@ -32,3 +33,59 @@ def test_a_compressed_file_is_named_as_such(tmp_path, content, kind):
     path = write(tmp_path, 'train.txt.gz', content)
     with pytest.raises(DataFormatError, match=f'^{path}: {kind} .*not text: unpack it'):
         read_corpus(path)
+
+
+# ----------------------------------------------------------------------------------------------
+# Label Studio: JSON-MIN, other data keys, and what is left out said
+
+def region(start, end, text, *labels):
+    return {'start': start, 'end': end, 'text': text, 'labels': list(labels)}
+
+
+def test_label_studio_json_min_rows_are_read(tmp_path):
+    """JSON-MIN (a row per annotation, the regions under the control tag's name) was 'expected
+    "label": {type: {mention: ...}}', or, under another name, a record silently without entities.
+    An annotation that found nothing is a row without regions; another annotator's row of the
+    same task is skipped and noted."""
+    rows = [dict(id=1, text='张三在北京', label=[region(0, 2, '张三', 'PER'),
+                                            region(3, 5, '北京', 'LOC')],
+                 annotator=1, annotation_id=1, created_at='2026-11-01T10:00:00Z'),
+            dict(id=1, text='张三在北京', label=[region(0, 2, '张三', 'LOC')], annotator=2,
+                 annotation_id=2),
+            dict(id=2, text='没有', annotator=1, annotation_id=3),
+            dict(id=3, sentence='李四', ner=[region(0, 2, '李四', 'PER')], annotator=1,
+                 annotation_id=4, created_at='2026-11-01T10:00:00Z')]
+    path = write(tmp_path, 'min.json', json.dumps(rows))
+    data = read_corpus(path)
+    assert [(e.text, e.spans) for e in data] == [
+        ('张三在北京', [(0, 2, 'PER'), (3, 5, 'LOC')]), ('没有', []), ('李四', [(0, 2, 'PER')])]
+    assert (f"noted 1x ({path}:1): a JSON-MIN row of a Label Studio task already read (another "
+            "annotator's annotation, the same id) is skipped") in data.summary()
+
+
+def test_what_a_label_studio_task_leaves_out_is_noted(tmp_path):
+    """Other annotators' annotations, regions whose labels were cleared and relations or choices
+    were dropped without a word; a text under another data key was 'expected an object with a
+    "text" string'."""
+    task = {'id': 7, 'data': {'sentence': '张三在北京', 'source': 'news'}, 'annotations': [
+        {'completed_by': 1, 'result': [
+            {'id': 'a', 'type': 'labels', 'value': region(0, 2, '张三', 'PER')},
+            {'id': 'b', 'type': 'labels', 'value': region(3, 5, '北京')},
+            {'type': 'relation', 'from_id': 'a', 'to_id': 'b', 'labels': []},
+            {'type': 'choices', 'value': {'choices': ['news']}}]},
+        {'completed_by': 2, 'result': [{'type': 'labels', 'value': region(3, 5, '北京', 'LOC')}]}]}
+    path = write(tmp_path, 'tasks.json', json.dumps([task]))
+    data = read_corpus(path)
+    assert [(e.text, e.spans) for e in data] == [('张三在北京', [(0, 2, 'PER')])]
+    summary = data.summary()
+    for note in ('a Label Studio task with several annotations (annotators): the first neither '
+                 'cancelled nor skipped read, the others left out',
+                 'a Label Studio region without a label ("labels": []) is left out',
+                 "a Label Studio result of type 'relation' is left out",
+                 "a Label Studio result of type 'choices' is left out"):
+        assert f'noted 1x ({path}:1): {note}' in summary
+    task['data'] = {'sentence': '张三在北京', 'title': '北京'}        # the regions tell which
+    assert read_corpus(write(tmp_path, 'two.json', json.dumps([task])))[0].text == '张三在北京'
+    task['data'] = {'a': '张三在北京', 'b': '张三在北京'}
+    with pytest.raises(DataFormatError, match='holds no "text", and these strings: .*"a", "b"'):
+        read_corpus(write(tmp_path, 'unclear.json', json.dumps([task])))
