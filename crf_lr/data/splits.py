@@ -214,6 +214,21 @@ def _check_entities(train, name, types, train_limit, held_out):
                          + 'give a --dev-file or another --sample-seed')
 
 
+def _check_scored(role, part, name, eval_limit, held_out):
+    """A ValueError where the development or test sentences hold no entity: every strict F1 on
+    them is 0 (no epoch to select, a test score that says nothing)."""
+    if part is None or any(example.spans for example in part):
+        return
+    limited = eval_limit is not None and len(part) == eval_limit
+    what = ('no epoch can be selected on it, and ' if role == 'dev' else '') + 'its F1 is 0'
+    remedy = ('give a --dev-file or another --sample-seed' if held_out else
+              f'give a {role} file with entity tags'
+              + (', or raise --eval-limit' if limited else ''))
+    raise ValueError(f'the {role} split ({name}) holds no entity in its {len(part)} sentences'
+                     + (f' (the first {eval_limit}: --eval-limit)' if limited else '')
+                     + f': {what} whatever the model predicts; {remedy}')
+
+
 def _benchmark(dataset, data_dir, repair):
     spec = dataset_spec(dataset)
     train = load_dataset(spec.name, spec.train, data_dir, repair)
@@ -297,6 +312,8 @@ def load_splits(dataset=None, train_file=None, dev_file=None, test_file=None, fo
             raise ValueError(f'the {role} split ({names[role]}) holds no sentence')
     if task == 'ner':
         _check_entities(train, names['train'], types, train_limit, held_out)
+        for role, part in (('dev', dev), ('test', test)):
+            _check_scored(role, part, names[role], eval_limit, held_out and role == 'dev')
     repairs = _repairs(train, dev, test)                  # of the sentences the run uses
     repaired_at = [place for part in (train, dev, test) for e in part or ()
                    for place in e.repaired_at]

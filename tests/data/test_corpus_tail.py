@@ -89,3 +89,27 @@ def test_what_a_label_studio_task_leaves_out_is_noted(tmp_path):
     task['data'] = {'a': '张三在北京', 'b': '张三在北京'}
     with pytest.raises(DataFormatError, match='holds no "text", and these strings: .*"a", "b"'):
         read_corpus(write(tmp_path, 'unclear.json', json.dumps([task])))
+
+
+# ----------------------------------------------------------------------------------------------
+# Dev and test files that cannot score a run
+
+def test_a_dev_or_test_split_without_an_entity_stops_an_ner_run(tmp_path):
+    """A dev file of O tags only scored F1 0 every epoch (epoch 1 'selected'), a test file 'F1
+    0.0000' whatever the model predicted; now one line names the split before training."""
+    from crf_lr.data.splits import load_splits
+    train = write(tmp_path, 'train.txt', '张 B-PER\n三 I-PER\n去 O\n\n北 B-LOC\n京 I-LOC\n')
+    plain = write(tmp_path, 'plain.txt', '今 O\n天 O\n\n下 O\n雨 O\n')
+    with pytest.raises(ValueError, match=rf'^the dev split \({plain} \(format char-bio\)\) holds '
+                                         r'no entity in its 2 sentences: no epoch can be selected '
+                                         'on it, and its F1 is 0 whatever the model predicts; '
+                                         'give a dev file with entity tags$'):
+        load_splits(train_file=train, dev_file=plain, task='ner')
+    with pytest.raises(ValueError, match=r'^the test split .* holds no entity in its 1 sentences '
+                                         r'\(the first 1: --eval-limit\): its F1 is 0 whatever '
+                                         'the model predicts; give a test file with entity tags, '
+                                         'or raise --eval-limit$'):
+        load_splits(train_file=train, dev_file=train, test_file=write(
+            tmp_path, 'test.txt', '今 O\n\n张 B-PER\n'), eval_limit=1, task='ner')
+    assert load_splits(train_file=train, dev_file=plain).dev      # a library call checks nothing
+
