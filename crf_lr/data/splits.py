@@ -214,6 +214,18 @@ def _check_entities(train, name, types, train_limit, held_out):
                          + 'give a --dev-file or another --sample-seed')
 
 
+def _training_share(part, examples):
+    """What to add to a dev or test file's name where more than half its sentences are sentences
+    of the training file (the same file given twice, or a copy): its scores are then on text
+    the model may have trained on."""
+    known = {tuple(example.tokens) for example in examples}
+    shared = sum(tuple(example.tokens) in known for example in part)
+    if 2 * shared <= len(part):
+        return ''
+    return (f'; note: {shared} of its {len(part)} sentences are in the training file, so its '
+            'scores are on text the model may have trained on')
+
+
 def _check_scored(role, part, name, eval_limit, held_out):
     """A ValueError where the development or test sentences hold no entity: every strict F1 on
     them is 0 (no epoch to select, a test score that says nothing)."""
@@ -307,6 +319,8 @@ def load_splits(dataset=None, train_file=None, dev_file=None, test_file=None, fo
     train = [examples[i] for i in sorted(order[:train_limit])]
     dev = list(dev)[:eval_limit]
     test = None if test is None else list(test)[:eval_limit]
+    for role, part, path in (('dev', dev, dev_file), ('test', test, test_file)):
+        names[role] += _training_share(part, examples) if path else ''
     for role, part in (('train', train), ('dev', dev), ('test', test)):
         if part is not None and not part:
             raise ValueError(f'the {role} split ({names[role]}) holds no sentence')

@@ -113,3 +113,17 @@ def test_a_dev_or_test_split_without_an_entity_stops_an_ner_run(tmp_path):
             tmp_path, 'test.txt', '今 O\n\n张 B-PER\n'), eval_limit=1, task='ner')
     assert load_splits(train_file=train, dev_file=plain).dev      # a library call checks nothing
 
+
+def test_a_dev_or_test_file_of_training_sentences_is_said(tmp_path):
+    """The training file given as dev and test too scored the model on what it trained on,
+    without a word; the split's name (printed, and kept in results.json) now says so."""
+    from crf_lr.data.splits import load_splits
+    train = write(tmp_path, 'train.txt', '张 B-PER\n三 I-PER\n去 O\n\n北 B-LOC\n京 I-LOC\n')
+    data = load_splits(train_file=train, dev_file=train, test_file=train, task='ner')
+    for role in ('dev', 'test'):
+        assert data.names[role] == (f'{train} (format char-bio); note: 2 of its 2 sentences are '
+                                    'in the training file, so its scores are on text the model '
+                                    'may have trained on')
+    other = write(tmp_path, 'dev.txt', '张 B-PER\n三 I-PER\n去 O\n\n上 B-LOC\n海 I-LOC\n')
+    assert load_splits(train_file=train, dev_file=other).names['dev'] == (
+        f'{other} (format char-bio)')                                 # 1 of 2: not said

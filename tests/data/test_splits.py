@@ -36,7 +36,9 @@ def test_user_files_take_types_from_training_and_hold_out_the_end_of_one_permuta
     full = load_splits(train_file=train, test_file=test, sample_seed=3)
     assert full.types == ('LOC', 'PER') and full.units == 'chars' and not full.nested
     assert (len(full.train), len(full.dev), len(full.test)) == (27, 3, 4)   # 10% held out
-    assert 'hold-out of' in full.names['dev'] and full.names['test'] == f'{test} (format char-bio)'
+    assert 'hold-out of' in full.names['dev'] and full.names['test'] == (
+        f'{test} (format char-bio); note: 4 of its 4 sentences are in the training file, so its '
+        'scores are on text the model may have trained on')
     # the hold-out comes from the end of the seeded permutation whose start is the sample:
     # asking for fewer training sentences keeps the same dev and a prefix of the same order
     small = load_splits(train_file=train, test_file=test, sample_seed=3, train_limit=5)
