@@ -321,9 +321,15 @@ def _untagged(path, lines, ask):
     return 'segmented', 'no tags; words separated by whitespace'
 
 
+# what a header row names the tag column
+_TAG_COLUMN_NAMES = frozenset(('tag', 'tags', 'label', 'labels', 'ner', 'ner_tag', 'ner_tags',
+                               'entity', 'bio', 'iob', 'class', 'target'))
+
+
 def _raise_untagged_line(path, lines, tagged, ask):
-    """The error for a file where some lines end with a tag and others do not: where the line has
-    the tagged lines' columns, its last field is named as a tag that is none."""
+    """The error for a file where some lines end with a tag and others do not: a first line that
+    names the columns is a header row; where the line has the tagged lines' columns, its last
+    field is named as a tag that is none."""
     first = min(tagged)
     number, line, fields = next(entry for entry in lines if entry[0] not in tagged)
     columns = {len(f) for n, _, f in lines if n in tagged}
@@ -333,6 +339,11 @@ def _raise_untagged_line(path, lines, tagged, ask):
                                             "MultiCoNER): remove the lines that open with '# ', "
                                             f"e.g. grep -v '^# ' {os.path.basename(path)} > "
                                             'clean.txt')
+    if (number == lines[0][0] and len(tagged) == len(lines) - 1 and len(fields) in columns
+            and fields[-1].lower() in _TAG_COLUMN_NAMES):
+        raise DataFormatError(path, number, f'{echo(line)} is a header row (the column names): '
+                              f'remove it, e.g. tail -n +{number + 1} '
+                              f'{os.path.basename(path)} > clean.txt')
     if len(fields) in columns and len(fields) > 1:
         raise DataFormatError(path, number, f'{echo(fields[-1])} is not a tag (line {first} ends '
                                             f'with {echo(example)}): tags are O, or B-, I-, M-, '

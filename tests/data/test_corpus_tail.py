@@ -127,3 +127,20 @@ def test_a_dev_or_test_file_of_training_sentences_is_said(tmp_path):
     other = write(tmp_path, 'dev.txt', '张 B-PER\n三 I-PER\n去 O\n\n上 B-LOC\n海 I-LOC\n')
     assert load_splits(train_file=train, dev_file=other).names['dev'] == (
         f'{other} (format char-bio)')                                 # 1 of 2: not said
+
+
+# ----------------------------------------------------------------------------------------------
+# Layouts around the tags
+
+@pytest.mark.parametrize('content, line, rest', [
+    ('word\ttag\nEU\tB-ORG\nrejects\tO\n', 1, 2),
+    ('Word POS Tag\nEU NNP B-ORG\nrejects VBZ O\n', 1, 2),
+    ('\nchar label\n张 B-PER\n三 I-PER\n', 2, 3),
+])
+def test_a_header_row_is_named_as_one(tmp_path, content, line, rest):
+    """A first line of column names was "'tag' is not a tag (line 2 ends with 'B-ORG')"."""
+    path = write(tmp_path, 'train.txt', content)
+    with pytest.raises(DataFormatError, match=rf'^{path}:{line}: .* is a header row \(the column '
+                                              rf'names\): remove it, e\.g\. tail -n \+{rest} '
+                                              r'train\.txt > clean\.txt$'):
+        read_corpus(path)
