@@ -495,7 +495,7 @@ def _json_lines(path):
             yield number, json.loads(line)
         except json.JSONDecodeError as error:
             raise DataFormatError(path, number,
-                                  f'invalid JSON: {error}{_comma_hint(line)}') from None
+                                  f'invalid JSON: {error}{_comma_hint(line, error)}') from None
 
 
 def _our_layout(record, path, number):
@@ -510,8 +510,12 @@ def _our_layout(record, path, number):
     return record
 
 
-def _comma_hint(line):
-    """For a JSON line that parses without its trailing comma: say that the comma is the fault."""
+def _comma_hint(line, error):
+    """What ``error`` (a JSONDecodeError of ``line``, or of a whole file with ``line`` '') is
+    about where a comma is its fault: one ending a JSON line, or one before a closing ] or }."""
+    before = error.doc[:error.pos].rstrip()
+    if before.endswith(',') and error.doc[error.pos:error.pos + 1] in (']', '}'):
+        return " (a comma before the closing ']' or '}': JSON allows none there)"
     if line.rstrip().endswith(','):
         try:
             json.loads(line.rstrip()[:-1])
@@ -631,7 +635,8 @@ def _json_values(path, text):
         try:
             value, end = decoder.raw_decode(text, start)
         except json.JSONDecodeError as error:
-            raise DataFormatError(path, error.lineno, f'invalid JSON: {error.msg}') from None
+            raise DataFormatError(path, error.lineno, f'invalid JSON: {error.msg}'
+                                                       f'{_comma_hint("", error)}') from None
         yield line_of(start), value
         position = _JSON_SPACE.match(text, end).end()
         if array and text[position:position + 1] not in (',', ']'):

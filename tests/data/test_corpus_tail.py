@@ -144,3 +144,17 @@ def test_a_header_row_is_named_as_one(tmp_path, content, line, rest):
                                               rf'names\): remove it, e\.g\. tail -n \+{rest} '
                                               r'train\.txt > clean\.txt$'):
         read_corpus(path)
+
+
+@pytest.mark.parametrize('name, content, line', [
+    ('train.jsonl', '{"text": "张三", "spans": [[0, 2, "PER"],]}\n', 1),
+    ('train.jsonl', '{"text": "张三", "spans": [[0, 2, "PER"]],}\n', 1),
+    ('train.json', '[\n{"text": "张三",\n "spans": [[0, 2, "PER"],]}\n]\n', 3),
+])
+def test_a_trailing_comma_inside_a_record_is_named(tmp_path, name, content, line):
+    """JavaScript's and Python's trailing commas were 'invalid JSON: Expecting value' alone."""
+    path = write(tmp_path, name, content)
+    with pytest.raises(DataFormatError, match=rf"^{path}:{line}: invalid JSON: .*\(a comma "
+                                              r"before the closing '\]' or '}': JSON allows none "
+                                              r"there\)$"):
+        read_corpus(path)
