@@ -8,9 +8,9 @@ from collections import Counter
 from crf_lr.data.tagging import BIO, BIOES, BMES, echo
 from crf_lr.data.files import (WORD_REPAIR_NOTE, DataFormatError, Dataset, _document_start,
                                _lines, _no_sentence, read_text)
-from crf_lr.data.ner import (_char_and_tag, _fields, _flat_tags, _marked_character, _normal_tag,
-                             _position_marked, _tag_scheme, _unit_note, read_bio, read_conll,
-                             read_json_records)
+from crf_lr.data.ner import (_char_and_tag, _columns, _fields, _flat_tags, _marked_character,
+                             _normal_tag, _position_marked, _tag_scheme, _unit_note, read_bio,
+                             read_conll, read_json_records)
 from crf_lr.data.segmentation import _segmentation_example, read_pfr, read_segmented
 
 
@@ -235,8 +235,9 @@ def _detected(path):
                                             f'{100 * sum(kind) // len(lines)}% of the lines, got '
                                             f'{echo(line)}: give {name} a line, as the other '
                                             'lines do')
-    return ('conll',
-            f'{len(facts[lines[0][1]][0])} columns a line, a word first and its tag last; {why}')
+    tabbed = 2 * sum('\t' in line for _, line in lines) > len(lines)   # as read_conll splits
+    return ('conll', f'{len(_columns(lines[0][1], tabbed))} columns a line'
+                     f'{" (tab-separated)" * tabbed}, a word first and its tag last; {why}')
 
 
 def _tagged_csv(lines):

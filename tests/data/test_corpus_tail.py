@@ -158,3 +158,14 @@ def test_a_trailing_comma_inside_a_record_is_named(tmp_path, name, content, line
                                               r"before the closing '\]' or '}': JSON allows none "
                                               r"there\)$"):
         read_corpus(path)
+
+
+def test_a_tab_separated_file_with_spaces_in_its_words_is_described_as_read(tmp_path):
+    """'New York<TAB>NNP<TAB>B-LOC' was read right (tabs alone separate) but described as '4
+    columns a line', as if split at the space too."""
+    path = write(tmp_path, 'train.txt', 'New York\tNNP\tB-LOC\nis\tVBZ\tO\n\nSan Francisco\tNNP'
+                                        '\tB-LOC\n')
+    data = read_corpus(path)
+    assert [e.tokens for e in data] == [['New York', 'is'], ['San Francisco']]
+    assert data.note.startswith('format conll detected: 3 columns a line (tab-separated), a word '
+                                'first and its tag last;')
