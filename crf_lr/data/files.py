@@ -139,6 +139,10 @@ def decode_text(data, name, file=False):
     if packed:
         raise DataFormatError(name, None, f'{packed}, not text: unpack it and give the corpus '
                                           'file itself')
+    wide = not data.startswith(tuple(mark for mark, _ in _WIDE_BOMS)) and _utf16_without_bom(data)
+    if wide:
+        raise DataFormatError(name, None, f'{wide} text without its byte-order mark (every other '
+                                          f'byte NUL): convert it, {_iconv(wide, name, file)}')
     text = _decoded(data, name, file)
     nul = text.find('\x00')
     if nul >= 0:
@@ -199,10 +203,24 @@ def _encoding_hint(name, data, file):
     paired = sum(len(run) for run in runs if len(run) % 2 == 0 and min(run) >= 0xa1)
     chinese = 5 * paired >= 4 * sum(len(run) for run in runs)
     encoding = 'GB18030' if chinese else 'CP1252'
-    command = (f'e.g. iconv -f {encoding} -t UTF-8 {os.path.basename(name)} > utf8.txt' if file
-               else f'pipe it through iconv -f {encoding} -t UTF-8')
+    command = _iconv(encoding, name, file)
     return (f'; it reads as GB18030 (GBK) Chinese text: convert it, {command}' if chinese else
             f'; if it is Latin-1 (Windows-1252) text, convert it, {command}')
+
+
+def _utf16_without_bom(data):
+    """'UTF-16LE' or 'UTF-16BE' where ``data`` reads as such text without its byte-order mark (a
+    quarter of its bytes or more NUL, nearly all at odd positions, or at even ones), else None."""
+    if 4 * data.count(0) < len(data) or not data:
+        return None
+    odd, even = data[1::2].count(0), data[0::2].count(0)
+    return 'UTF-16LE' if odd > 9 * even else 'UTF-16BE' if even > 9 * odd else None
+
+
+def _iconv(encoding, name, file):
+    """The iconv command converting the file (or stream) ``name`` from ``encoding``."""
+    return (f'e.g. iconv -f {encoding} -t UTF-8 {os.path.basename(name)} > utf8.txt' if file
+            else f'pipe it through iconv -f {encoding} -t UTF-8')
 
 
 def _utf8(line):

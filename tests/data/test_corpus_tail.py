@@ -25,6 +25,22 @@ def test_a_nul_character_is_an_error_naming_its_line(tmp_path):
         read_corpus(path)
 
 
+@pytest.mark.parametrize('encoding', ['utf-16-le', 'utf-16-be'])
+def test_utf16_without_its_byte_order_mark_gives_the_iconv_command(tmp_path, encoding):
+    """English UTF-16 decoded as UTF-8 (ASCII and NULs) and was 'a NUL character' at line 1;
+    Chinese UTF-16 was 'binary, or UTF-16 without its byte-order mark', without the command."""
+    name = encoding.upper().replace('-LE', 'LE').replace('-BE', 'BE')
+    for content in ('EU B-ORG\nrejects O\n', '张 B-PER\n三 I-PER\n'):
+        path = write(tmp_path, 'train.txt', content.encode(encoding))
+        with pytest.raises(DataFormatError, match=f'^{path}: {name} text without its byte-order '
+                                                  rf'mark .*: convert it, e\.g\. iconv -f {name} '
+                                                  r'-t UTF-8 train\.txt > utf8\.txt$'):
+            read_corpus(path)
+    path = write(tmp_path, 'bom.txt', '张 B-PER\n三 I-PER\n'.encode(encoding.replace('-le', '')
+                                                                    .replace('-be', '')))
+    assert read_corpus(path)[0].spans == [(0, 2, 'PER')]        # with its mark: read
+
+
 @pytest.mark.parametrize('content, kind', [
     (gzip.compress('张 B-PER\n三 I-PER\n'.encode()), 'a gzip file'),
     (b'PK\x03\x04\x14\x00\x00\x00\x08\x00', 'a zip archive'),
