@@ -14,6 +14,9 @@ OTHER_ANNOTATIONS_NOTE = ('a Label Studio task with several annotations (annotat
                           'neither cancelled nor skipped read, the others left out')
 ANNOTATED_AGAIN_NOTE = ("a JSON-MIN row of a Label Studio task already read (another "
                         "annotator's annotation, the same id) is skipped")
+UTF16_NOTE = ("a Label Studio region whose offsets count UTF-16 code units (JavaScript's: a "
+              'character outside the BMP, such as an emoji, counts 2) read at the characters they '
+              'mean')
 NO_LABEL_NOTE = 'a Label Studio region without a label ("labels": []) is left out'
 # the keys of a JSON-MIN row that are no task data
 _MIN_METADATA = frozenset(('id', 'annotator', 'annotation_id', 'created_at', 'updated_at',
@@ -91,12 +94,39 @@ def _min_row(record, path, number):
 
 def _read(text, record, regions, notes):
     """The record of a task's ``text`` and labelled ``regions``, a region without a label
-    noted."""
-    entities = [dict(start=region.get('start'), end=region.get('end'), type=label,
-                     text=region.get('text'))
-                for region in regions for label in listed(region['labels'])]
+    noted, and so is one whose offsets count UTF-16 code units (read at the code points they
+    mean)."""
+    entities = []
+    for region in regions:
+        start, end = region.get('start'), region.get('end')
+        if not _stands_in(region, text) and _utf16_stands_in(region, text):
+            start, end = _code_points(text, start), _code_points(text, end)
+            notes = notes + [UTF16_NOTE]
+        entities += [dict(start=start, end=end, type=label, text=region.get('text'))
+                     for label in listed(region['labels'])]
     notes = notes + [NO_LABEL_NOTE for region in regions if not listed(region['labels'])]
     return {'text': text, 'id': record.get('id'), 'entities': entities, NOTES: notes}
+
+
+def _code_points(text, units):
+    """The code-point position in ``text`` of its UTF-16 code unit ``units`` (None where none
+    starts there)."""
+    count = 0
+    for position, char in enumerate(text):
+        if count == units:
+            return position
+        count += 2 if ord(char) > 0xffff else 1
+    return len(text) if count == units else None
+
+
+def _utf16_stands_in(region, text):
+    """True where ``region``'s text stands in ``text`` at its offsets read as UTF-16 code units
+    (JavaScript's string positions, which some Label Studio versions export)."""
+    start, end = region.get('start'), region.get('end')
+    if not (isinstance(start, int) and isinstance(end, int)) or text.isascii():
+        return False
+    start, end = _code_points(text, start), _code_points(text, end)
+    return None not in (start, end) and text[start:end] == region.get('text')
 
 
 def _regions(value):

@@ -185,3 +185,20 @@ def test_a_tab_separated_file_with_spaces_in_its_words_is_described_as_read(tmp_
     assert [e.tokens for e in data] == [['New York', 'is'], ['San Francisco']]
     assert data.note.startswith('format conll detected: 3 columns a line (tab-separated), a word '
                                 'first and its tag last;')
+
+
+def test_label_studio_offsets_in_utf16_code_units_are_read_at_their_characters(tmp_path):
+    """Label Studio (JavaScript) counts an emoji as 2: every region after one was 'covers ..., not
+    its mention (misaligned offsets?)'; where its text stands at the UTF-16 positions, it is
+    read there and noted."""
+    task = {'data': {'text': '👍🏽张三在北京'}, 'annotations': [{'result': [
+        {'type': 'labels', 'value': region(4, 6, '张三', 'PER')},
+        {'type': 'labels', 'value': region(7, 9, '北京', 'LOC')}]}]}
+    path = write(tmp_path, 'tasks.json', json.dumps([task]))
+    data = read_corpus(path)
+    assert data[0].spans == [(2, 4, 'PER'), (5, 7, 'LOC')]
+    assert (f'noted 2x ({path}:1): a Label Studio region whose offsets count UTF-16 code units'
+            in data.summary())
+    task['annotations'][0]['result'][0]['value'] = region(4, 6, '李四', 'PER')   # stands nowhere
+    with pytest.raises(DataFormatError, match='not its mention'):
+        read_corpus(write(tmp_path, 'wrong.json', json.dumps([task])))
