@@ -48,10 +48,10 @@ def label_studio_records(values, path):
         elif 'text' not in record and isinstance(record.get('data'), dict):
             yield number, _task(record, path, number)
         elif 'annotation_id' in record or any(map(_regions, record.values())):
-            row = _min_row(record, path, number)
-            if record.get('id') is not None and record['id'] in seen:
-                row = {'text': row['text'], 'id': record['id'], SKIPPED: ANNOTATED_AGAIN_NOTE}
-            seen.add(record.get('id'))
+            row, task = _min_row(record, path, number), record.get('id')
+            if isinstance(task, (int, str)) and task in seen:
+                row = {'text': row['text'], 'id': task, SKIPPED: ANNOTATED_AGAIN_NOTE}
+            seen.add(task if isinstance(task, (int, str)) else None)
             yield number, row
         else:
             yield number, record

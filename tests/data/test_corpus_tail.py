@@ -202,3 +202,10 @@ def test_label_studio_offsets_in_utf16_code_units_are_read_at_their_characters(t
     task['annotations'][0]['result'][0]['value'] = region(4, 6, '李四', 'PER')   # stands nowhere
     with pytest.raises(DataFormatError, match='not its mention'):
         read_corpus(write(tmp_path, 'wrong.json', json.dumps([task])))
+
+
+def test_a_json_min_row_whose_id_is_no_int_or_string_is_read(tmp_path):
+    """An id such as [1] (unhashable) was a TypeError from deep inside the reader."""
+    rows = [dict(id=[1], text='李四', label=[region(0, 2, '李四', 'PER')], annotation_id=1)] * 2
+    data = read_corpus(write(tmp_path, 'min.json', json.dumps(rows)))
+    assert [e.spans for e in data] == [[(0, 2, 'PER')]] * 2
