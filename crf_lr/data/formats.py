@@ -197,6 +197,11 @@ def _detected(path):
                                           f'as ner_dataset.csv\'s {echo(lines[0][1], 40)}): '
                                           f'write it as CoNLL instead, a word and its tag a '
                                           f'line, a blank line between sentences')
+    if {'annotation_id', 'annotator'} <= set(re.split('[,\t]', lines[0][1].strip())):
+        raise DataFormatError(path, lines[0][0], f'a Label Studio CSV or TSV export (its header '
+                                                 f'{echo(lines[0][1], 40)}): export the project '
+                                                 'as JSON or JSON-MIN instead, which read as '
+                                                 'they are')
     facts = _line_facts(line for _, line in lines)              # per distinct line
     if not all(tag for _, tag, _ in facts.values()):
         with_fields = [(number, line, facts[line][0]) for number, line in lines]

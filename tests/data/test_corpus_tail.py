@@ -209,3 +209,17 @@ def test_a_json_min_row_whose_id_is_no_int_or_string_is_read(tmp_path):
     rows = [dict(id=[1], text='李四', label=[region(0, 2, '李四', 'PER')], annotation_id=1)] * 2
     data = read_corpus(write(tmp_path, 'min.json', json.dumps(rows)))
     assert [e.spans for e in data] == [[(0, 2, 'PER')]] * 2
+
+
+@pytest.mark.parametrize('separator', [',', '\t'])
+def test_a_label_studio_csv_export_is_named(tmp_path, separator):
+    """Label Studio's CSV and TSV exports were read as segmented text (the header a sentence of
+    one word, each row a sentence): task_ner.py called them word segmentation, and
+    task_cws_crf.py would have trained on them."""
+    rows = [['annotation_id', 'annotator', 'id', 'label', 'text'],
+            ['1', '1', '1', '"[{""start"": 0, ""end"": 2, ""text"": ""张三"", ""labels"": '
+                               '[""PER""]}]"', '张三在北京']]
+    path = write(tmp_path, 'export.csv', ''.join(separator.join(row) + '\n' for row in rows))
+    with pytest.raises(DataFormatError, match=f'^{path}:1: a Label Studio CSV or TSV export .*: '
+                                              'export the project as JSON or JSON-MIN instead'):
+        read_corpus(path)
