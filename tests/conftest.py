@@ -104,8 +104,8 @@ def fused_ops():
 FAST_FILES = frozenset({
     'test_datasets.py', 'test_diagnostics.py', 'test_doc_references.py', 'test_experiments.py',
     'test_house.py', 'test_packaging.py',
-    'test_metrics.py', 'test_posteriors.py', 'test_spans.py', 'test_splits.py',
-    'test_user_files.py',
+    'test_corpus_tail.py', 'test_metrics.py', 'test_posteriors.py', 'test_spans.py',
+    'test_splits.py', 'test_user_files.py',
 })
 _TESTS_ROOT = os.path.dirname(os.path.abspath(__file__))
 
