@@ -75,6 +75,25 @@ def _fix_feed_forward_config():
     apply('feed-forward config', get_config)
 
 
+def _fix_initial_draws():
+    """bert4keras's attention, feed-forward, gated-attention and efficient-pointer layers hand one
+    kernel initializer to each of their dense layers. Keras 2.3, which bert4keras was written
+    for, drew afresh at every call of an unseeded initializer; tf-keras draws the same values
+    again (and warns), so a randomly initialised encoder's query, key, value and output kernels
+    started equal, and a feed-forward layer's second kernel was its first reshaped. After such a
+    layer's build each of its dense layers gets a copy of an unseeded initializer: draws of its
+    own, reproducible under ``keras.utils.set_random_seed``. A seeded one is left shared."""
+    def build(original, self, input_shape):
+        original(self, input_shape)
+        shared = self.kernel_initializer
+        if getattr(shared, 'seed', None) is None:
+            for layer in list(vars(self).values()):
+                if getattr(layer, 'kernel_initializer', None) is shared:
+                    layer.kernel_initializer = type(shared).from_config(shared.get_config())
+
+    apply('initial draws', build)
+
+
 def without_autotune(dataset):
     """``dataset`` with tf.data's autotuning off, for pipelines that have nothing to tune.
 
@@ -164,6 +183,7 @@ def install():
     _fix_optimizer_base_class()
     _fix_save_weights_as_checkpoint()
     _fix_feed_forward_config()
+    _fix_initial_draws()
     _fix_iterator_deletion_stall()
     _fix_dense_fusion()
 

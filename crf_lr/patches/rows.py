@@ -50,6 +50,10 @@ ROWS = {row.name: row for row in (
         'crf_lr.model.serialization'),
     Row('.keras variable names', 'fix', ('tf_keras.src.engine.base_layer.Layer.build_from_config',),
         '-', 'crf_lr.model.serialization'),
+    # bert4keras's layers that hand their one kernel initializer to several Dense layers
+    Row('initial draws', 'fix', tuple(f'bert4keras.layers.{layer}.build' for layer in (
+        'MultiHeadAttention', 'FeedForward', 'GatedAttentionUnit', 'EfficientGlobalPointer')),
+        '-', 'crf_lr.compat'),
     Row('attention', 'speed', ('bert4keras.layers.MultiHeadAttention.pay_attention_to',),
         'batched_attention(False)', 'crf_lr.speed.attention'),
     Row('shared layer traces', 'speed', ('bert4keras.layers.MultiHeadAttention.call',

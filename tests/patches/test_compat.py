@@ -1,5 +1,5 @@
-"""The environment set-up, each of the three bert4keras fixes (tested on a tiny BERT) and the
-flattened Dense call of ``crf_lr.compat.flat_dense``."""
+"""The environment set-up, each of the bert4keras fixes (tested on a tiny BERT and single layers)
+and the flattened Dense call of ``crf_lr.compat.flat_dense``."""
 import os
 import subprocess
 import sys
@@ -135,6 +135,46 @@ def test_feed_forward_config_reloads_from_h5(tiny_bert_config_path, tmp_path):
     inputs = [np.array([[2, 5, 7, 3]]), np.zeros((1, 4))]
     np.testing.assert_allclose(bert.model.predict(inputs, verbose=0),
                                reloaded.predict(inputs, verbose=0), atol=1e-6)
+
+
+def _kernels(layer):
+    return [weight.numpy() for weight in layer.weights if 'kernel' in weight.name]
+
+
+def test_a_random_encoder_draws_each_dense_kernel_of_a_layer_afresh(tiny_bert_config_path):
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', UserWarning)   # tf-keras's 'unseeded ... identical values'
+        keras.utils.set_random_seed(0)
+        bert = _tiny_bert(tiny_bert_config_path)
+    attention = bert.model.get_layer('Transformer-0-MultiHeadSelfAttention')
+    query, key, value, output = _kernels(attention)
+    for first, second in [(query, key), (query, value), (key, value), (query, output)]:
+        assert not np.array_equal(first, second)
+    inner, outer = _kernels(bert.model.get_layer('Transformer-0-FeedForward'))
+    assert not np.array_equal(inner.ravel()[:outer.size], outer.ravel()[:inner.size])
+    keras.utils.set_random_seed(0)                 # reproducible under Keras's seed
+    again = _tiny_bert(tiny_bert_config_path)
+    for mine, theirs in zip(bert.model.weights, again.model.weights):
+        np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
+
+
+@pytest.mark.parametrize('make', [
+    lambda init: __import__('bert4keras.layers').layers.EfficientGlobalPointer(
+        2, 4, kernel_initializer=init),
+    lambda init: __import__('bert4keras.layers').layers.GatedAttentionUnit(
+        8, key_size=4, kernel_initializer=init)])
+def test_each_dense_layer_has_its_own_unseeded_initializer_and_a_seeded_one_is_kept(make):
+    unseeded, seeded = make(keras.initializers.TruncatedNormal()), make(
+        keras.initializers.TruncatedNormal(seed=1))
+    for layer in (unseeded, seeded):
+        layer.build((None, 5, 8))
+    denses = [v for v in vars(unseeded).values() if hasattr(v, 'kernel_initializer')]
+    assert len(denses) >= 2
+    assert len({id(d.kernel_initializer) for d in denses} | {id(unseeded.kernel_initializer)}) \
+        == len(denses) + 1
+    assert all(v.kernel_initializer is seeded.kernel_initializer
+               for v in vars(seeded).values() if hasattr(v, 'kernel_initializer'))
 
 
 def test_missing_no_deps_packages_are_named_with_the_install_command():
