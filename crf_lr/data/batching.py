@@ -44,12 +44,11 @@ class Encoded:
         token_ids: list of int, ``[CLS] ... [SEP]`` (when ``Batches(special_tokens=True)``).
         segment_ids: list of int of the same length, or None for all zeros.
         labels: list of int of the same length (CRF / softmax heads; the values at
-        ``[CLS]``/``[SEP]``
-            included), or any object a ``label_fn`` turns into targets (e.g. spans for
-            GlobalPointer), or None.
-        label_mask: list of 0/1 of the same length: the positions scored. None: every position but
-        the
-            first and last (``[CLS]``/``[SEP]``), or every position when ``special_tokens=False``.
+            ``[CLS]``/``[SEP]`` included), or any object a ``label_fn`` turns into targets (e.g.
+            spans for GlobalPointer), or None.
+        label_mask: list of 0/1 of the same length: the positions scored. None: every position
+            but the first and last (``[CLS]``/``[SEP]``), or every position when
+            ``special_tokens=False``.
         source: str naming where the sequence comes from (``'path:line'``), used in error messages.
     """
     token_ids: list
@@ -92,7 +91,7 @@ class Batch:
         Returns:
             list of ``batch`` arrays of shape (scored positions of item k, ...).
 
-            >>> tags = crf_decode(model.predict(batch.inputs))        # (batch, n)
+            >>> tags = model.predict(batch.inputs).argmax(-1)    # (batch, n): softmax tag ids
             >>> per_item = batch.strip(tags)
         """
         return _select(predictions, self.label_mask)
@@ -316,9 +315,9 @@ class Batches:
             list (one per item, in the order given to the constructor) of arrays at the scored
             positions only.
 
-            >>> tag_ids = Batches(test_items, 64, shuffle=False).collect(
-            ...     lambda batch: viterbi_decode(emissions(batch.inputs), trans,
-            lengths=batch.lengths))
+            >>> scores = Batches(test_items, 64, shuffle=False).collect(
+            ...     lambda batch: model.predict(batch.inputs))           # per item: (units, L)
+            >>> tag_ids = [viterbi_decode(row[None], trans)[0] for row in scores]   # CRF paths
         """
         outputs = [None] * len(self.items)
         for batch in self:

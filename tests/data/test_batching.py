@@ -6,10 +6,12 @@ import warnings
 import numpy as np
 import pytest
 
-from crf_lr.data.batching import Batches, Encoded, strip_padding
+from crf_lr.data.batching import Batch, Batches, Encoded, strip_padding
+from crf_lr.decoding.viterbi import viterbi_decode
 from crf_lr.evaluation.metrics import entity_scores
 from crf_lr.decoding.spans import dense_targets, pad_sparse_targets, sparse_targets
 from crf_lr.data.tagging import label_list, spans_to_tags
+from helpers.doc_examples import example_code
 
 LABELS = label_list(['LOC', 'PER'], 'BIO')          # ['O', 'B-LOC', 'I-LOC', 'B-PER', 'I-PER']
 CLS, SEP = 101, 102
@@ -296,3 +298,25 @@ def test_bad_arguments():
         next(iter(mixed))
     with pytest.raises(ValueError, match=r'do not match the batch'):
         next(iter(Batches([item], 1))).strip(np.zeros((1, 4)))
+
+
+def test_the_examples_of_strip_and_collect_run_as_written():
+    """Batch.strip's and Batches.collect's docstring examples, on a stand-in model: one row per
+    item, in the items' order, of its scored positions (they once called a ``crf_decode`` that
+    does not exist, and collected Viterbi's ragged paths, which no batch can strip)."""
+    rng = np.random.default_rng(0)
+    items = [Encoded(token_ids=[CLS] + [7] * n + [SEP]) for n in (5, 2, 7)]
+
+    class Model:
+        @staticmethod
+        def predict(inputs):
+            return rng.normal(size=(*inputs[0].shape, len(LABELS)))
+
+    batch = next(iter(Batches(items, 2, shuffle=False)))
+    namespace = dict(Batches=Batches, viterbi_decode=viterbi_decode, model=Model, batch=batch,
+                     test_items=items, trans=rng.normal(size=(len(LABELS),) * 2))
+    exec(example_code(Batch.strip), namespace)
+    assert [len(row) for row in namespace['per_item']] == [
+        len(items[i].token_ids) - 2 for i in batch.indices]
+    exec(example_code(Batches.collect), namespace)
+    assert [len(path) for path in namespace['tag_ids']] == [5, 2, 7]
