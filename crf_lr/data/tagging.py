@@ -444,8 +444,8 @@ class Scheme:
 
             >>> get_scheme('BIOES').check(['O', 'B-ORG', 'I-ORG', 'O'])
             TagError: token 3: the entity opened by 'B-ORG' at token 1 is never closed (expected
-            'E-ORG' before 'O') (pass repair=True, or --repair, to fix such tags by the conlleval
-            rule)
+            'E-ORG' before 'O') (the readers repair such tags by the conlleval rule unless told
+            not to: drop --strict, or pass repair=True)
         """
         name = (lambda i: f'token {i}') if lines is None else (lambda i: f'line {lines[i]}')
         _, faults = self._walk(tags, name)

@@ -16,6 +16,7 @@ from crf_lr.data.tagging import (REPAIR_HINT, SCHEMES, Scheme, TagError, allowed
 from crf_lr.data.alignment import (align_word_labels, char_spans_to_token_spans, offsets_to_tags,
                                    token_spans_to_char_spans)
 from crf_lr.data.windows import merge_window_spans, spans_to_windows, split_into_windows
+from helpers.doc_examples import example_code, example_output
 
 FLAT = ['BIO', 'IOB1', 'BIOES', 'BMES']
 TYPES = ['PER', 'LOC']
@@ -602,3 +603,11 @@ def test_functions_are_the_scheme_methods(scheme):
         assert pieces_to_word_labels(word_index, pieces, scheme) == obj.collect(word_index, pieces)
         spans = obj.decode(obj.repair(tags)[0])
         assert spans_to_tags(spans, len(tags), scheme) == obj.encode(spans, len(tags))
+
+
+def test_the_check_example_shows_the_message_raised():
+    """Scheme.check's docstring shows the error its example raises, word for word (it once named
+    a --repair flag that no script has)."""
+    with pytest.raises(TagError) as raised:
+        exec(example_code(Scheme.check), {'get_scheme': get_scheme})
+    assert example_output(Scheme.check) == f'TagError: {raised.value}'
