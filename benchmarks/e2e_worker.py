@@ -81,7 +81,14 @@ def measure(side, job, step_calls, predict_passes):
 
 
 def main():
-    job_path, config = sys.argv[1], json.loads(sys.argv[2])
+    import argparse
+    parser = argparse.ArgumentParser(description='One side of end_to_end.py in a process of its '
+                                                 'own (end_to_end.py starts it).')
+    parser.add_argument('job', help="a job pickle end_to_end.py wrote")
+    parser.add_argument('config', type=json.loads, help='the side as JSON: side, head, '
+                        'precision, threads, step_calls, predict_passes')
+    arguments = parser.parse_args()
+    job_path, config = arguments.job, arguments.config
     with open(job_path, 'rb') as f:
         job = pickle.load(f)
     side = make_side(job, config)
