@@ -597,6 +597,32 @@ def protocol(headers_timeout_s, http='auto'):
     return Protocol
 
 
+def _load(args, parser, native=True):
+    """``(app, precision line, frozen)``: the model of ``args.model_dir`` loaded, frozen unless
+    ``--no-freeze``, warmed up and served by :func:`create_app`; a model folder that cannot be
+    read is ``parser.error``. ``native``: quiet TensorFlow's C++ log lines too (not when a test
+    calls :func:`main`)."""
+    size_for_serving()                 # oneDNN's 1,024 kernels: a server's shapes have no end
+    from crf_lr.utils.cli import quiet_tensorflow
+    quiet_tensorflow(args.verbose, native=native)
+    from crf_lr.model.precision import set_precision
+    from crf_lr.serving.predict import predict_lines
+    from crf_lr.serving.tagger import Tagger
+    precision = set_precision(args.precision)
+    began = time.perf_counter()
+    try:
+        tagger = Tagger.load(args.model_dir, batch_size=max(args.max_batch, 32))
+    except (OSError, ValueError) as error:
+        parser.error(str(error))
+    frozen = not args.no_freeze and tagger.freeze()      # bf16 weights as constants
+    predict_lines(tagger, ['warm up'])                  # traced before the first request
+    app = create_app(tagger, args.model_dir, args.max_batch, args.batch_wait_ms,
+                     max_queue=args.max_queue, timeout_s=args.timeout_s,
+                     body_timeout_s=args.body_timeout_s, card_details=args.card_details,
+                     load_seconds=time.perf_counter() - began)
+    return app, precision, frozen
+
+
 def main(argv=None):
     parser = ArgumentParser(prog='python -m crf_lr.serve',
                             description=__doc__.split('\n\n')[0],
@@ -659,24 +685,11 @@ def main(argv=None):
         parser.error(f"{error} (the server needs pip install 'crf_lr[serve]')"
                      if isinstance(error, ImportError) else str(error))
     sock = bind(args.host, args.port)                  # before the model loads: answers at once
-    size_for_serving()                 # oneDNN's 1,024 kernels: a server's shapes have no end
-    from crf_lr.utils.cli import quiet_tensorflow
-    quiet_tensorflow(args.verbose, native=argv is None)   # not when a test calls main
-    from crf_lr.model.precision import set_precision
-    from crf_lr.serving.predict import predict_lines
-    from crf_lr.serving.tagger import Tagger
-    precision = set_precision(args.precision)
-    began = time.perf_counter()
     try:
-        tagger = Tagger.load(args.model_dir, batch_size=max(args.max_batch, 32))
-    except (OSError, ValueError) as error:
-        parser.error(str(error))
-    frozen = not args.no_freeze and tagger.freeze()      # bf16 weights as constants
-    predict_lines(tagger, ['warm up'])                  # traced before the first request
-    app = create_app(tagger, args.model_dir, args.max_batch, args.batch_wait_ms,
-                     max_queue=args.max_queue, timeout_s=args.timeout_s,
-                     body_timeout_s=args.body_timeout_s, card_details=args.card_details,
-                     load_seconds=time.perf_counter() - began)
+        app, precision, frozen = _load(args, parser, native=argv is None)
+    except KeyboardInterrupt:                          # Ctrl-C before uvicorn takes signals
+        sock.close()
+        parser.exit(130, f'{parser.prog}: stopped (Ctrl-C) while the model loaded\n')
     listen(sock, args.host, args.port)                 # connections queue from here on
     port = sock.getsockname()[1]                       # the one chosen, for --port 0
     print(f'serving {args.model_dir} on http://{args.host}:{port}/ (Ctrl-C stops)\n{precision}'

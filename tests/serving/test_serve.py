@@ -356,6 +356,25 @@ def test_the_server_sizes_onednns_cache_before_its_model_loads(trained_ner_dir, 
     assert order == ['sized', 'loaded']
 
 
+def test_ctrl_c_while_the_model_loads_is_one_line(trained_ner_dir, monkeypatch, capsys):
+    """Ctrl-C before uvicorn takes the signals (TensorFlow importing, the model loading) was a
+    KeyboardInterrupt traceback of 30-80 lines from inside the imports; now it is one line and
+    the shell's status for Ctrl-C, 130."""
+    from crf_lr.serving import serve
+    from crf_lr.serving.tagger import Tagger
+
+    def load(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(Tagger, 'load', load)
+    try:                 # not pytest.raises: a KeyboardInterrupt let through would stop pytest
+        serve.main([trained_ner_dir, '--port', '0'])
+    except BaseException as error:          # what main lets out is the point
+        stopped = error
+    assert isinstance(stopped, SystemExit) and stopped.code == 130, repr(stopped)
+    assert capsys.readouterr().err == (
+        'python -m crf_lr.serve: stopped (Ctrl-C) while the model loaded\n')
+
+
 def test_a_port_taken_while_the_model_loaded_is_one_line():
     """Two servers started together: both bind (SO_REUSEADDR, neither listens yet), the first
     to load its model listens, the second's listen failed with a traceback."""
