@@ -290,8 +290,11 @@ def _route_of(scope, paths):
 
 
 def create_app(tagger, model_dir, max_batch=64, batch_wait_ms=2.0, limits=None, max_queue=256,
-               timeout_s=30.0, body_timeout_s=30.0, card_details=False, load_seconds=0.0):
-    """The ASGI application serving ``tagger`` (see the module docstring).
+               timeout_s=30.0, body_timeout_s=30.0, card_details=False, load_seconds=0.0,
+               stopping=None):
+    """The ASGI application serving ``tagger`` (see the module docstring). ``stopping``: an
+    :class:`asyncio.Event` set when the server stops; a request whose body is still arriving
+    then is a 503 at once (it would hold the stop up to ``body_timeout_s``).
 
         >>> app = create_app(Tagger.load('runs/ner/model'), 'runs/ner/model')
         >>> with TestClient(app) as client: client.post('/v1/predict', json={'texts': ['...']})
@@ -319,6 +322,7 @@ def create_app(tagger, model_dir, max_batch=64, batch_wait_ms=2.0, limits=None, 
     matrix = transitions(tagger)
     schema = openapi(limits)
     cpu = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix='texts')
+    stopping = stopping or asyncio.Event()
     log = logging.getLogger('crf_lr.serve')
 
     def error(status, message, headers=None):
@@ -338,6 +342,23 @@ def create_app(tagger, model_dir, max_batch=64, batch_wait_ms=2.0, limits=None, 
                                   predictions=predictions)
         return [answer_record(r, options.get('offsets', 'codepoint')) for r in records]
 
+    async def body_or_stop(request):
+        """The request's body; BadRequest 408 once ``body_timeout_s`` passes, 503 once the
+        server stops, before it came whole."""
+        reading = asyncio.ensure_future(read_body(request, limits['max_body_bytes']))
+        stop = asyncio.ensure_future(stopping.wait())
+        try:
+            await asyncio.wait({reading, stop}, timeout=body_timeout_s,
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+        if not reading.done():
+            reading.cancel()
+            if stopping.is_set():
+                raise BadRequest(503, 'the server is stopping: its body had not all come')
+            raise BadRequest(408, f'the body did not come within {body_timeout_s:g} s')
+        return reading.result()
+
     async def gone(request):
         """Return once the client has disconnected."""
         while (await request.receive())['type'] != 'http.disconnect':
@@ -349,12 +370,7 @@ def create_app(tagger, model_dir, max_batch=64, batch_wait_ms=2.0, limits=None, 
         with batcher.expecting():            # a batch being formed waits for it
             try:
                 check_content_type(request.headers.get('content-type', ''))
-                try:
-                    body = await asyncio.wait_for(read_body(request, limits['max_body_bytes']),
-                                                  body_timeout_s)
-                except asyncio.TimeoutError:
-                    raise BadRequest(408, f'the body did not come within {body_timeout_s:g} s') \
-                        from None
+                body = await body_or_stop(request)
                 texts, options = parse_request(body, limits)
                 try:
                     check_options(tagger, options.get('min_confidence'), options.get('marginals'))
@@ -597,11 +613,36 @@ def protocol(headers_timeout_s, http='auto'):
     return Protocol
 
 
-def _load(args, parser, native=True):
+def stopping_server(config, stopping):
+    """uvicorn's server of ``config`` that, when a signal (SIGTERM, Ctrl-C) stops it, says so in
+    one line and sets ``stopping`` (the app's: bodies still arriving are answered 503) before
+    uvicorn's graceful stop (no new connections, the requests in flight answered)."""
+    import signal
+
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        signal_name = None
+
+        def handle_exit(self, sig, frame):
+            self.signal_name = self.signal_name or signal.Signals(sig).name
+            super().handle_exit(sig, frame)
+
+        async def shutdown(self, sockets=None):
+            flight = len(self.server_state.tasks)
+            print(f'stopping ({self.signal_name or "asked"}): no new connections; answering the '
+                  f'{flight} request{"s" * (flight != 1)} in flight (a body still arriving: 503); '
+                  f'Ctrl-C again quits at once', flush=True)
+            stopping.set()
+            await super().shutdown(sockets)
+    return Server(config)
+
+
+def _load(args, parser, stopping, native=True):
     """``(app, precision line, frozen)``: the model of ``args.model_dir`` loaded, frozen unless
-    ``--no-freeze``, warmed up and served by :func:`create_app`; a model folder that cannot be
-    read is ``parser.error``. ``native``: quiet TensorFlow's C++ log lines too (not when a test
-    calls :func:`main`)."""
+    ``--no-freeze``, warmed up and served by :func:`create_app` (``stopping``: its event); a
+    model folder that cannot be read is ``parser.error``. ``native``: quiet TensorFlow's C++ log
+    lines too (not when a test calls :func:`main`)."""
     size_for_serving()                 # oneDNN's 1,024 kernels: a server's shapes have no end
     from crf_lr.utils.cli import quiet_tensorflow
     quiet_tensorflow(args.verbose, native=native)
@@ -619,7 +660,7 @@ def _load(args, parser, native=True):
     app = create_app(tagger, args.model_dir, args.max_batch, args.batch_wait_ms,
                      max_queue=args.max_queue, timeout_s=args.timeout_s,
                      body_timeout_s=args.body_timeout_s, card_details=args.card_details,
-                     load_seconds=time.perf_counter() - began)
+                     load_seconds=time.perf_counter() - began, stopping=stopping)
     return app, precision, frozen
 
 
@@ -685,8 +726,9 @@ def main(argv=None):
         parser.error(f"{error} (the server needs pip install 'crf_lr[serve]')"
                      if isinstance(error, ImportError) else str(error))
     sock = bind(args.host, args.port)                  # before the model loads: answers at once
+    stopping = asyncio.Event()
     try:
-        app, precision, frozen = _load(args, parser, native=argv is None)
+        app, precision, frozen = _load(args, parser, stopping, native=argv is None)
     except KeyboardInterrupt:                          # Ctrl-C before uvicorn takes signals
         sock.close()
         parser.exit(130, f'{parser.prog}: stopped (Ctrl-C) while the model loaded\n')
@@ -695,10 +737,10 @@ def main(argv=None):
     print(f'serving {args.model_dir} on http://{args.host}:{port}/ (Ctrl-C stops)\n{precision}'
           + ('\nweights: bf16 constants of the prediction step (faster one text at a time, more '
              'memory; --no-freeze keeps them variables)' if frozen else ''), flush=True)
-    server = uvicorn.Server(uvicorn.Config(
+    server = stopping_server(uvicorn.Config(
         app, log_level='info' if args.verbose else 'warning', lifespan='on',
         http=protocol(args.headers_timeout_s, args.http), timeout_keep_alive=args.keep_alive_s,
-        limit_concurrency=args.limit_concurrency))
+        limit_concurrency=args.limit_concurrency), stopping)
     with contextlib.suppress(KeyboardInterrupt):        # uvicorn raises Ctrl-C again once stopped
         server.run(sockets=[sock])
 

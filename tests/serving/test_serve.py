@@ -288,9 +288,10 @@ def test_offsets_count_code_points_utf16_units_or_bytes(ner):
         codepoint=[(2, 4), (5, 7)], utf16=[(4, 6), (7, 9)], byte=[(8, 14), (17, 23)])
 
 
-def _serve(model_dir, port, **kwargs):
-    """``python -m crf_lr.serve model_dir --port port`` in a subprocess."""
-    return subprocess.Popen([sys.executable, '-m', 'crf_lr.serve', model_dir, '--port', str(port)],
+def _serve(model_dir, port, *flags, **kwargs):
+    """``python -m crf_lr.serve model_dir --port port *flags`` in a subprocess."""
+    return subprocess.Popen([sys.executable, '-m', 'crf_lr.serve', model_dir, '--port', str(port),
+                             *flags],
                             env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)),
                             text=True, **kwargs)
 
@@ -318,6 +319,44 @@ def test_the_serving_line_comes_once_the_port_takes_connections(trained_ner_dir,
             assert json.load(answer) == {'status': 'ok'}     # at once: no retry
     finally:
         server.terminate()
+        server.wait(30)
+
+
+def test_sigterm_says_so_and_does_not_wait_for_a_body_still_arriving(trained_ner_dir, tmp_path):
+    """A client trickling its body when SIGTERM comes: it gets a 503 and the process exits at
+    once, after a line saying it stops (it waited in silence for --body-timeout-s, 20 s here,
+    30 by default: past Docker's 10 s before its SIGKILL)."""
+    import signal
+    log = tmp_path / 'serve.log'
+    with open(log, 'w') as out:
+        server = _serve(trained_ner_dir, 0, '--body-timeout-s', '20', stdout=out,
+                        stderr=subprocess.STDOUT)
+    try:
+        deadline = time.time() + 120
+        while '/ (Ctrl-C' not in log.read_text():
+            assert server.poll() is None and time.time() < deadline, log.read_text()
+            time.sleep(0.05)
+        port = int(log.read_text().split('127.0.0.1:')[1].split('/')[0])
+        with socket.create_connection(('127.0.0.1', port), timeout=15) as client:
+            client.sendall(b'POST /v1/predict HTTP/1.1\r\nHost: x\r\nContent-Type: '
+                           b'application/json\r\nContent-Length: 100\r\n\r\n{"texts": ["')
+            time.sleep(0.3)                                 # the request is in flight
+            began = time.time()
+            server.send_signal(signal.SIGTERM)
+            answer = b''
+            with contextlib.suppress(OSError):
+                while chunk := client.recv(65536):
+                    answer += chunk
+        server.wait(15)
+        assert time.time() - began < 5, time.time() - began
+        assert answer.startswith(b'HTTP/1.1 503 '), answer
+        assert json.loads(answer.partition(b'\r\n\r\n')[2]) == {
+            'error': 'the server is stopping: its body had not all come'}
+        assert log.read_text().splitlines()[-1] == (
+            'stopping (SIGTERM): no new connections; answering the 1 request in flight (a body '
+            'still arriving: 503); Ctrl-C again quits at once')
+    finally:
+        server.kill()
         server.wait(30)
 
 
