@@ -36,6 +36,8 @@ from crf_lr.serving.api import (BadRequest, answer_record, check_content_type, o
                                 parse_request, read_body)
 
 
+FILES_BESIDE_CONNECTIONS = 256     # open files beside connections: the model, TensorFlow, sockets
+
 # Stated limits of one POST /v1/predict request (a 100,000-character text fits: it is windowed).
 LIMITS = dict(max_body_bytes=2 * 1024 * 1024, max_texts=64, max_chars=200_000)
 STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'static')
@@ -487,6 +489,24 @@ def create_app(tagger, model_dir, max_batch=64, batch_wait_ms=2.0, limits=None, 
     return counted
 
 
+def raise_open_files(connections):
+    """Raise this process's soft limit of open files (``ulimit -n``) to what ``connections``
+    connections need beside the model's files and threads, as far as the hard limit allows: past
+    it, connections were refused without an answer or a line in the log, short of uvicorn's 503
+    at ``--limit-concurrency``. A line when the hard limit is too low."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    needed = connections + FILES_BESIDE_CONNECTIONS
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return
+    raised = needed if hard == resource.RLIM_INFINITY else min(hard, needed)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+    if raised < needed:
+        print(f'note: at most {raised} open files (the hard limit of ulimit -n): fewer than '
+              f'--limit-concurrency {connections} connections can be open at once; beyond, '
+              f'connections are refused without an answer', flush=True)
+
+
 def bind(host, port):
     """A TCP socket bound to ``host:port``, not listening yet; SystemExit with one line when the
     address cannot be had (another process listens there, a host not of this machine)."""
@@ -725,6 +745,7 @@ def main(argv=None):
     except (FileNotFoundError, ValueError, ImportError) as error:
         parser.error(f"{error} (the server needs pip install 'crf_lr[serve]')"
                      if isinstance(error, ImportError) else str(error))
+    raise_open_files(args.limit_concurrency)
     sock = bind(args.host, args.port)                  # before the model loads: answers at once
     stopping = asyncio.Event()
     try:

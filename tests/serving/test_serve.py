@@ -322,6 +322,15 @@ def test_the_serving_line_comes_once_the_port_takes_connections(trained_ner_dir,
         server.wait(30)
 
 
+def _port_once_serving(server, log):
+    """The port of ``server`` (from :func:`_serve`, its output in ``log``) once it serves."""
+    deadline = time.time() + 120
+    while '/ (Ctrl-C' not in log.read_text():
+        assert server.poll() is None and time.time() < deadline, log.read_text()
+        time.sleep(0.05)
+    return int(log.read_text().split('127.0.0.1:')[1].split('/')[0])
+
+
 def test_sigterm_says_so_and_does_not_wait_for_a_body_still_arriving(trained_ner_dir, tmp_path):
     """A client trickling its body when SIGTERM comes: it gets a 503 and the process exits at
     once, after a line saying it stops (it waited in silence for --body-timeout-s, 20 s here,
@@ -332,11 +341,7 @@ def test_sigterm_says_so_and_does_not_wait_for_a_body_still_arriving(trained_ner
         server = _serve(trained_ner_dir, 0, '--body-timeout-s', '20', stdout=out,
                         stderr=subprocess.STDOUT)
     try:
-        deadline = time.time() + 120
-        while '/ (Ctrl-C' not in log.read_text():
-            assert server.poll() is None and time.time() < deadline, log.read_text()
-            time.sleep(0.05)
-        port = int(log.read_text().split('127.0.0.1:')[1].split('/')[0])
+        port = _port_once_serving(server, log)
         with socket.create_connection(('127.0.0.1', port), timeout=15) as client:
             client.sendall(b'POST /v1/predict HTTP/1.1\r\nHost: x\r\nContent-Type: '
                            b'application/json\r\nContent-Length: 100\r\n\r\n{"texts": ["')
@@ -356,6 +361,38 @@ def test_sigterm_says_so_and_does_not_wait_for_a_body_still_arriving(trained_ner
             'stopping (SIGTERM): no new connections; answering the 1 request in flight (a body '
             'still arriving: 503); Ctrl-C again quits at once')
     finally:
+        server.kill()
+        server.wait(30)
+
+
+def test_a_low_ulimit_of_open_files_is_raised_to_the_connections_allowed(trained_ner_dir,
+                                                                          tmp_path):
+    """Started under a soft limit of 200 open files (the hard one higher), 300 idle
+    connections: a request beside them is answered (it was refused without an answer or a line
+    in the log until connections closed)."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1024 + 256:
+        pytest.skip(f'the hard limit of open files, {hard}, is below what the test raises to')
+    log = tmp_path / 'serve.log'
+    with open(log, 'w') as out:
+        server = _serve(trained_ner_dir, 0, stdout=out, stderr=subprocess.STDOUT,
+                        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (200, hard)))
+    idle = []
+    try:
+        port = _port_once_serving(server, log)
+        for _ in range(300):
+            idle.append(socket.create_connection(('127.0.0.1', port), timeout=10))
+            idle[-1].sendall(b'GET /healthz HTTP/1.1\r\nHost: x\r\n')    # no end of head
+        time.sleep(0.5)
+        import httpx
+        answer = httpx.post(f'http://127.0.0.1:{port}/v1/predict', json={'texts': [SENTENCE]},
+                            timeout=5)
+        assert answer.status_code == 200
+        assert 'open files' not in log.read_text()
+    finally:
+        for connection in idle:
+            connection.close()
         server.kill()
         server.wait(30)
 
