@@ -165,7 +165,7 @@ def openapi(limits):
                     'description': 'what offsets count: code points, UTF-16 units, UTF-8 bytes'},
         'timeout_s': {'type': 'number', 'exclusiveMinimum': 0,
                       'description': "a deadline shorter than the server's"}}}
-    errors = {str(status): error for status in (400, 413, 415, 503, 504)}
+    errors = {str(status): error for status in (400, 408, 413, 415, 500, 503, 504)}
 
     def read(summary):
         return {'get': {'summary': summary, 'responses': {'200': {'description': 'ok'}}}}

@@ -247,6 +247,9 @@ def test_openapi_describes_the_request_and_its_options(ner):
     assert body['properties']['offsets']['enum'] == ['codepoint', 'utf16', 'byte']
     assert body['properties']['texts']['maxItems'] == 64
     assert {'/v1/model', '/healthz', '/readyz', '/metrics'} <= set(schema['paths'])
+    # every answer a client can get (499 is counted for one that left: it never sees it)
+    assert set(schema['paths']['/v1/predict']['post']['responses']) == {
+        '200', '400', '408', '413', '415', '500', '503', '504'}
 
 
 def test_options_min_confidence_and_marginals_are_those_of_predict_records(ner, segmenter):
