@@ -535,7 +535,8 @@ class Scheme:
         """Unit labels from piece labels (the inverse of :meth:`spread`, e.g. on predictions).
 
         Each unit takes its first piece's label; with strategy 'propagate' in BIOES/BMES/SEG the
-        unit's role also looks at its last piece (a unit ends an entity when its last piece does).
+        unit's role also looks at its last piece (a unit ends an entity when its last piece does,
+        or is O: the entity closed within the unit, as in pieces ``S-PER O``).
 
         Args:
             word_index: list of T ints, the unit of each piece (-1 for special tokens).
@@ -567,7 +568,7 @@ class Scheme:
             role, kind = self.parse(head, first[index])
             if strategy == 'propagate' and self.closed and role != 'O':
                 tail = self.parse(piece_labels[last[index]], last[index])[0]
-                starts, ends = role in 'BS', tail in 'ES'
+                starts, ends = role in 'BS', tail in 'ESO'
                 head = self._format('S' if starts and ends else 'B' if starts else
                                     'E' if ends else 'I', kind)
             labels.append(head)

@@ -605,6 +605,19 @@ def test_functions_are_the_scheme_methods(scheme):
         assert spans_to_tags(spans, len(tags), scheme) == obj.encode(spans, len(tags))
 
 
+@pytest.mark.parametrize('scheme, single', [('BIOES', 'S-PER'), ('BMES', 'S-PER')])
+def test_a_word_whose_entity_closes_before_its_last_piece_ends_it(scheme, single):
+    """Pieces ``S-PER O`` (a one-piece entity, then the word's second piece outside it) are a
+    one-word entity; read as B-PER, the word opened an entity the next word's B never closed,
+    and the strict reading dropped it (a word model's prediction lost 'runs')."""
+    obj = get_scheme(scheme)
+    words = obj.collect([0, 0, 1, 2], [single, 'O', 'B-LOC', 'E-LOC'])
+    assert words == [single, 'B-LOC', 'E-LOC']
+    assert obj.decode(words) == [(0, 1, 'PER'), (1, 3, 'LOC')]
+    begun = obj.collect([0, 0, 0, 1], ['B-PER', 'E-PER', 'O', 'O'])      # closed mid-word
+    assert begun == [single, 'O']
+
+
 def test_the_check_example_shows_the_message_raised():
     """Scheme.check's docstring shows the error its example raises, word for word (it once named
     a --repair flag that no script has)."""
