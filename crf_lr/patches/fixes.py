@@ -82,16 +82,25 @@ def _fix_initial_draws():
     again (and warns), so a randomly initialised encoder's query, key, value and output kernels
     started equal, and a feed-forward layer's second kernel was its first reshaped. After such a
     layer's build each of its dense layers gets a copy of an unseeded initializer: draws of its
-    own, reproducible under ``keras.utils.set_random_seed``. A seeded one is left shared."""
+    own, reproducible under ``keras.utils.set_random_seed``. A seeded one is left shared, and so
+    is one that its config cannot rebuild (a function, a subclass without ``get_config``)."""
     def build(original, self, input_shape):
         original(self, input_shape)
         shared = self.kernel_initializer
         if getattr(shared, 'seed', None) is None:
             for layer in list(vars(self).values()):
                 if getattr(layer, 'kernel_initializer', None) is shared:
-                    layer.kernel_initializer = type(shared).from_config(shared.get_config())
+                    layer.kernel_initializer = _rebuilt(shared)
 
     apply('initial draws', build)
+
+
+def _rebuilt(initializer):
+    """A new ``initializer`` from its config, or ``initializer`` itself where that fails."""
+    try:
+        return type(initializer).from_config(initializer.get_config())
+    except (AttributeError, TypeError, NotImplementedError):
+        return initializer
 
 
 def without_autotune(dataset):

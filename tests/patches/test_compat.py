@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from crf_lr.compat import keras
+import tensorflow as tf
 
 
 def test_environment_variables_are_set_before_tensorflow():
@@ -175,6 +176,24 @@ def test_each_dense_layer_has_its_own_unseeded_initializer_and_a_seeded_one_is_k
         == len(denses) + 1
     assert all(v.kernel_initializer is seeded.kernel_initializer
                for v in vars(seeded).values() if hasattr(v, 'kernel_initializer'))
+
+
+class _ScaledNormal(keras.initializers.Initializer):       # no get_config: not rebuilt from it
+    def __init__(self, scale):
+        self.scale = scale
+
+    def __call__(self, shape, dtype=None, **kwargs):
+        return self.scale * tf.random.normal(shape, dtype=dtype or tf.float32)
+
+
+@pytest.mark.parametrize('init', [_ScaledNormal(0.02),
+                                  lambda shape, dtype=None: tf.random.normal(shape, dtype=dtype)])
+def test_an_initializer_its_config_cannot_rebuild_builds_the_layer_as_it_did(init):
+    from bert4keras.layers import MultiHeadAttention
+    layer = MultiHeadAttention(heads=2, head_size=4, kernel_initializer=init)
+    inputs = keras.Input((5, 8))
+    layer([inputs, inputs, inputs])         # was AttributeError / TypeError inside the fix
+    assert layer.q_dense.kernel_initializer is init
 
 
 def test_missing_no_deps_packages_are_named_with_the_install_command():
