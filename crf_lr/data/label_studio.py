@@ -32,9 +32,9 @@ def other_result_note(kind):
 def label_studio_records(values, path):
     """``(line, record)`` of ``values`` (such pairs of a JSON file), each Label Studio task or
     JSON-MIN row as ``{"text", "id", "entities": [{"start", "end", "type", "text"}]}`` with what
-    was left out under :data:`NOTES`; a task without an annotation, or a JSON-MIN row of a task
-    already read, as ``{"text", "id"}`` with the note why under :data:`SKIPPED`. Other records
-    as they are.
+    was left out under :data:`NOTES`; a task without an annotation (a JSON-MIN row: its
+    ``"annotation_id"`` null), or a JSON-MIN row of a task already read, as ``{"text", "id"}``
+    with the note why under :data:`SKIPPED`. Other records as they are.
 
         >>> region = {'start': 0, 'end': 2, 'text': '李四', 'labels': ['PER']}
         >>> task = {'data': {'sentence': '李四'}, 'annotations': [{'result': [{'value': region}]}]}
@@ -49,7 +49,9 @@ def label_studio_records(values, path):
             yield number, _task(record, path, number)
         elif 'annotation_id' in record or any(map(_regions, record.values())):
             row, task = _min_row(record, path, number), record.get('id')
-            if isinstance(task, (int, str)) and task in seen:
+            if record.get('annotation_id', 0) is None and not row['entities']:
+                row = {'text': row['text'], 'id': task, SKIPPED: UNANNOTATED_NOTE}
+            elif isinstance(task, (int, str)) and task in seen:
                 row = {'text': row['text'], 'id': task, SKIPPED: ANNOTATED_AGAIN_NOTE}
             seen.add(task if isinstance(task, (int, str)) else None)
             yield number, row

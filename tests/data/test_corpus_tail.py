@@ -211,6 +211,18 @@ def test_a_json_min_row_whose_id_is_no_int_or_string_is_read(tmp_path):
     assert [e.spans for e in data] == [[(0, 2, 'PER')]] * 2
 
 
+def test_a_json_min_row_of_a_task_without_an_annotation_is_skipped(tmp_path):
+    """The converter writes a task not annotated yet as a row whose annotation_id is null (no
+    regions): it was read as a sentence without an entity, trained on as all O."""
+    rows = [dict(id=1, text='李四', label=[region(0, 2, '李四', 'PER')], annotation_id=1),
+            dict(id=2, text='张三在北京', annotator='', annotation_id=None, created_at=None,
+                 updated_at=None, lead_time=None)]
+    path = write(tmp_path, 'min.json', json.dumps(rows))
+    data = read_corpus(path)
+    assert [(e.text, e.spans) for e in data] == [('李四', [(0, 2, 'PER')])]
+    assert 'a Label Studio task without an annotation is skipped' in data.summary()
+
+
 @pytest.mark.parametrize('separator', [',', '\t'])
 def test_a_label_studio_csv_export_is_named(tmp_path, separator):
     """Label Studio's CSV and TSV exports were read as segmented text (the header a sentence of
