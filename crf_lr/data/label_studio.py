@@ -29,6 +29,12 @@ def other_result_note(kind):
             'text, are read)')
 
 
+def other_min_note(key):
+    """The note for a JSON-MIN row's ``key`` left out: objects that are no labelled text spans."""
+    return (f'a JSON-MIN value {key!r} of objects that are no labelled text spans ("start", '
+            '"end", "labels"), such as hypertext labels or choices, is left out')
+
+
 def label_studio_records(values, path):
     """``(line, record)`` of ``values`` (such pairs of a JSON file), each Label Studio task or
     JSON-MIN row as ``{"text", "id", "entities": [{"start", "end", "type", "text"}]}`` with what
@@ -86,12 +92,15 @@ def _labels(result):
 
 def _min_row(record, path, number):
     """A JSON-MIN row: the task's data, its id, the regions under each control tag's name, and
-    the annotation's metadata (a row without regions: an annotation that found none)."""
+    the annotation's metadata (a row without regions: an annotation that found none); another
+    control's objects (hypertext labels, choices) noted as left out."""
     keys = [key for key, value in record.items() if _regions(value)]
     regions = [region for key in keys for region in record[key]]
     data = {key: value for key, value in record.items()
             if key not in _MIN_METADATA and key not in keys}
-    return _read(_task_text(data, regions, path, number), record, regions, [])
+    notes = [other_min_note(key) for key, value in data.items() if isinstance(value, list)
+             and value and all(isinstance(item, dict) for item in value)]
+    return _read(_task_text(data, regions, path, number), record, regions, notes)
 
 
 def _read(text, record, regions, notes):

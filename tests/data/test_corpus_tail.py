@@ -223,6 +223,17 @@ def test_a_json_min_row_of_a_task_without_an_annotation_is_skipped(tmp_path):
     assert 'a Label Studio task without an annotation is skipped' in data.summary()
 
 
+def test_a_json_min_value_of_another_control_is_noted(tmp_path):
+    """A HyperText control's regions (xpath starts, "hypertextlabels") were dropped without a
+    word: the row read as a sentence without an entity, as the JSON export's note says."""
+    rows = [dict(id=1, text='<p>张三</p>', ner=[{'start': '/p[1]/text()[1]', 'startOffset': 0,
+                                               'end': '/p[1]/text()[1]', 'endOffset': 2,
+                                               'text': '张三', 'hypertextlabels': ['PER']}],
+                 annotator=1, annotation_id=1)]
+    path = write(tmp_path, 'min.json', json.dumps(rows))
+    assert f"({path}:1): a JSON-MIN value 'ner' of objects" in read_corpus(path).summary()
+
+
 @pytest.mark.parametrize('separator', [',', '\t'])
 def test_a_label_studio_csv_export_is_named(tmp_path, separator):
     """Label Studio's CSV and TSV exports were read as segmented text (the header a sentence of
