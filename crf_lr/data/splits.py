@@ -226,16 +226,17 @@ def _training_share(part, examples):
             'scores are on text the model may have trained on')
 
 
-def _check_scored(role, part, name, eval_limit, held_out):
-    """A ValueError where the development or test sentences hold no entity: every strict F1 on
-    them is 0 (no epoch to select, a test score that says nothing)."""
+def _check_scored(role, part, whole, name, eval_limit, held_out):
+    """A ValueError where the development or test sentences (``part``: the first ``eval_limit``
+    of ``whole``) hold no entity: every strict F1 on them is 0 (no epoch to select, a test score
+    that says nothing)."""
     if part is None or any(example.spans for example in part):
         return
-    limited = eval_limit is not None and len(part) == eval_limit
+    limited = len(part) < len(whole)
     what = ('no epoch can be selected on it, and ' if role == 'dev' else '') + 'its F1 is 0'
     remedy = ('give a --dev-file or another --sample-seed' if held_out else
               f'give a {role} file with entity tags'
-              + (', or raise --eval-limit' if limited else ''))
+              + (', or raise --eval-limit' if any(example.spans for example in whole) else ''))
     raise ValueError(f'the {role} split ({name}) holds no entity in its {len(part)} sentences'
                      + (f' (the first {eval_limit}: --eval-limit)' if limited else '')
                      + f': {what} whatever the model predicts; {remedy}')
@@ -317,8 +318,9 @@ def load_splits(dataset=None, train_file=None, dev_file=None, test_file=None, fo
         names['dev'] = (f'a seeded hold-out of {names["train"]} (sample seed {sample_seed}): '
                         f'no development split')
     train = [examples[i] for i in sorted(order[:train_limit])]
-    dev = list(dev)[:eval_limit]
-    test = None if test is None else list(test)[:eval_limit]
+    whole = {'dev': list(dev), 'test': None if test is None else list(test)}
+    dev = whole['dev'][:eval_limit]
+    test = None if test is None else whole['test'][:eval_limit]
     for role, part, path in (('dev', dev, dev_file), ('test', test, test_file)):
         names[role] += _training_share(part, examples) if path else ''
     for role, part in (('train', train), ('dev', dev), ('test', test)):
@@ -327,7 +329,8 @@ def load_splits(dataset=None, train_file=None, dev_file=None, test_file=None, fo
     if task == 'ner':
         _check_entities(train, names['train'], types, train_limit, held_out)
         for role, part in (('dev', dev), ('test', test)):
-            _check_scored(role, part, names[role], eval_limit, held_out and role == 'dev')
+            _check_scored(role, part, whole[role], names[role], eval_limit,
+                          held_out and role == 'dev')
     repairs = _repairs(train, dev, test)                  # of the sentences the run uses
     repaired_at = [place for part in (train, dev, test) for e in part or ()
                    for place in e.repaired_at]

@@ -127,6 +127,11 @@ def test_a_dev_or_test_split_without_an_entity_stops_an_ner_run(tmp_path):
                                          'or raise --eval-limit$'):
         load_splits(train_file=train, dev_file=train, test_file=write(
             tmp_path, 'test.txt', '今 O\n\n张 B-PER\n'), eval_limit=1, task='ner')
+    # the whole file, or its first sentence: raising --eval-limit finds no entity either
+    for limit, what in ((2, ''), (1, r' \(the first 1: --eval-limit\)')):
+        with pytest.raises(ValueError, match=rf'holds no entity in its {limit} sentences{what}: '
+                                             '.*give a dev file with entity tags$'):
+            load_splits(train_file=train, dev_file=plain, eval_limit=limit, task='ner')
     assert load_splits(train_file=train, dev_file=plain).dev      # a library call checks nothing
 
 
