@@ -10,9 +10,11 @@ Each ``_fix_*`` function repairs one thing and is idempotent, through its row of
 :mod:`crf_lr.patches` (``python -m crf_lr.patches`` lists them). Two of them patch tf-keras for
 every model of the process: ``single_batch_iterator`` (``train_on_batch`` & co.) builds its
 one-batch dataset without tf.data's autotuning, and ``Dense.call`` takes the flattened form of
-:func:`flat_dense`, off unless in that block. bert4keras's attention computes with batched
-matrix products (:mod:`crf_lr.speed.attention`, the same values), and its layer norms with their
-gradient in closed form (:mod:`crf_lr.speed.layer_norm`, the same forward values).
+:func:`flat_dense`, off unless in that block. The dense layers inside bert4keras's attention
+and feed-forward layers each draw their own initial values (:func:`_fix_initial_draws`).
+bert4keras's attention computes with batched matrix products (:mod:`crf_lr.speed.attention`,
+the same values), and its layer norms with their gradient in closed form
+(:mod:`crf_lr.speed.layer_norm`, the same forward values).
 """
 
 import crf_lr  # noqa: F401  (sets TF_KERAS / TF_USE_LEGACY_KERAS before TensorFlow loads)
