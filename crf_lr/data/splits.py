@@ -214,11 +214,10 @@ def _check_entities(train, name, types, train_limit, held_out):
                          + 'give a --dev-file or another --sample-seed')
 
 
-def _training_share(part, examples):
+def _training_share(part, known):
     """What to add to a dev or test file's name where more than half its sentences are sentences
-    of the training file (the same file given twice, or a copy): its scores are then on text
-    the model may have trained on."""
-    known = {tuple(example.tokens) for example in examples}
+    of the training file (``known``: its sentences' tokens, as tuples; the same file given
+    twice, or a copy): its scores are then on text the model may have trained on."""
     shared = sum(tuple(example.tokens) in known for example in part)
     if 2 * shared <= len(part):
         return ''
@@ -321,8 +320,9 @@ def load_splits(dataset=None, train_file=None, dev_file=None, test_file=None, fo
     whole = {'dev': list(dev), 'test': None if test is None else list(test)}
     dev = whole['dev'][:eval_limit]
     test = None if test is None else whole['test'][:eval_limit]
+    known = {tuple(example.tokens) for example in examples} if dev_file or test_file else None
     for role, part, path in (('dev', dev, dev_file), ('test', test, test_file)):
-        names[role] += _training_share(part, examples) if path else ''
+        names[role] += _training_share(part, known) if path else ''
     for role, part in (('train', train), ('dev', dev), ('test', test)):
         if part is not None and not part:
             raise ValueError(f'the {role} split ({names[role]}) holds no sentence')
