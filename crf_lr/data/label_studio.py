@@ -110,8 +110,9 @@ def _read(text, record, regions, notes):
     entities = []
     for region in regions:
         start, end = region.get('start'), region.get('end')
-        if not _stands_in(region, text) and _utf16_stands_in(region, text):
-            start, end = _code_points(text, start), _code_points(text, end)
+        utf16 = None if _stands_in(region, text) else _utf16_span(region, text)
+        if utf16:
+            start, end = utf16
             notes = notes + [UTF16_NOTE]
         entities += [dict(start=start, end=end, type=label, text=region.get('text'))
                      for label in listed(region['labels'])]
@@ -130,14 +131,17 @@ def _code_points(text, units):
     return len(text) if count == units else None
 
 
-def _utf16_stands_in(region, text):
-    """True where ``region``'s text stands in ``text`` at its offsets read as UTF-16 code units
-    (JavaScript's string positions, which some Label Studio versions export)."""
+def _utf16_span(region, text):
+    """``region``'s code-point ``(start, end)`` in ``text`` where its text stands there with its
+    offsets read as UTF-16 code units (JavaScript's string positions, which some Label Studio
+    versions export), else None."""
     start, end = region.get('start'), region.get('end')
     if not (isinstance(start, int) and isinstance(end, int)) or text.isascii():
-        return False
+        return None
     start, end = _code_points(text, start), _code_points(text, end)
-    return None not in (start, end) and text[start:end] == region.get('text')
+    if None in (start, end) or text[start:end] != region.get('text'):
+        return None
+    return start, end
 
 
 def _regions(value):
